@@ -1,0 +1,102 @@
+# kvchat — one build for the engine, storage, UI, app and tests.
+# `make` builds ./kvchat; `make test` runs every test; `make run` opens the chat on MODEL.
+# Every target first makes sure the Debian packages it needs are present (`make deps`).
+
+CC      ?= cc
+MODEL   ?= ../shared/models/stories260K.gguf
+SHARED  ?= ../shared
+PREFIX  ?= /usr/local
+BUILD   := build
+VERSION := 0.1.0
+
+PKGS      := ncursesw readline openblas sqlite3 libpcre2-8 inih
+TEST_PKGS := cmocka libcjson
+
+# Debian packages (`make deps`); the build and the tests need all of them.
+DEB_PKGS := build-essential pkg-config libncurses-dev libreadline-dev libopenblas-dev \
+            libsqlite3-dev libpcre2-dev libinih-dev libcmocka-dev libcjson-dev \
+            tmux mandoc
+
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+BASEFLAGS = -std=c11 -D_GNU_SOURCE -pthread -I. $(WARN) \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
+            -DKVCHAT_VERSION='"$(VERSION)"'
+OPT      ?= -O2 -march=native
+CFLAGS   ?=
+LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+TEST_LIBS  = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
+TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
+SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+ENGINE_SRC  := $(wildcard engine/*.c)
+STORAGE_SRC := $(wildcard storage/*.c)
+UI_SRC      := $(wildcard ui/*.c)
+APP_SRC     := $(wildcard app/*.c)
+LIB_SRC     := $(ENGINE_SRC) $(STORAGE_SRC) $(UI_SRC) $(filter-out app/main.c,$(APP_SRC))
+TEST_SRC    := $(wildcard tests/test_*.c)
+TEST_COMMON := $(wildcard tests/support/*.c)
+
+OBJ      := $(LIB_SRC:%.c=$(BUILD)/rel/%.o)
+ASAN_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/%.o) $(TEST_COMMON:%.c=$(BUILD)/asan/%.o)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/asan/tests/%)
+DEPS_OK  := $(BUILD)/.deps-ok
+
+.PHONY: all deps run test unit e2e clean install uninstall
+all: kvchat
+
+# --- dependencies -----------------------------------------------------------------------
+$(DEPS_OK):
+	@$(MAKE) --no-print-directory deps
+	@mkdir -p $(BUILD) && touch $@
+
+deps:
+	@missing=""; \
+	for p in $(PKGS) $(TEST_PKGS); do pkg-config --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
+	for c in tmux mandoc cc pkg-config; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "kvchat: missing:$$missing — installing Debian packages"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(DEB_PKGS); \
+	else echo "kvchat: all build and test dependencies present"; fi
+
+# --- build ------------------------------------------------------------------------------
+$(BUILD)/rel/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/asan/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g -march=native $(SAN) -MMD -MP -c $< -o $@
+
+kvchat: $(OBJ) $(BUILD)/rel/app/main.o
+	$(CC) $(OPT) $(CFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/asan/tests/%: tests/%.c $(ASAN_OBJ) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g -march=native $(SAN) -o $@ $< $(ASAN_OBJ) $(LDLIBS_ALL) $(TEST_LIBS)
+
+# --- run & test -------------------------------------------------------------------------
+run: kvchat
+	./kvchat -m $(MODEL)
+
+# Unit and golden tests (cmocka), all under AddressSanitizer + UBSan, then end-to-end tests
+# that drive the real binary.
+test: unit e2e
+
+unit: $(TESTS)
+	@export KVCHAT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
+	pass=0; fail=0; \
+	for t in $(TESTS); do \
+	  echo "== $$t"; \
+	  if $$t; then pass=$$((pass+1)); else fail=$$((fail+1)); echo "FAILED: $$t"; fi; \
+	done; \
+	echo "unit: $$pass passed, $$fail failed"; [ $$fail -eq 0 ]
+
+e2e: kvchat
+	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat bash tests/e2e/run.sh
+
+clean:
+	rm -rf $(BUILD) kvchat
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
