@@ -21,6 +21,8 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -pthread -I. $(WARN) \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null) \
             -DKVCHAT_VERSION='"$(VERSION)"'
+# where `make install` puts the shipped themes (the chat searches it after ~/.config/kvchat/themes)
+BASEFLAGS += -DKVCHAT_DATADIR='"$(PREFIX)/share/kvchat"'
 OPT      ?= -O2 -march=native
 CFLAGS   ?=
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread

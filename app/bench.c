@@ -1,0 +1,326 @@
+/* bench: `kvchat bench` — prefill (pp) and decode (tg) speed of a model, in the style of llama-bench. */
+/*
+ * ppN: N prompt tokens in one forward pass from an empty KV cache (tokens per second).
+ * tgN: N tokens generated one forward pass at a time from an empty cache, each fed the
+ *      argmax of the previous logits (tokens per second).
+ * Each test runs once to warm up (page in the weights, settle the threads), then REPS timed
+ * times; the table gives mean ± sd and the median. Model loading is never timed. The decode
+ * bandwidth is the bytes of weights a token reads (model_weight_bytes) × tokens per second.
+ */
+#include <cblas.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/tools.h"
+#include "engine/model.h"
+#include "engine/quant.h"
+
+#define MAX_LIST 16
+
+typedef struct bench_opts {
+    const char *model;
+    int pp[MAX_LIST], n_pp;
+    int tg[MAX_LIST], n_tg;
+    int th[MAX_LIST], n_th;
+    int reps;
+    int json;
+} bench_opts;
+
+typedef struct result {
+    int threads, is_pp, n;
+    double *samples;   /* tokens per second, reps entries */
+    double mean, sd, median;
+} result;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void summarize(result *r, int reps)
+{
+    double s = 0, ss = 0;
+    for (int i = 0; i < reps; i++) s += r->samples[i];
+    r->mean = s / reps;
+    for (int i = 0; i < reps; i++) ss += (r->samples[i] - r->mean) * (r->samples[i] - r->mean);
+    r->sd = reps > 1 ? sqrt(ss / (reps - 1)) : 0.0;
+    double *tmp = malloc(sizeof(double) * (size_t)reps);
+    if (!tmp) { r->median = r->mean; return; }
+    memcpy(tmp, r->samples, sizeof(double) * (size_t)reps);
+    qsort(tmp, (size_t)reps, sizeof(double), cmp_double);
+    r->median = reps % 2 ? tmp[reps / 2] : 0.5 * (tmp[reps / 2 - 1] + tmp[reps / 2]);
+    free(tmp);
+}
+
+/* llama.cpp's general.file_type names (enum llama_ftype), for the type column. */
+static const char *ftype_name(int ft)
+{
+    switch (ft) {
+    case 0: return "F32";    case 1: return "F16";    case 2: return "Q4_0";   case 3: return "Q4_1";
+    case 7: return "Q8_0";   case 8: return "Q5_0";   case 9: return "Q5_1";   case 10: return "Q2_K";
+    case 11: return "Q3_K_S"; case 12: return "Q3_K_M"; case 13: return "Q3_K_L"; case 14: return "Q4_K_S";
+    case 15: return "Q4_K_M"; case 16: return "Q5_K_S"; case 17: return "Q5_K_M"; case 18: return "Q6_K";
+    case 32: return "BF16";
+    default: return NULL;
+    }
+}
+
+static void human_params(uint64_t n, char *buf, size_t len)
+{
+    if (n >= 1000000000ULL) snprintf(buf, len, "%.2f B", n / 1e9);
+    else if (n >= 1000000ULL) snprintf(buf, len, "%.2f M", n / 1e6);
+    else snprintf(buf, len, "%.2f K", n / 1e3);
+}
+
+static void human_size(uint64_t b, char *buf, size_t len)
+{
+    if (b >= (1ULL << 30)) snprintf(buf, len, "%.2f GiB", b / 1073741824.0);
+    else snprintf(buf, len, "%.2f MiB", b / 1048576.0);
+}
+
+/* A comma-separated list of positive integers. */
+static int parse_list(const char *s, const char *opt, int lo, int *out, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < lo || v > (1 << 20) || *n >= MAX_LIST || (*end && *end != ',')) {
+            fprintf(stderr, "kvchat bench: invalid value '%s' for %s (comma-separated integers >= %d)\n", s, opt, lo);
+            return -1;
+        }
+        out[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "kvchat bench: empty value for %s\n", opt);
+        return -1;
+    }
+    return 0;
+}
+
+static void bench_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: kvchat bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r 5] [--json]\n"
+            "Measure prefill (ppN: N prompt tokens in one batch) and decode (tgN: N tokens one at a\n"
+            "time) speed, from an empty KV cache, excluding model loading. -p, -n and -t take\n"
+            "comma-separated lists; 0 skips the pp or tg tests.\n"
+            "  -m, --model PATH    GGUF model\n"
+            "  -p, --n-prompt N    prompt tokens (default 512)\n"
+            "  -n, --n-gen N       generated tokens (default 128)\n"
+            "  -t, --threads N     threads (default: all CPUs)\n"
+            "  -r, --repetitions N timed runs per test after one warm-up run (default 5)\n"
+            "      --json          print the results as JSON instead of a table\n");
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* One timed test; returns tokens per second or a negative value on error. */
+static double run_once(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, float *logits, int32_t *toks,
+                       int is_pp, int n, kv_error *err)
+{
+    kv_cache_truncate(kv, 0);
+    double t0 = now_s();
+    if (is_pp) {
+        if (model_forward(m, fc, kv, pool, toks, n, logits, 0, err)) return -1;
+    } else {
+        int32_t tok = toks[0];
+        for (int i = 0; i < n; i++) {
+            if (model_forward(m, fc, kv, pool, &tok, 1, logits, 0, err)) return -1;
+            tok = argmax(logits, m->hp.n_vocab);
+        }
+    }
+    double dt = now_s() - t0;
+    return n / dt;
+}
+
+int bench_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
+        {"n-gen", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
+        {"repetitions", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    bench_opts o = {.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o.th[0] = ncpu > 0 ? (int)ncpu : 1;
+    o.n_th = 1;
+    o.model = getenv("KVCHAT_MODEL");
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":m:p:n:t:r:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 'p': if (parse_list(optarg, "-p", 0, o.pp, &o.n_pp)) return 2; break;
+        case 'n': if (parse_list(optarg, "-n", 0, o.tg, &o.n_tg)) return 2; break;
+        case 't': if (parse_list(optarg, "-t", 1, o.th, &o.n_th)) return 2; break;
+        case 'r': {
+            int n, v[MAX_LIST];
+            if (parse_list(optarg, "-r", 1, v, &n) || n != 1) return 2;
+            o.reps = v[0];
+            break;
+        }
+        case 'j': o.json = 1; break;
+        case 'h': bench_usage(stdout); return 0;
+        case ':': fprintf(stderr, "kvchat bench: option '%s' needs a value\n", argv[optind - 1]); return 2;
+        default: fprintf(stderr, "kvchat bench: unknown option '%s'\n", argv[optind - 1]); bench_usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvchat bench: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!o.model) {
+        fprintf(stderr, "kvchat bench: no model given (-m MODEL.gguf)\n");
+        return 2;
+    }
+
+    kv_error err = {0};
+    model *m = NULL;
+    if (model_load(o.model, &m, &err)) {
+        fprintf(stderr, "kvchat bench: %s\n", err.msg);
+        return err.code == KV_ERR_NOMEM ? 1 : 3;
+    }
+    int max_pp = 1, max_tg = 1;
+    for (int i = 0; i < o.n_pp; i++) max_pp = o.pp[i] > max_pp ? o.pp[i] : max_pp;
+    for (int i = 0; i < o.n_tg; i++) max_tg = o.tg[i] > max_tg ? o.tg[i] : max_tg;
+    int n_ctx = (max_pp > max_tg ? max_pp : max_tg) + 1;
+    kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, n_ctx, GGML_TYPE_F16, &err);
+    forward_ctx *fc = kv ? forward_ctx_create(m, max_pp, n_ctx, &err) : NULL;
+    float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_pp);
+    int n_res = o.n_th * (o.n_pp + o.n_tg);
+    result *res = calloc((size_t)n_res, sizeof *res);
+    double *samples = calloc((size_t)n_res * (size_t)o.reps, sizeof(double));
+    int rc = 0;
+    if (!kv || !fc || !logits || !toks || !res || !samples) {
+        fprintf(stderr, "kvchat bench: %s\n", err.msg[0] ? err.msg : "out of memory");
+        rc = 1;
+        goto done;
+    }
+    /* the prompt llamacpp-bench.mjs uses: ordinary token ids 100 + (7i mod 200) */
+    for (int i = 0; i < max_pp; i++) toks[i] = (100 + (i * 7) % 200) % m->hp.n_vocab;
+
+    int k = 0;
+    for (int ti = 0; ti < o.n_th && !rc; ti++) {
+        tpool *pool = tpool_create(o.th[ti]);
+        if (!pool) {
+            fprintf(stderr, "kvchat bench: cannot start %d threads\n", o.th[ti]);
+            rc = 1;
+            break;
+        }
+        openblas_set_num_threads(o.th[ti]);
+        for (int pass = 0; pass < 2 && !rc; pass++) {
+            int cnt = pass == 0 ? o.n_pp : o.n_tg;
+            for (int i = 0; i < cnt && !rc; i++) {
+                int n = pass == 0 ? o.pp[i] : o.tg[i];
+                if (n == 0) continue;
+                result *r = &res[k++];
+                r->threads = o.th[ti];
+                r->is_pp = pass == 0;
+                r->n = n;
+                r->samples = samples + (size_t)(k - 1) * o.reps;
+                for (int rep = -1; rep < o.reps; rep++) {
+                    double tps = run_once(m, fc, kv, pool, logits, toks, r->is_pp, n, &err);
+                    if (tps < 0) {
+                        fprintf(stderr, "kvchat bench: %s\n", err.msg);
+                        rc = 1;
+                        break;
+                    }
+                    if (rep >= 0) r->samples[rep] = tps;
+                }
+                if (!rc) summarize(r, o.reps);
+            }
+        }
+        tpool_free(pool);
+    }
+    n_res = k;
+
+    if (!rc) {
+        const char *base = strrchr(o.model, '/');
+        base = base ? base + 1 : o.model;
+        int64_t ft = -1;
+        kv_error e2 = {0};
+        gguf_get_i64(m->gguf, "general.file_type", 0, &ft, &e2);
+        const char *tname = ftype_name((int)ft);
+        if (!tname) tname = quant_traits_of(m->weight_type)->name;
+        uint64_t size = 0;
+        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) size += m->gguf->tensors[i].nbytes;
+        uint64_t wbytes = model_weight_bytes(m);
+        kv_cache_stats ks;
+        kv_cache_get_stats(kv, &ks);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double rss_mib = ru.ru_maxrss / 1024.0, file_mib = m->gguf->size / 1048576.0,
+               kv_mib = ks.bytes_reserved / 1048576.0;
+        char sz[32], np[32], desc[96];
+        human_size(size, sz, sizeof sz);
+        human_params(m->n_params, np, sizeof np);
+        snprintf(desc, sizeof desc, "%s %s", m->arch_name, tname);
+        if (o.json) {
+            printf("[\n");
+            for (int i = 0; i < n_res; i++) {
+                const result *r = &res[i];
+                printf("  {\"model\": \"%s\", \"file\": \"%s\", \"type\": \"%s\", \"size\": %llu, \"params\": %llu, "
+                       "\"threads\": %d, \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.4f, "
+                       "\"stddev_ts\": %.4f, \"median_ts\": %.4f, \"weight_bytes_per_token\": %llu, "
+                       "\"decode_gbps\": %.4f, \"samples_ts\": [",
+                       m->arch_name, base, tname, (unsigned long long)size, (unsigned long long)m->n_params,
+                       r->threads, r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0, r->is_pp ? 0 : r->n, r->mean,
+                       r->sd, r->median, (unsigned long long)wbytes, r->is_pp ? 0.0 : wbytes * r->median / 1e9);
+                for (int j = 0; j < o.reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
+                printf("], \"peak_rss_mib\": %.1f, \"file_mib\": %.1f, \"kv_mib\": %.1f}%s\n", rss_mib, file_mib,
+                       kv_mib, i + 1 < n_res ? "," : "");
+            }
+            printf("]\n");
+        } else {
+            printf("| model | size | params | type | threads | test | t/s | median t/s | decode GB/s |\n");
+            printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+            for (int i = 0; i < n_res; i++) {
+                const result *r = &res[i];
+                char test[16], gbps[16] = "";
+                snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n);
+                if (!r->is_pp) snprintf(gbps, sizeof gbps, "%.1f", wbytes * r->median / 1e9);
+                printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f | %s |\n", base, sz, np, desc,
+                       r->threads, test, r->mean, r->sd, r->median, gbps);
+            }
+            printf("\ndecode reads %.1f MiB of weights per token (decode GB/s = that × median t/s); "
+                   "peak RSS %.1f MiB = file %.1f MiB + KV cache %.1f MiB %s %.1f MiB\n",
+                   wbytes / 1048576.0, rss_mib, file_mib, kv_mib, rss_mib >= file_mib + kv_mib ? "+" : "-",
+                   fabs(rss_mib - file_mib - kv_mib));
+        }
+    }
+done:
+    free(samples);
+    free(res);
+    free(toks);
+    free(logits);
+    forward_ctx_free(fc);
+    kv_cache_free(kv);
+    model_free(m);
+    return rc;
+}

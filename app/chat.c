@@ -1,0 +1,777 @@
+/* chat: the session controller — the conversation, prompt building (completion mode or chat template), slash commands, and the wiring between the UI thread and the generator thread. */
+#include "chat.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "engine/chat_template.h"
+#include "engine/gguf.h"
+#include "engine/quant.h"
+#include "engine/worker.h"
+#include "prompt.h"
+#include "ui/theme.h"
+#include "ui/ui.h"
+
+/* A message of the conversation, as the model sees it (raw bytes) and as the pane shows it. */
+typedef struct turn {
+    int role; /* UI_ROLE_USER or UI_ROLE_ASSISTANT */
+    char *text;
+    size_t len, cap;
+    ui_msg *view;
+} turn;
+
+enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
+
+typedef struct chat {
+    engine *e;
+    worker *w;
+    ui *u;
+    chat_options opt;
+    sampler_params sp;
+    int max_tokens;      /* < 0: unlimited */
+    int tmpl;            /* CHAT_TMPL_NONE: completion mode */
+    char *system;        /* system prompt, NULL for none */
+    turn *turns;
+    size_t n_turns, cap_turns;
+    int busy, req;
+    int synced;          /* the worker's conversation tokens match the turns: append to them */
+    size_t reply;        /* index of the turn receiving the reply */
+    int quit;
+    uint64_t last_seed;
+    int have_seed;
+    char model_label[64];
+    prompt_buf pb;       /* the prompt of the request being submitted */
+} chat;
+
+static const char *const commands[] = {"/help", "/set", "/show", "/clear", "/regen", "/undo", "/theme", "/quit", NULL};
+static const char *const set_names[] = {"temp",   "top_k",       "top_p",         "min_p",           "repeat_penalty",
+                                        "seed",   "max_tokens",  "system",        "repeat_last_n",   "presence_penalty",
+                                        "frequency_penalty", NULL};
+
+static const char help_text[] =
+    "Keys\n"
+    "Enter\tsend the message, or run a /command\n"
+    "Alt-Enter\tnew line in the message (pastes keep theirs)\n"
+    "Esc, Ctrl-C\tstop the streaming reply (the partial reply stays)\n"
+    "Ctrl-C Ctrl-C\tquit (on an empty input)\n"
+    "Ctrl-D\tquit (on an empty input)\n"
+    "F1\tthis help\n"
+    "F2\tshow / hide the sampling sliders\n"
+    "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
+    "Left, Right\t(sliders) change the selected slider\n"
+    "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
+    "Up, Down\t(sliders) select; (chat) scroll; (input) history\n"
+    "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
+    "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
+    "Ctrl-R\tsearch the message history\n"
+    "Ctrl-A E K U W Y\treadline (Emacs) editing; Alt-B, Alt-F: words\n"
+    "Ctrl-L\tredraw the screen\n"
+    "Ctrl-Z\tsuspend (fg resumes)\n"
+    "Shift + drag\tselect text while the wheel is on (--no-mouse)\n"
+    "\n"
+    "Commands\n"
+    "/help\tthis help\n"
+    "/set NAME VALUE\tchange a parameter (from the next token on):\n"
+    "\t  temp 0-2 · top_k 0-200, 0 off · top_p 0-1\n"
+    "\t  min_p 0-1 · repeat_penalty 1-2 · seed N|random\n"
+    "\t  max_tokens N, 0 = no limit · system TEXT\n"
+    "\t  repeat_last_n · presence_penalty\n"
+    "\t  frequency_penalty\n"
+    "/show params\tlist the parameters\n"
+    "/clear\tnew conversation (empties the KV cache)\n"
+    "/regen\tregenerate the last reply\n"
+    "/undo\tdrop the last exchange\n"
+    "/theme NAME\tswitch theme; /theme alone lists them\n"
+    "/quit\tquit (also /exit)\n"
+    "//text\tsend a message that starts with '/'\n"
+    "Enter (empty)\tcompletion mode: let the model go on\n"
+    "\n"
+    " Themes are looked up in $XDG_CONFIG_HOME/kvchat/themes, then\n"
+    " the install dir (share/kvchat/themes), then themes/ by the binary.\n"
+    " NO_COLOR turns colours off. History: $XDG_STATE_HOME/kvchat/history";
+
+/* ---- signals: restore the terminal whatever happens ------------------------------------------- */
+
+static int g_sigpipe[2] = {-1, -1};
+static volatile sig_atomic_t g_signal;
+
+static void on_term_signal(int sig)
+{
+    g_signal = sig;
+    int saved = errno;
+    char b = 1;
+    if (g_sigpipe[1] >= 0 && write(g_sigpipe[1], &b, 1) < 0) {}
+    errno = saved;
+}
+
+static void on_fatal_signal(int sig)
+{
+    ui_emergency_restore();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_signals(struct sigaction *old)
+{
+    static const int term[] = {SIGTERM, SIGHUP, SIGINT, SIGQUIT};
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_term_signal;
+    for (size_t i = 0; i < 4; i++) sigaction(term[i], &sa, &old[i]);
+    sa.sa_handler = on_fatal_signal;
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    for (size_t i = 0; i < 5; i++) sigaction(fatal[i], &sa, &old[4 + i]);
+}
+
+static void restore_signals(const struct sigaction *old)
+{
+    static const int sigs[] = {SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < 9; i++) sigaction(sigs[i], &old[i], NULL);
+}
+
+/* ---- the conversation --------------------------------------------------------------------------- */
+
+static int text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap : 256;
+        while (nc < *len + n + 1) nc *= 2;
+        char *nb = realloc(*buf, nc);
+        if (!nb) return -1;
+        *buf = nb;
+        *cap = nc;
+    }
+    if (n) memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 0;
+}
+
+static turn *turn_add(chat *c, int role, const char *text, size_t len)
+{
+    if (c->n_turns == c->cap_turns) {
+        size_t nc = c->cap_turns ? c->cap_turns * 2 : 16;
+        turn *nt = realloc(c->turns, nc * sizeof *nt);
+        if (!nt) return NULL;
+        c->turns = nt;
+        c->cap_turns = nc;
+    }
+    turn *t = &c->turns[c->n_turns];
+    memset(t, 0, sizeof *t);
+    t->role = role;
+    if (text_append(&t->text, &t->len, &t->cap, text, len)) return NULL;
+    c->n_turns++;
+    return t;
+}
+
+static void turn_drop_last(chat *c)
+{
+    if (!c->n_turns) return;
+    turn *t = &c->turns[--c->n_turns];
+    if (t->view) ui_msg_remove(c->u, t->view);
+    free(t->text);
+}
+
+static void turns_clear(chat *c)
+{
+    while (c->n_turns) turn_drop_last(c);
+}
+
+/* ---- prompt building ----------------------------------------------------------------------------- */
+
+/* The prompt: the whole conversation, or (append) only the newest user turn / nothing. */
+static int build_prompt(chat *c, int append, int with_user, char *err, size_t err_cap)
+{
+    err[0] = 0;
+    if (append) {
+        c->pb.len = 0;
+        c->pb.n_seg = 0;
+        if (!with_user || !c->n_turns) return 0;
+        const turn *u = &c->turns[c->n_turns - 1];
+        const char *prev = "";
+        size_t prev_len = 0;
+        for (size_t i = c->n_turns - 1; i-- > 0;) /* the text the new one follows */
+            if (c->turns[i].len) {
+                prev = c->turns[i].text;
+                prev_len = c->turns[i].len;
+                break;
+            }
+        if (prompt_build_append(prev, prev_len, u->text, u->len, &c->pb)) {
+            snprintf(err, err_cap, "out of memory building the prompt");
+            return -1;
+        }
+        return 0;
+    }
+    size_t n = c->n_turns + 1;
+    prompt_msg *msgs = calloc(n, sizeof *msgs);
+    if (!msgs) {
+        snprintf(err, err_cap, "out of memory building the prompt");
+        return -1;
+    }
+    size_t k = 0;
+    if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
+    for (size_t i = 0; i < c->n_turns; i++)
+        msgs[k++] = (prompt_msg){c->turns[i].role == UI_ROLE_USER ? "user" : "assistant", c->turns[i].text, c->turns[i].len};
+    int rc = prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
+    free(msgs);
+    return rc;
+}
+
+/* ---- requests ------------------------------------------------------------------------------------ */
+
+static void set_busy(chat *c, int busy, int req)
+{
+    c->busy = busy;
+    c->req = busy ? req : REQ_NONE;
+    ui_set_busy(c->u, busy);
+}
+
+/* Generate a reply to the conversation: into a new assistant turn, or (continue_last) onto
+ * the last assistant turn. */
+static void start_reply(chat *c, int continue_last)
+{
+    char err[600];
+    /* Completion mode extends the conversation's tokens as they are (the KV cache holds them);
+     * anything else re-renders it and the engine keeps the longest cached prefix. */
+    int append = c->tmpl == CHAT_TMPL_NONE && c->synced;
+    if (build_prompt(c, append, !continue_last, err, sizeof err)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", err);
+        return;
+    }
+    turn *t;
+    if (continue_last && c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_ASSISTANT) {
+        t = &c->turns[c->n_turns - 1];
+        ui_msg_set_note(c->u, t->view, NULL, 0);
+        ui_msg_set_state(c->u, t->view, t->len ? UI_MSG_STREAMING : UI_MSG_WAITING);
+    } else {
+        t = turn_add(c, UI_ROLE_ASSISTANT, "", 0);
+        if (!t) {
+            ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
+            return;
+        }
+        t->view = ui_msg_add(c->u, UI_ROLE_ASSISTANT, c->model_label, "", 0);
+        ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
+    }
+    c->reply = (size_t)(t - c->turns);
+    worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
+                         .append = append};
+    kv_error ke = {0};
+    if (worker_submit(c->w, &rq, &ke)) {
+        ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
+        return;
+    }
+    set_busy(c, 1, REQ_REPLY);
+}
+
+static void request_reset(chat *c)
+{
+    worker_request rq = {.n_seg = 0, .reset_cache = 1};
+    kv_error ke = {0};
+    if (worker_submit(c->w, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
+}
+
+static int ui_phase_of(int worker_phase)
+{
+    return worker_phase == WORKER_PREFILL || worker_phase == WORKER_TOKENIZE ? UI_PHASE_PREFILL
+           : worker_phase == WORKER_DECODE ? UI_PHASE_DECODE : UI_PHASE_IDLE;
+}
+
+static void on_done(chat *c, const worker_event *ev)
+{
+    int req = c->req;
+    set_busy(c, 0, REQ_NONE);
+    ui_set_kv(c->u, &ev->stats.kv);
+    if (req != REQ_REPLY || c->reply >= c->n_turns) return;
+    c->last_seed = ev->seed;
+    c->have_seed = 1;
+    c->synced = 1;
+    turn *t = &c->turns[c->reply];
+    ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
+    if (ev->status != KV_OK) {
+        if (t->len == 0 && c->reply == c->n_turns - 1) turn_drop_last(c);
+        else ui_msg_set_note(c->u, t->view, "[error]", 1);
+        if (ev->status == KV_ERR_CONTEXT)
+            ui_notice(c->u, UI_ROLE_ERROR, "%s — /undo drops the last exchange, /clear starts over", ev->err.msg);
+        else ui_notice(c->u, UI_ROLE_ERROR, "%s", ev->err.msg);
+        ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
+        return;
+    }
+    if (ev->finish == GEN_FINISH_CANCELLED) ui_msg_set_note(c->u, t->view, "[stopped]", 0);
+    else if (ev->finish == GEN_FINISH_LENGTH) ui_msg_set_note(c->u, t->view, "[max tokens]", 0);
+    else if (ev->finish == GEN_FINISH_CONTEXT)
+        ui_msg_set_note(c->u, t->view, "[context full: /clear starts over, /undo drops the last exchange]", 1);
+    if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
+        ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, gen_finish_name(ev->finish));
+}
+
+static void drain_events(chat *c)
+{
+    worker_event ev;
+    for (int guard = 0; guard < 64 && worker_next_event(c->w, &ev); guard++) {
+        switch (ev.kind) {
+        case WORKER_EV_TEXT:
+            if (c->req == REQ_REPLY && c->reply < c->n_turns) {
+                turn *t = &c->turns[c->reply];
+                text_append(&t->text, &t->len, &t->cap, ev.text, ev.len);
+                if (t->view) {
+                    ui_msg_append(c->u, t->view, ev.text, ev.len);
+                    ui_msg_set_state(c->u, t->view, UI_MSG_STREAMING);
+                }
+            }
+            break;
+        case WORKER_EV_STATS:
+            if (c->req == REQ_REPLY) ui_set_stats(c->u, &ev.stats.gen, ui_phase_of(ev.stats.phase), NULL);
+            ui_set_kv(c->u, &ev.stats.kv);
+            break;
+        case WORKER_EV_DONE: on_done(c, &ev); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- slash commands ------------------------------------------------------------------------------ */
+
+static void push_params(chat *c)
+{
+    worker_set_params(c->w, &c->sp);
+    worker_set_n_predict(c->w, c->max_tokens);
+    ui_set_slider(c->u, UI_SL_TEMP, c->sp.temperature);
+    ui_set_slider(c->u, UI_SL_TOP_P, c->sp.top_p);
+    ui_set_slider(c->u, UI_SL_TOP_K, c->sp.top_k);
+    ui_set_slider(c->u, UI_SL_MIN_P, c->sp.min_p);
+    ui_set_slider(c->u, UI_SL_REPEAT, c->sp.repeat_penalty);
+    ui_set_slider(c->u, UI_SL_MAX_TOKENS, c->max_tokens < 0 ? 0 : c->max_tokens);
+}
+
+static void show_params(chat *c)
+{
+    char seed[64], used[64] = "";
+    if (c->sp.seed == SAMPLER_SEED_RANDOM) snprintf(seed, sizeof seed, "random");
+    else snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->sp.seed);
+    if (c->have_seed) snprintf(used, sizeof used, " (last reply: %llu)", (unsigned long long)c->last_seed);
+    char maxt[32];
+    if (c->max_tokens < 0) snprintf(maxt, sizeof maxt, "no limit");
+    else snprintf(maxt, sizeof maxt, "%d", c->max_tokens);
+    ui_notice(c->u, UI_ROLE_NOTICE,
+              "temp %.2f · top_k %d · top_p %.2f · min_p %.2f · repeat_penalty %.2f (last %d tokens) · "
+              "presence_penalty %.2f · frequency_penalty %.2f · seed %s%s · max_tokens %s\n"
+              "mode: %s · system prompt: %s",
+              c->sp.temperature, c->sp.top_k, c->sp.top_p, c->sp.min_p, c->sp.repeat_penalty, c->sp.repeat_last_n,
+              c->sp.presence_penalty, c->sp.frequency_penalty, seed, used, maxt,
+              c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
+              c->system && *c->system ? c->system : "(none)");
+}
+
+static int parse_num(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    while (*end == ' ') end++;
+    if (errno || end == s || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int need_idle(chat *c, const char *cmd);
+
+static void cmd_set(chat *c, char *args)
+{
+    while (*args == ' ') args++;
+    char *name = args;
+    size_t nl = strcspn(args, " ");
+    char *value = args + nl;
+    if (*value) *value++ = 0;
+    while (*value == ' ') value++;
+    if (!*name) {
+        ui_notice(c->u, UI_ROLE_ERROR, "usage: /set NAME VALUE (names: temp top_k top_p min_p repeat_penalty seed max_tokens system)");
+        return;
+    }
+    for (char *p = name; *p; p++) if (*p == '-') *p = '_';
+    if (!strcmp(name, "system")) {
+        if (!need_idle(c, "/set system")) return;
+        c->synced = 0;
+        free(c->system);
+        c->system = *value ? strdup(value) : NULL;
+        if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
+        else ui_notice(c->u, UI_ROLE_NOTICE, "system prompt cleared");
+        return;
+    }
+    if (!*value) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", name);
+        return;
+    }
+    sampler_params p = c->sp;
+    double v = 0;
+    int max_tokens = c->max_tokens;
+    if (!strcmp(name, "seed")) {
+        if (!strcasecmp(value, "random") || !strcmp(value, "-1")) p.seed = SAMPLER_SEED_RANDOM;
+        else {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(value, &end, 10);
+            if (errno || *end || value[0] == '-' || s == SAMPLER_SEED_RANDOM) {
+                ui_notice(c->u, UI_ROLE_ERROR, "seed must be a non-negative integer or 'random', not '%s'", value);
+                return;
+            }
+            p.seed = s;
+        }
+    } else if (parse_num(value, &v)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/set %s: '%s' is not a number", name, value);
+        return;
+    } else if (!strcmp(name, "temp") || !strcmp(name, "temperature")) p.temperature = (float)v;
+    else if (!strcmp(name, "top_k")) {
+        if (v != floor(v) || v < 0 || v > 1e9) {
+            ui_notice(c->u, UI_ROLE_ERROR, "top_k must be a whole number >= 0 (0 = off), not %s", value);
+            return;
+        }
+        p.top_k = (int32_t)v;
+    } else if (!strcmp(name, "top_p")) p.top_p = (float)v;
+    else if (!strcmp(name, "min_p")) p.min_p = (float)v;
+    else if (!strcmp(name, "repeat_penalty")) p.repeat_penalty = (float)v;
+    else if (!strcmp(name, "presence_penalty")) p.presence_penalty = (float)v;
+    else if (!strcmp(name, "frequency_penalty")) p.frequency_penalty = (float)v;
+    else if (!strcmp(name, "repeat_last_n")) {
+        if (v != floor(v) || v < -1 || v > SAMPLER_MAX_LAST_N) {
+            ui_notice(c->u, UI_ROLE_ERROR, "repeat_last_n must be -1 or a whole number 0-%d", SAMPLER_MAX_LAST_N);
+            return;
+        }
+        p.repeat_last_n = (int32_t)v;
+    } else if (!strcmp(name, "max_tokens") || !strcmp(name, "n_predict")) {
+        if (v != floor(v) || v < -1 || v > 1e9) {
+            ui_notice(c->u, UI_ROLE_ERROR, "max_tokens must be a whole number (0 or -1: no limit), not %s", value);
+            return;
+        }
+        max_tokens = v <= 0 ? -1 : (int)v;
+    } else {
+        ui_notice(c->u, UI_ROLE_ERROR,
+                  "/set: unknown parameter '%s' (temp top_k top_p min_p repeat_penalty seed max_tokens system "
+                  "repeat_last_n presence_penalty frequency_penalty)", name);
+        return;
+    }
+    kv_error ke = {0};
+    if (sampler_params_validate(&p, &ke)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
+        return;
+    }
+    c->sp = p;
+    c->max_tokens = max_tokens;
+    push_params(c);
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s = %s%s", name, value, c->busy ? " (from the next token)" : "");
+}
+
+static void cmd_theme(chat *c, const char *name);
+
+static int need_idle(chat *c, const char *cmd)
+{
+    if (!c->busy) return 1;
+    ui_notice(c->u, UI_ROLE_ERROR, "%s: a reply is streaming — press Esc to stop it first", cmd);
+    return 0;
+}
+
+static void run_command(chat *c, const char *line)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", line);
+    size_t l = strlen(buf);
+    while (l && isspace((unsigned char)buf[l - 1])) buf[--l] = 0;
+    char *cmd = buf, *args = buf + strcspn(buf, " ");
+    if (*args) *args++ = 0;
+    while (*args == ' ') args++;
+    if (!strcmp(cmd, "/help") || !strcmp(cmd, "/?")) ui_show_help(c->u, 1);
+    else if (!strcmp(cmd, "/quit") || !strcmp(cmd, "/exit") || !strcmp(cmd, "/q")) c->quit = 1;
+    else if (!strcmp(cmd, "/set")) cmd_set(c, args);
+    else if (!strcmp(cmd, "/show")) {
+        if (!*args || !strcmp(args, "params")) show_params(c);
+        else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params)", args);
+    } else if (!strcmp(cmd, "/clear")) {
+        if (!need_idle(c, "/clear")) return;
+        turns_clear(c);
+        c->synced = 0;
+        ui_pane_clear(c->u);
+        ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
+        ui_notice(c->u, UI_ROLE_NOTICE, "New conversation.");
+        request_reset(c);
+    } else if (!strcmp(cmd, "/regen")) {
+        if (!need_idle(c, "/regen")) return;
+        if (c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+        c->synced = 0;
+        if (!c->n_turns) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
+            return;
+        }
+        start_reply(c, 0);
+    } else if (!strcmp(cmd, "/undo")) {
+        if (!need_idle(c, "/undo")) return;
+        if (!c->n_turns) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/undo: the conversation is empty");
+            return;
+        }
+        if (c->turns[c->n_turns - 1].role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+        if (c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_USER) turn_drop_last(c);
+        c->synced = 0;
+        ui_flash(c->u, "dropped the last exchange");
+    } else if (!strcmp(cmd, "/theme")) cmd_theme(c, args);
+    else {
+        ui_notice(c->u, UI_ROLE_ERROR, "unknown command '%.40s' — /help lists the commands", cmd);
+    }
+}
+
+/* ---- themes --------------------------------------------------------------------------------------- */
+
+typedef struct warn_list {
+    char msg[8][600];
+    int n;
+} warn_list;
+
+static void collect_warning(void *ud, const char *msg)
+{
+    warn_list *w = ud;
+    if (w->n < 8) snprintf(w->msg[w->n], sizeof w->msg[0], "%s", msg);
+    w->n++;
+}
+
+static void show_warnings(chat *c, const warn_list *w)
+{
+    for (int i = 0; i < w->n && i < 8; i++) ui_notice(c->u, UI_ROLE_ERROR, "theme warning: %s", w->msg[i]);
+    if (w->n > 8) ui_notice(c->u, UI_ROLE_ERROR, "theme: %d more warnings", w->n - 8);
+}
+
+static void cmd_theme(chat *c, const char *name)
+{
+    if (!*name) {
+        char list[1024];
+        ui_theme_list(list, sizeof list);
+        ui_notice(c->u, UI_ROLE_NOTICE, "themes: %s (/theme NAME switches)", list);
+        return;
+    }
+    ui_theme t;
+    warn_list w = {0};
+    char why[1200];
+    if (ui_theme_load(name, &t, collect_warning, &w, why, sizeof why)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/theme: %s", why);
+        return;
+    }
+    ui_set_theme(c->u, &t);
+    show_warnings(c, &w);
+    ui_flash(c->u, "theme %s%s", t.name, ui_mono(c->u) ? " (no colours: NO_COLOR or the terminal)" : "");
+}
+
+/* ---- ui callbacks ----------------------------------------------------------------------------------- */
+
+static int cb_submit(void *ud, const char *line)
+{
+    chat *c = ud;
+    if (line[0] == '/' && line[1] != '/') {
+        run_command(c, line);
+        return 1;
+    }
+    const char *text = line[0] == '/' ? line + 1 : line;
+    if (c->busy) {
+        ui_flash(c->u, "a reply is streaming — Esc stops it");
+        return 0;
+    }
+    if (!*text) {
+        if (c->tmpl == CHAT_TMPL_NONE && c->n_turns) start_reply(c, 1);
+        return 1;
+    }
+    turn *t = turn_add(c, UI_ROLE_USER, text, strlen(text));
+    if (!t) {
+        ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
+        return 1;
+    }
+    t->view = ui_msg_add(c->u, UI_ROLE_USER, "you", text, strlen(text));
+    start_reply(c, 0);
+    return 1;
+}
+
+static void cb_quit(void *ud) { ((chat *)ud)->quit = 1; }
+
+static void cb_stop(void *ud)
+{
+    chat *c = ud;
+    if (c->busy) worker_cancel(c->w);
+}
+
+static void cb_slider(void *ud, int id, double v)
+{
+    chat *c = ud;
+    switch (id) {
+    case UI_SL_TEMP: c->sp.temperature = (float)v; break;
+    case UI_SL_TOP_P: c->sp.top_p = (float)v; break;
+    case UI_SL_TOP_K: c->sp.top_k = (int32_t)lround(v); break;
+    case UI_SL_MIN_P: c->sp.min_p = (float)v; break;
+    case UI_SL_REPEAT: c->sp.repeat_penalty = (float)v; break;
+    case UI_SL_MAX_TOKENS: c->max_tokens = v <= 0 ? -1 : (int)lround(v); break;
+    default: return;
+    }
+    worker_set_params(c->w, &c->sp);
+    worker_set_n_predict(c->w, c->max_tokens);
+}
+
+/* ---- run ------------------------------------------------------------------------------------------- */
+
+int chat_history_path(char *buf, size_t cap)
+{
+    const char *st = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    if (st && *st == '/') snprintf(buf, cap, "%s/kvchat/history", st);
+    else if (home && *home) snprintf(buf, cap, "%s/.local/state/kvchat/history", home);
+    else return -1;
+    return 0;
+}
+
+static void setup_locale(void)
+{
+    setlocale(LC_ALL, "");
+    const char *cs = nl_langinfo(CODESET);
+    if (!cs || (strcmp(cs, "UTF-8") && strcmp(cs, "utf8"))) {
+        if (!setlocale(LC_CTYPE, "C.UTF-8")) setlocale(LC_CTYPE, "C.utf8");
+    }
+    setlocale(LC_NUMERIC, "C"); /* "0.80", and /set parses dots */
+}
+
+/* Synthetic history for the UI benchmark (tests/bench_ui.sh): n messages in the pane only. */
+static void bench_fill(chat *c, long n)
+{
+    static const char *const words[] = {"the", "little", "cat", "sat", "on", "a", "warm", "mat", "and", "dreamed",
+                                        "of", "fish", "日本語", "🙂", "naïve", "über"};
+    char text[600];
+    unsigned seed = 7;
+    for (long i = 0; i < n; i++) {
+        size_t o = 0;
+        int nw = 10 + (int)(i % 60);
+        for (int k = 0; k < nw && o < sizeof text - 32; k++) {
+            seed = seed * 1103515245u + 12345u;
+            o += (size_t)snprintf(text + o, sizeof text - o, "%s%s", k ? " " : "", words[(seed >> 16) % 16]);
+        }
+        int user = i % 2 == 0;
+        ui_msg_add(c->u, user ? UI_ROLE_USER : UI_ROLE_ASSISTANT, user ? "you" : c->model_label, text, o);
+    }
+}
+
+int chat_run(engine *e, sampler *s, const chat_options *o)
+{
+    setup_locale();
+    chat C, *c = &C;
+    memset(c, 0, sizeof *c);
+    c->e = e;
+    c->opt = *o;
+    c->sp = *sampler_get_params(s);
+    c->max_tokens = o->n_predict;
+
+    /* theme first: a bad --theme is a usage error before the screen opens */
+    ui_theme theme;
+    warn_list tw = {0};
+    char why[1200];
+    const char *theme_name = o->theme ? o->theme : "default";
+    if (ui_theme_load(theme_name, &theme, collect_warning, &tw, why, sizeof why)) {
+        fprintf(stderr, "kvchat: %s\n", why);
+        return 2;
+    }
+
+    const model *m = engine_model(e);
+    snprintf(c->model_label, sizeof c->model_label, "%.40s", m->name ? m->name : "model");
+    char *tmpl_text = NULL;
+    kv_error ke = {0};
+    gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
+    c->tmpl = o->chat_template ? chat_template_from_name(o->chat_template) : chat_template_detect(tmpl_text);
+    if (c->tmpl < 0) c->tmpl = CHAT_TMPL_NONE;
+    int tmpl_unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
+    if (tmpl_unknown) c->tmpl = CHAT_TMPL_NONE;
+    free(tmpl_text);
+
+    if (worker_create(e, s, &c->w, &ke)) {
+        fprintf(stderr, "kvchat: %s\n", ke.msg);
+        return 1;
+    }
+    char hist[1024] = "";
+    if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
+    else chat_history_path(hist, sizeof hist);
+    ui_config cfg = {
+        .history_path = hist,
+        .mouse = o->mouse,
+        .commands = commands,
+        .set_names = set_names,
+        .n_ctx = engine_n_ctx(e),
+        .help_text = help_text,
+    };
+    ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c};
+    struct sigaction old[9];
+    if (pipe2(g_sigpipe, O_NONBLOCK | O_CLOEXEC)) g_sigpipe[0] = g_sigpipe[1] = -1;
+    g_signal = 0;
+    install_signals(old);
+    c->u = ui_open(&cfg, &cb, &theme, why, sizeof why);
+    if (!c->u) {
+        restore_signals(old);
+        worker_destroy(c->w);
+        fprintf(stderr, "kvchat: %s\n", why);
+        return 1;
+    }
+    ui_info info = {
+        .model_name = c->model_label,
+        .arch = m->arch_name,
+        .weight_type = quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
+        .mode = c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
+        .n_ctx = engine_n_ctx(e),
+        .n_threads = engine_n_threads(e),
+    };
+    ui_set_info(c->u, &info);
+    push_params(c);
+    const char *bench = getenv("KVCHAT_BENCH_HISTORY");
+    if (bench && atol(bench) > 0) bench_fill(c, atol(bench));
+    if (c->tmpl == CHAT_TMPL_NONE)
+        ui_notice(c->u, UI_ROLE_NOTICE,
+                  "kvchat %s · %s %s, so this is completion mode: the model continues the conversation "
+                  "text (Enter on an empty line lets it go on). F1 help · F2 sliders · Ctrl-D quits.",
+                  KVCHAT_VERSION, c->model_label,
+                  tmpl_unknown ? "has a chat template kvchat does not recognise" : "has no chat template");
+    else
+        ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s · chat template %s. F1 help · F2 sliders · Ctrl-D quits.",
+                  KVCHAT_VERSION, c->model_label, chat_template_name(c->tmpl));
+    show_warnings(c, &tw);
+    request_reset(c); /* the gauge starts from the engine's real figures */
+
+    int status = 0;
+    while (!c->quit) {
+        struct pollfd p[3] = {
+            {.fd = ui_input_fd(c->u), .events = POLLIN},
+            {.fd = worker_fd(c->w), .events = POLLIN},
+            {.fd = g_sigpipe[0], .events = POLLIN},
+        };
+        int t = ui_timeout_ms(c->u);
+        if (t < 0 || t > 500) t = 500;
+        poll(p, g_sigpipe[0] >= 0 ? 3 : 2, t);
+        if (g_signal) {
+            status = 128 + g_signal;
+            break;
+        }
+        ui_handle_input(c->u);
+        drain_events(c);
+        ui_render(c->u);
+    }
+    worker_destroy(c->w); /* cancels a running reply and joins the thread */
+    ui_close(c->u);
+    restore_signals(old);
+    if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
+    g_sigpipe[0] = g_sigpipe[1] = -1;
+    for (size_t i = 0; i < c->n_turns; i++) free(c->turns[i].text); /* the views went with the ui */
+    free(c->turns);
+    free(c->system);
+    prompt_buf_free(&c->pb);
+    return status;
+}

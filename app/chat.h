@@ -1,0 +1,30 @@
+/* chat: the session controller — the conversation, prompt building (completion mode or chat template), slash commands, and the wiring between the UI thread and the generator thread. */
+#ifndef APP_CHAT_H
+#define APP_CHAT_H
+
+#include <stddef.h>
+
+#include "engine/generate.h"
+#include "engine/sampler.h"
+
+typedef struct chat_options {
+    const char *theme;        /* theme name or path; NULL: "default" */
+    int n_predict;            /* max tokens per reply, < 0: until end of text / full context */
+    int no_bos;
+    int mouse;                /* 1: the mouse wheel scrolls (the terminal's own selection then needs Shift) */
+    const char *history_path; /* NULL: chat_history_path(); "": no history file */
+    const char *chat_template;/* template family name (chat_template_from_name), NULL: the model's */
+} chat_options;
+
+/* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator
+ * thread uses them until chat_run returns) until the user quits. Returns an exit status:
+ * 0, 2 (an unknown --theme), 1 (the screen could not start; message on stderr), or 128 + the
+ * signal that ended it (SIGTERM, SIGHUP). The terminal is restored on every path, also on a
+ * fatal signal (SIGSEGV, SIGABRT …). */
+int chat_run(engine *e, sampler *s, const chat_options *o);
+
+/* The readline history file: $XDG_STATE_HOME/kvchat/history, else
+ * ~/.local/state/kvchat/history. Returns 0, or -1 if neither variable is set. */
+int chat_history_path(char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,27 @@
+/* tools: the non-chat subcommands of kvchat — `kvchat bench` and `kvchat gen-model`. */
+#ifndef KV_APP_TOOLS_H
+#define KV_APP_TOOLS_H
+
+#include <stdint.h>
+
+#include "engine/kv_error.h"
+
+/* `kvchat bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPS] [--json]` (argv[0] is
+ * "bench"): prefill and decode speed in the style of llama-bench. Returns an exit status
+ * (0 ok, 1 runtime error, 2 usage error, 3 model error). */
+int bench_main(int argc, char **argv);
+
+/* `kvchat gen-model --shape SHAPE --type TYPE -o FILE` (argv[0] is "gen-model"): writes a
+ * llama/qwen2 GGUF of a real model's shape with random weights, for speed measurements
+ * without a download. Returns an exit status like bench_main. */
+int gen_model_main(int argc, char **argv);
+
+/* The shapes gen-model knows (NULL-terminated names) and the library call behind it:
+ * shape "tinyllama", "llama3.2-1b", "qwen2.5-0.5b" or "tiny" (a 2-layer model for tests);
+ * type "f16", "q8_0", "q4_0" or "q4_k_m"; n_layer > 0 overrides the shape's layer count.
+ * Writes `path` (through path.tmp). */
+extern const char *const gen_model_shapes[];
+int gen_model_write(const char *path, const char *shape, const char *type, int n_layer, uint64_t seed,
+                    kv_error *err);
+
+#endif

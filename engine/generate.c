@@ -1,0 +1,429 @@
+/* generate: owns an inference session and runs prefill + decode with sampling and timing. */
+#include "generate.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "quant.h"
+
+#define DEFAULT_N_BATCH 512
+#define MIN_N_KEEP 4          /* attention sinks (StreamingLLM, Xiao et al. 2023) */
+
+struct engine {
+    model *m;
+    tokenizer *tok;
+    kv_cache *kv;
+    forward_ctx *fc;
+    tpool *pool;
+    int n_ctx, n_batch, n_threads;
+    int n_keep, truncate_prompt, no_context_shift; /* engine_generate's gen_opts */
+    uint64_t fingerprint;
+    char notice[320];
+    float *logits;      /* n_vocab */
+    char *text;         /* detokenizer output of one token */
+    size_t text_cap;
+};
+
+void engine_params_default(engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->kv_type = GGML_TYPE_F16;
+}
+
+const char *gen_finish_name(int finish)
+{
+    switch (finish) {
+    case GEN_FINISH_EOG: return "end of text";
+    case GEN_FINISH_LENGTH: return "length";
+    case GEN_FINISH_CONTEXT: return "context full";
+    case GEN_FINISH_CANCELLED: return "stopped";
+    case GEN_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int engine_kv_type_from_name(const char *name)
+{
+    if (!name) return -1;
+    if (!strcmp(name, "f16")) return GGML_TYPE_F16;
+    if (!strcmp(name, "q8_0")) return GGML_TYPE_Q8_0;
+    if (!strcmp(name, "f32")) return GGML_TYPE_F32;
+    return -1;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or -1. */
+static long long mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb > 0 ? kb * 1024 : -1;
+}
+
+/* The default n_ctx: the training context, capped so that one full sequence's K/V plus the
+ * attention's f32 scratch (forward_ctx: K and V views, scores) take at most half of the
+ * memory available now. */
+static int default_n_ctx(engine *e, int kv_type)
+{
+    const model_hparams *hp = &e->m->hp;
+    int n = hp->n_ctx_train;
+    size_t per_tok = 2 * (size_t)hp->n_layer * quant_row_size(kv_type, hp->n_embd_kv) +
+                     2 * sizeof(float) * (size_t)hp->n_embd_kv + sizeof(float) * (size_t)hp->n_head;
+    long long avail = mem_available();
+    if (avail <= 0 || per_tok == 0) return n;
+    long long cap = avail / 2 / (long long)per_tok;
+    if (cap >= n) return n;
+    int floor_ = hp->n_ctx_train < 256 ? hp->n_ctx_train : 256;
+    int capped = (int)(cap / KV_BLOCK_SIZE * KV_BLOCK_SIZE);
+    if (capped < floor_) capped = floor_;
+    const quant_traits *qt = quant_traits_of(kv_type);
+    snprintf(e->notice, sizeof e->notice,
+             "n_ctx capped at %d tokens (the model was trained for %d): a full %s KV cache of %d tokens would take "
+             "%lld MiB, more than half of the %lld MiB available; choose with -c",
+             capped, hp->n_ctx_train, qt ? qt->name : "?", hp->n_ctx_train,
+             (long long)((size_t)hp->n_ctx_train * per_tok >> 20), avail >> 20);
+    return capped;
+}
+
+int engine_open(const engine_params *p, engine **out, kv_error *err)
+{
+    *out = NULL;
+    engine *e = calloc(1, sizeof *e);
+    if (!e) return kv_error_set(err, KV_ERR_NOMEM, "out of memory");
+    int rc = model_load(p->model_path, &e->m, err);
+    if (rc || (rc = tokenizer_load(e->m->gguf, &e->tok, err))) goto fail;
+    if (tokenizer_n_vocab(e->tok) != e->m->hp.n_vocab) {
+        rc = kv_error_set(err, KV_ERR_FORMAT, "%s: the tokenizer has %d tokens but token_embd.weight has %d rows",
+                          p->model_path, tokenizer_n_vocab(e->tok), e->m->hp.n_vocab);
+        goto fail;
+    }
+    e->n_ctx = p->n_ctx > 0 ? p->n_ctx : default_n_ctx(e, p->kv_type);
+    e->n_keep = p->n_keep;
+    e->truncate_prompt = p->truncate_prompt;
+    e->no_context_shift = p->no_context_shift;
+    {
+        const gguf_file *g = e->m->gguf;
+        uint64_t id[2] = {kv_checksum64(g->map, (size_t)g->data_offset), g->size};
+        e->fingerprint = kv_checksum64(id, sizeof id);
+    }
+    e->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
+    if (e->n_batch > e->n_ctx) e->n_batch = e->n_ctx;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    e->n_threads = p->n_threads > 0 ? p->n_threads : (ncpu > 0 ? (int)ncpu : 1);
+    /* Our pool parallelises around the BLAS calls; OpenBLAS gets the same thread count for
+     * its sgemm so the two never run at once and never oversubscribe the cores. */
+    openblas_set_num_threads(e->n_threads);
+    kv_cache_params kp = {
+        .n_layer = e->m->hp.n_layer, .n_embd_kv = e->m->hp.n_embd_kv, .n_ctx = e->n_ctx, .type = p->kv_type,
+        .n_blocks = p->kv_blocks, .reserve = p->kv_reserve,
+    };
+    if (!(e->kv = kv_cache_create_ex(&kp, err)) ||
+        !(e->fc = forward_ctx_create(e->m, e->n_batch, e->n_ctx, err))) {
+        rc = err ? err->code : KV_ERR_NOMEM;
+        goto fail;
+    }
+    e->pool = tpool_create(e->n_threads);
+    e->logits = malloc(sizeof(float) * (size_t)e->m->hp.n_vocab);
+    /* Worst case of one token: its longest piece with every byte invalid (3 bytes of U+FFFD
+     * each) plus the pending bytes of an unfinished character. */
+    e->text_cap = 64 + 3 * tokenizer_max_piece_len(e->tok);
+    e->text = malloc(e->text_cap);
+    if (!e->pool || !e->logits || !e->text) {
+        rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory starting %d threads", e->n_threads);
+        goto fail;
+    }
+    *out = e;
+    return KV_OK;
+fail:
+    engine_close(e);
+    return rc ? rc : KV_ERR_NOMEM;
+}
+
+void engine_close(engine *e)
+{
+    if (!e) return;
+    tpool_free(e->pool);
+    forward_ctx_free(e->fc);
+    kv_cache_free(e->kv);
+    tokenizer_free(e->tok);
+    model_free(e->m);
+    free(e->logits);
+    free(e->text);
+    free(e);
+}
+
+const model *engine_model(const engine *e) { return e->m; }
+const tokenizer *engine_tokenizer(const engine *e) { return e->tok; }
+kv_cache *engine_kv(engine *e) { return e->kv; }
+int engine_n_ctx(const engine *e) { return e->n_ctx; }
+int engine_n_threads(const engine *e) { return e->n_threads; }
+const float *engine_logits(const engine *e) { return e->logits; }
+const char *engine_notice(const engine *e) { return e->notice[0] ? e->notice : NULL; }
+uint64_t engine_model_fingerprint(const engine *e) { return e->fingerprint; }
+void engine_drop_prefix_cache(engine *e) { kv_cache_drop_cached(e->kv); }
+
+const int32_t *engine_history(const engine *e, int *n)
+{
+    return engine_seq_tokens(e, ENGINE_SEQ_DEFAULT, n);
+}
+
+void engine_reset(engine *e)
+{
+    kv_seq_truncate(e->kv, ENGINE_SEQ_DEFAULT, 0);
+}
+
+int engine_seq_new(engine *e, int *seq, kv_error *err) { return kv_seq_new(e->kv, seq, err); }
+int engine_seq_fork(engine *e, int src, int n, int *seq, kv_error *err) { return kv_seq_fork(e->kv, src, n, seq, err); }
+int engine_seq_free(engine *e, int seq) { return kv_seq_free(e->kv, seq); }
+
+int engine_seq_truncate(engine *e, int seq, int n)
+{
+    if (!kv_seq_valid(e->kv, seq)) return KV_ERR_INVALID;
+    kv_seq_truncate(e->kv, seq, n);
+    return KV_OK;
+}
+
+const int32_t *engine_seq_tokens(const engine *e, int seq, int *n)
+{
+    *n = kv_seq_n_tokens(e->kv, seq);
+    return kv_seq_tokens(e->kv, seq);
+}
+
+int engine_seq_save(engine *e, int seq, int n, void **blob, size_t *len, kv_error *err)
+{
+    return kv_seq_save(e->kv, seq, n, e->fingerprint, blob, len, err);
+}
+
+int engine_seq_restore(engine *e, int seq, const void *blob, size_t len, kv_error *err)
+{
+    return kv_seq_restore(e->kv, seq, blob, len, e->fingerprint, e->m->hp.n_vocab, err);
+}
+
+int engine_tokenize(const engine *e, const char *text, size_t len, int no_bos, int parse_special, int32_t **out,
+                    size_t *n, kv_error *err)
+{
+    return tokenizer_encode(e->tok, text, len, !no_bos && tokenizer_add_bos(e->tok), parse_special, out, n, err);
+}
+
+/* One forward call over tokens on seq (the cache records the tokens). */
+static int feed(engine *e, int seq, const int32_t *tokens, int n, kv_error *err)
+{
+    return model_forward_seq(e->m, e->fc, e->kv, seq, e->pool, tokens, n, e->logits, 0, err);
+}
+
+static int emit(engine *e, detok_stream *ds, int32_t tok, const gen_callbacks *cb)
+{
+    size_t n = detok_stream_push(ds, e->tok, tok, e->text, e->text_cap);
+    if (n > e->text_cap) n = e->text_cap;
+    if (n && cb && cb->on_text) return cb->on_text(cb->ud, e->text, n, tok);
+    return 0;
+}
+
+static int resolve_keep(const engine *e, int n_keep)
+{
+    if (n_keep < MIN_N_KEEP) n_keep = MIN_N_KEEP;
+    if (n_keep > e->n_ctx * 3 / 4) n_keep = e->n_ctx * 3 / 4;
+    return n_keep;
+}
+
+/* Make seq hold prompt[0..n): keep the longest common prefix with what it holds (at most
+ * reuse_max), adopt cached blocks by hash (up to reuse_max), prefill the rest. Fills the reuse
+ * fields of st; *cancelled when should_stop fired between chunks. */
+static int prepare(engine *e, int seq, const int32_t *prompt, int n, int reuse_max, const gen_callbacks *cb,
+                   gen_stats *st, int *cancelled, kv_error *err)
+{
+    *cancelled = 0;
+    int n_have = kv_seq_n_tokens(e->kv, seq), common = 0;
+    const int32_t *have = kv_seq_tokens(e->kv, seq);
+    while (common < n_have && common < reuse_max && have[common] == prompt[common]) common++;
+    kv_seq_truncate(e->kv, seq, common);
+    int adopted = kv_seq_adopt(e->kv, seq, prompt, reuse_max, NULL);
+    int reused = kv_seq_n_tokens(e->kv, seq);
+    st->n_prompt = n;
+    st->n_reused = reused;
+    st->n_reused_hash = adopted;
+    st->n_prefilled = n - reused;
+    kv_cache_note_request(e->kv, seq, n, reused, adopted, n - reused);
+    for (int i = reused; i < n; i += e->n_batch) {
+        if (cb && cb->should_stop && cb->should_stop(cb->ud)) {
+            *cancelled = 1;
+            return KV_OK;
+        }
+        int k = n - i < e->n_batch ? n - i : e->n_batch;
+        int rc = feed(e, seq, prompt + i, k, err);
+        if (rc) return rc;
+    }
+    return KV_OK;
+}
+
+/* The sequence is full: keep n_keep positions, drop half of the rest, re-rotate the kept keys. */
+static int shift(engine *e, int seq, int n_keep, gen_stats *st, kv_error *err)
+{
+    const model_hparams *hp = &e->m->hp;
+    int n = kv_seq_n_tokens(e->kv, seq);
+    int n_discard = (n - n_keep) / 2;
+    if (n_discard < 1) return kv_error_set(err, KV_ERR_CONTEXT, "context shift: nothing to drop (%d kept of %d)", n_keep, n);
+    kv_rope rope = {
+        .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
+        .freq_base = hp->rope_freq_base, .freq_factors = e->m->rope_freqs,
+    };
+    int rc = kv_seq_shift(e->kv, seq, n_keep, n_discard, &rope, err);
+    if (rc) return rc;
+    st->n_shifts++;
+    st->n_discarded += n_discard;
+    return KV_OK;
+}
+
+int engine_prefill_seq(engine *e, int seq, const int32_t *tokens, size_t n, const gen_callbacks *cb, gen_stats *st,
+                       kv_error *err)
+{
+    gen_stats local;
+    if (!st) st = &local;
+    memset(st, 0, sizeof *st);
+    if (!kv_seq_valid(e->kv, seq)) return kv_error_set(err, KV_ERR_INVALID, "no KV sequence %d", seq);
+    if (n > (size_t)e->n_ctx)
+        return kv_error_set(err, KV_ERR_CONTEXT, "%zu tokens do not fit the context of %d; raise -c", n, e->n_ctx);
+    double t0 = now_ms();
+    int cancelled = 0;
+    int rc = prepare(e, seq, tokens, (int)n, (int)n, cb, st, &cancelled, err);
+    st->prefill_ms = now_ms() - t0;
+    st->prefill_tps = st->prefill_ms > 0 ? st->n_prefilled / (st->prefill_ms / 1e3) : 0;
+    if (!rc && cancelled) rc = kv_error_set(err, KV_ERR_CANCELLED, "prefill cancelled");
+    return rc;
+}
+
+int engine_generate(engine *e, const int32_t *prompt, size_t n_prompt, int n_predict, sampler *s,
+                    const gen_callbacks *cb, gen_stats *st, int *finish, kv_error *err)
+{
+    gen_opts o = {
+        .n_predict = n_predict, .n_keep = e->n_keep, .truncate_prompt = e->truncate_prompt,
+        .no_context_shift = e->no_context_shift,
+    };
+    return engine_generate_seq(e, ENGINE_SEQ_DEFAULT, prompt, n_prompt, &o, s, cb, st, finish, err);
+}
+
+int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prompt, const gen_opts *o, sampler *s,
+                        const gen_callbacks *cb, gen_stats *st, int *finish, kv_error *err)
+{
+    gen_stats local;
+    gen_opts defaults = {.n_predict = -1};
+    if (!st) st = &local;
+    if (!o) o = &defaults;
+    memset(st, 0, sizeof *st);
+    *finish = GEN_FINISH_ERROR;
+    if (!kv_seq_valid(e->kv, seq)) return kv_error_set(err, KV_ERR_INVALID, "no KV sequence %d", seq);
+    if (n_prompt == 0) return kv_error_set(err, KV_ERR_INVALID, "the prompt is empty");
+    int n_keep = resolve_keep(e, o->n_keep);
+    st->n_keep = n_keep;
+    const int32_t *P = prompt;
+    int32_t *trunc = NULL;
+    int n = (int)n_prompt;
+    if (n_prompt >= (size_t)e->n_ctx) {
+        if (!o->truncate_prompt)
+            return kv_error_set(err, KV_ERR_CONTEXT,
+                                "the prompt is %zu tokens but the context holds %d; shorten it or raise -c", n_prompt,
+                                e->n_ctx);
+        /* keep the start (system prompt / sinks) and the most recent tokens */
+        int tail = (e->n_ctx - n_keep) / 2;
+        if (!(trunc = malloc(sizeof(int32_t) * (size_t)(n_keep + tail))))
+            return kv_error_set(err, KV_ERR_NOMEM, "out of memory truncating the prompt");
+        memcpy(trunc, prompt, sizeof(int32_t) * (size_t)n_keep);
+        memcpy(trunc + n_keep, prompt + n_prompt - tail, sizeof(int32_t) * (size_t)tail);
+        P = trunc;
+        n = n_keep + tail;
+        st->n_truncated = (int)n_prompt - n;
+    }
+    double t0 = now_ms();
+
+    /* Reuse the longest cached prefix; at least one token is always fed to get logits. */
+    int cancelled = 0;
+    int rc = prepare(e, seq, P, n, n - 1, cb, st, &cancelled, err);
+    st->n_prompt = (int)n_prompt;
+    if (rc || cancelled) {
+        st->prefill_ms = now_ms() - t0;
+        free(trunc);
+        if (!rc) *finish = GEN_FINISH_CANCELLED;
+        return rc;
+    }
+    for (int i = 0; i < n; i++) sampler_accept(s, P[i]);
+    free(trunc);
+    P = NULL;
+    double t_prefill = now_ms();
+    st->prefill_ms = t_prefill - t0;
+    st->prefill_tps = st->prefill_ms > 0 ? st->n_prefilled / (st->prefill_ms / 1e3) : 0;
+
+    detok_stream ds;
+    detok_stream_init(&ds);
+    double t_prev = 0, t_first = 0, itl_sum = 0;
+    int fin = GEN_FINISH_NONE;
+    for (;;) {
+        int32_t tok;
+        if ((rc = sampler_sample(s, e->logits, &tok, err))) break;
+        double t = now_ms();
+        st->n_generated++;
+        if (st->n_generated == 1) {
+            st->ttft_ms = t - t0;
+            t_first = t;
+        } else {
+            double gap = t - t_prev;
+            itl_sum += gap;
+            if (gap > st->itl_ms_max) st->itl_ms_max = gap;
+        }
+        t_prev = t;
+        sampler_accept(s, tok);
+        if (tokenizer_is_eog(e->tok, tok)) {
+            fin = GEN_FINISH_EOG;
+            break;
+        }
+        if (emit(e, &ds, tok, cb)) {
+            fin = GEN_FINISH_CANCELLED;
+            break;
+        }
+        if (o->n_predict >= 0 && st->n_generated >= o->n_predict) {
+            fin = GEN_FINISH_LENGTH;
+            break;
+        }
+        if (o->n_predict < 0 && st->n_generated >= e->n_ctx) {
+            fin = GEN_FINISH_CONTEXT; /* a whole context's worth: never endless */
+            break;
+        }
+        if (cb && cb->should_stop && cb->should_stop(cb->ud)) {
+            fin = GEN_FINISH_CANCELLED;
+            break;
+        }
+        if (kv_seq_n_tokens(e->kv, seq) >= e->n_ctx) {
+            if (o->no_context_shift) {
+                fin = GEN_FINISH_CONTEXT;
+                break;
+            }
+            if ((rc = shift(e, seq, n_keep, st, err))) break;
+        }
+        if ((rc = feed(e, seq, &tok, 1, err))) break;
+    }
+    size_t nt = detok_stream_flush(&ds, e->text, e->text_cap);
+    if (nt && cb && cb->on_text) cb->on_text(cb->ud, e->text, nt < e->text_cap ? nt : e->text_cap, -1);
+    if (st->n_generated > 1) {
+        st->decode_ms = t_prev - t_first;
+        st->itl_ms_mean = itl_sum / (st->n_generated - 1);
+        st->decode_tps = st->decode_ms > 0 ? (st->n_generated - 1) / (st->decode_ms / 1e3) : 0;
+    }
+    if (rc) return rc;
+    *finish = fin;
+    return KV_OK;
+}

@@ -1,0 +1,889 @@
+/* kv_cache: paged K/V blocks (all layers per block), per-sequence block tables, refcounts, copy-on-write, chained prefix hashes with an LRU of freed blocks, context shift, blobs, accounting. */
+#include "kv_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "quant.h"
+
+#define BS KV_BLOCK_SIZE
+
+typedef struct kv_block {
+    uint8_t *mem;        /* [n_layer][2][BS][row_bytes]; NULL until allocated (grow mode) */
+    int ref;             /* sequences whose table holds this block */
+    int has_hash;        /* full block of a clean prefix: hash/parent/tokens are meaningful */
+    int in_table;        /* reachable through the hash table (then immutable) */
+    uint64_t hash, parent;
+    int32_t tokens[BS];
+    int hnext;           /* next block in the same hash bucket */
+    int prev, next;      /* LRU list of cached blocks, or the free list (next only) */
+} kv_block;
+
+typedef struct kv_seq {
+    int live;
+    int n_tokens;        /* positions filled */
+    int n_clean;         /* positions [0, n_clean) equal a fresh prefill */
+    int n_blk;           /* blocks in the table (>= ceil(n_tokens / BS)) */
+    int *blocks;         /* [max_blocks_per_seq] */
+    int32_t *tokens;     /* [n_ctx] */
+} kv_seq;
+
+struct kv_cache {
+    int n_layer, n_embd_kv, n_ctx, type;
+    size_t row_bytes, block_bytes;
+    int n_blocks, max_blk;   /* budget; blocks per sequence */
+    int reserve;
+    kv_block *blk;
+    uint8_t *arena;          /* reserve mode: all block memory */
+    int n_alloc;             /* blocks [0, n_alloc) have memory */
+    int free_head;           /* unreferenced, unhashed blocks with memory */
+    int lru_head, lru_tail;  /* cached blocks, least recently released first */
+    int *bucket;             /* hash table heads */
+    uint64_t bucket_mask;
+    kv_seq *seq;
+    int n_seq_cap, n_live;
+    int active;
+    int n_used, n_shared, n_cached;
+    uint64_t n_hash_hits, n_evictions, n_cow;
+    int n_shifts, n_shift_discarded;
+    int last_n_prompt, last_n_reused, last_n_reused_hash, last_n_prefilled;
+    float *rowbuf;           /* n_embd_kv floats (context shift) */
+};
+
+/* ---- hashing --------------------------------------------------------------------------- */
+
+#define FNV_BASIS 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+static uint64_t fmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+uint64_t kv_hash_block(uint64_t parent, const int32_t *tokens, int n)
+{
+    uint64_t h = FNV_BASIS;
+    for (int i = 0; i < 8; i++) {
+        h ^= (uint8_t)(parent >> (8 * i));
+        h *= FNV_PRIME;
+    }
+    for (int t = 0; t < n; t++) {
+        uint32_t v = (uint32_t)tokens[t];
+        for (int i = 0; i < 4; i++) {
+            h ^= (uint8_t)(v >> (8 * i));
+            h *= FNV_PRIME;
+        }
+    }
+    return fmix64(h);
+}
+
+uint64_t kv_prefix_hash(const int32_t *tokens, int n)
+{
+    uint64_t h = KV_HASH_ROOT;
+    for (int b = 0; (b + 1) * BS <= n; b++) h = kv_hash_block(h, tokens + b * BS, BS);
+    return h;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void wr64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void wr32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint64_t kv_checksum64(const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    uint64_t h = FNV_BASIS;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        h ^= rd64(p + i);
+        h *= FNV_PRIME;
+    }
+    for (; i < n; i++) {
+        h ^= p[i];
+        h *= FNV_PRIME;
+    }
+    h ^= (uint64_t)n;
+    h *= FNV_PRIME;
+    return fmix64(h);
+}
+
+/* ---- blocks ---------------------------------------------------------------------------- */
+
+static uint8_t *row_ptr(const kv_cache *c, int b, int layer, int kv, int slot)
+{
+    return c->blk[b].mem + (((size_t)layer * 2 + kv) * BS + slot) * c->row_bytes;
+}
+
+static int table_find(const kv_cache *c, uint64_t hash, uint64_t parent, const int32_t *tokens)
+{
+    for (int b = c->bucket[hash & c->bucket_mask]; b >= 0; b = c->blk[b].hnext) {
+        const kv_block *k = &c->blk[b];
+        if (k->hash == hash && k->parent == parent && memcmp(k->tokens, tokens, sizeof k->tokens) == 0) return b;
+    }
+    return -1;
+}
+
+static void table_insert(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    int *head = &c->bucket[k->hash & c->bucket_mask];
+    k->hnext = *head;
+    *head = b;
+    k->in_table = 1;
+}
+
+static void table_remove(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    int *pp = &c->bucket[k->hash & c->bucket_mask];
+    while (*pp >= 0 && *pp != b) pp = &c->blk[*pp].hnext;
+    if (*pp == b) *pp = k->hnext;
+    k->hnext = -1;
+    k->in_table = 0;
+}
+
+static void lru_unlink(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    if (k->prev >= 0) c->blk[k->prev].next = k->next;
+    else c->lru_head = k->next;
+    if (k->next >= 0) c->blk[k->next].prev = k->prev;
+    else c->lru_tail = k->prev;
+    k->prev = k->next = -1;
+}
+
+static void lru_push(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    k->prev = c->lru_tail;
+    k->next = -1;
+    if (c->lru_tail >= 0) c->blk[c->lru_tail].next = b;
+    else c->lru_head = b;
+    c->lru_tail = b;
+}
+
+static void free_push(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    k->has_hash = 0;
+    k->prev = -1;
+    k->next = c->free_head;
+    c->free_head = b;
+}
+
+/* Take one more reference; a cached block leaves the LRU list. */
+static void block_ref(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    if (k->ref == 0) {
+        lru_unlink(c, b); /* only hashed (cached) blocks are ever found with ref 0 */
+        c->n_cached--;
+        c->n_used++;
+    }
+    if (++k->ref == 2) c->n_shared++;
+}
+
+/* Drop a reference; at zero a hashed block becomes cached (LRU), any other is free. */
+static void block_unref(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    if (k->ref == 2) c->n_shared--;
+    if (--k->ref > 0) return;
+    c->n_used--;
+    if (k->in_table) {
+        lru_push(c, b);
+        c->n_cached++;
+    } else {
+        free_push(c, b);
+    }
+}
+
+static int seq_count(const kv_cache *c) { return c->n_live; }
+
+/* A fresh block with refcount 1, or -1 with err set. */
+static int block_alloc(kv_cache *c, kv_error *err)
+{
+    int b = -1;
+    if (c->free_head >= 0) {
+        b = c->free_head;
+        c->free_head = c->blk[b].next;
+    } else if (c->n_alloc < c->n_blocks) {
+        b = c->n_alloc;
+        if (!(c->blk[b].mem = malloc(c->block_bytes))) {
+            kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory growing to %d blocks (%zu KiB each)",
+                         c->n_alloc + 1, c->block_bytes >> 10);
+            return -1;
+        }
+        c->n_alloc++;
+    } else if (c->lru_head >= 0) {
+        b = c->lru_head;
+        lru_unlink(c, b);
+        table_remove(c, b);
+        c->n_cached--;
+        c->n_evictions++;
+    } else {
+        kv_error_set(err, KV_ERR_CONTEXT,
+                     "KV cache: all %d blocks (%d positions) are in use by %d sequence(s); free a branch or raise -c",
+                     c->n_blocks, c->n_blocks * BS, seq_count(c));
+        return -1;
+    }
+    kv_block *k = &c->blk[b];
+    k->ref = 1;
+    k->has_hash = 0;
+    k->in_table = 0;
+    k->prev = k->next = k->hnext = -1;
+    c->n_used++;
+    return b;
+}
+
+/* ---- creation -------------------------------------------------------------------------- */
+
+kv_cache *kv_cache_create_ex(const kv_cache_params *p, kv_error *err)
+{
+    if (p->n_layer < 1 || p->n_embd_kv < 1 || p->n_ctx < 1 || p->n_blocks < 0 || p->n_ctx > (1 << 28)) {
+        kv_error_set(err, KV_ERR_INVALID, "KV cache: invalid size (n_layer %d, n_embd_kv %d, n_ctx %d, n_blocks %d)",
+                     p->n_layer, p->n_embd_kv, p->n_ctx, p->n_blocks);
+        return NULL;
+    }
+    if (p->type != GGML_TYPE_F32 && p->type != GGML_TYPE_F16 && p->type != GGML_TYPE_Q8_0) {
+        const quant_traits *qt = quant_traits_of(p->type);
+        kv_error_set(err, KV_ERR_UNSUPPORTED, "KV cache type %s is not supported (f32, f16, q8_0)", qt ? qt->name : "?");
+        return NULL;
+    }
+    if (p->type == GGML_TYPE_Q8_0 && p->n_embd_kv % 32) {
+        kv_error_set(err, KV_ERR_UNSUPPORTED,
+                     "KV cache type q8_0 needs n_head_kv * head_dim (%d) to be a multiple of 32; use f16", p->n_embd_kv);
+        return NULL;
+    }
+    kv_cache *c = calloc(1, sizeof *c);
+    if (!c) goto nomem;
+    c->n_layer = p->n_layer;
+    c->n_embd_kv = p->n_embd_kv;
+    c->n_ctx = p->n_ctx;
+    c->type = p->type;
+    c->row_bytes = quant_row_size(p->type, p->n_embd_kv);
+    c->block_bytes = (size_t)p->n_layer * 2 * BS * c->row_bytes;
+    c->max_blk = (p->n_ctx + BS - 1) / BS;
+    c->n_blocks = p->n_blocks ? p->n_blocks : 2 * c->max_blk;
+    c->reserve = p->reserve;
+    c->free_head = c->lru_head = c->lru_tail = -1;
+    size_t nb = 16;
+    while (nb < 2 * (size_t)c->n_blocks) nb <<= 1;
+    c->bucket_mask = nb - 1;
+    c->blk = calloc((size_t)c->n_blocks, sizeof *c->blk);
+    c->bucket = malloc(nb * sizeof *c->bucket);
+    c->rowbuf = malloc(sizeof(float) * (size_t)c->n_embd_kv);
+    c->n_seq_cap = 8;
+    c->seq = calloc((size_t)c->n_seq_cap, sizeof *c->seq);
+    if (!c->blk || !c->bucket || !c->rowbuf || !c->seq) goto nomem;
+    for (size_t i = 0; i < nb; i++) c->bucket[i] = -1;
+    for (int b = 0; b < c->n_blocks; b++) c->blk[b].prev = c->blk[b].next = c->blk[b].hnext = -1;
+    if (c->reserve) {
+        if (!(c->arena = malloc(c->block_bytes * (size_t)c->n_blocks))) goto nomem;
+        for (int b = c->n_blocks - 1; b >= 0; b--) {
+            c->blk[b].mem = c->arena + c->block_bytes * (size_t)b;
+            free_push(c, b);
+        }
+        c->n_alloc = c->n_blocks;
+    }
+    int s0;
+    if (kv_seq_new(c, &s0, err)) goto fail;
+    return c;
+nomem:
+    kv_error_set(err, KV_ERR_NOMEM, "KV cache: cannot allocate %zu MiB for %d blocks of %d positions",
+                 (c ? c->block_bytes * (size_t)c->n_blocks : 0) >> 20, c ? c->n_blocks : 0, BS);
+fail:
+    kv_cache_free(c);
+    return NULL;
+}
+
+kv_cache *kv_cache_create(int n_layer, int n_embd_kv, int n_ctx, int type, kv_error *err)
+{
+    kv_cache_params p = {.n_layer = n_layer, .n_embd_kv = n_embd_kv, .n_ctx = n_ctx, .type = type, .reserve = 1};
+    return kv_cache_create_ex(&p, err);
+}
+
+void kv_cache_free(kv_cache *c)
+{
+    if (!c) return;
+    if (c->seq)
+        for (int i = 0; i < c->n_seq_cap; i++) {
+            free(c->seq[i].blocks);
+            free(c->seq[i].tokens);
+        }
+    if (c->blk && !c->arena)
+        for (int b = 0; b < c->n_alloc; b++) free(c->blk[b].mem);
+    free(c->arena);
+    free(c->seq);
+    free(c->blk);
+    free(c->bucket);
+    free(c->rowbuf);
+    free(c);
+}
+
+int kv_cache_n_ctx(const kv_cache *c) { return c->n_ctx; }
+int kv_cache_type(const kv_cache *c) { return c->type; }
+
+void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    const kv_seq *s = kv_seq_valid(c, c->active) ? &c->seq[c->active] : &c->seq[0];
+    st->n_ctx = c->n_ctx;
+    st->n_tokens = s->n_tokens;
+    st->type = c->type;
+    st->bytes_per_token = 2 * c->row_bytes * (size_t)c->n_layer;
+    st->bytes_used = st->bytes_per_token * (size_t)s->n_tokens;
+    st->bytes_reserved = c->block_bytes * (size_t)c->n_alloc;
+    st->block_size = BS;
+    st->n_blocks = c->n_blocks;
+    st->n_blocks_alloc = c->n_alloc;
+    st->n_blocks_used = c->n_used;
+    st->n_blocks_shared = c->n_shared;
+    st->n_blocks_cached = c->n_cached;
+    st->n_blocks_free = c->n_blocks - c->n_used - c->n_cached;
+    st->n_seqs = c->n_live;
+    st->active_seq = c->active;
+    st->reserved_up_front = c->reserve;
+    st->bytes_per_block = c->block_bytes;
+    st->bytes_blocks_used = c->block_bytes * (size_t)c->n_used;
+    st->bytes_limit = c->block_bytes * (size_t)c->n_blocks;
+    st->n_layer = c->n_layer;
+    st->layer_bytes_per_token = 2 * c->row_bytes;
+    st->layer_bytes_used = st->bytes_used / (size_t)c->n_layer;
+    st->layer_bytes_reserved = st->bytes_reserved / (size_t)c->n_layer;
+    st->last_n_prompt = c->last_n_prompt;
+    st->last_n_reused = c->last_n_reused;
+    st->last_n_reused_hash = c->last_n_reused_hash;
+    st->last_n_prefilled = c->last_n_prefilled;
+    st->n_hash_hits = c->n_hash_hits;
+    st->n_evictions = c->n_evictions;
+    st->n_cow = c->n_cow;
+    st->n_shifts = c->n_shifts;
+    st->n_shift_discarded = c->n_shift_discarded;
+}
+
+void kv_cache_note_request(kv_cache *c, int seq, int n_prompt, int n_reused, int n_reused_hash, int n_prefilled)
+{
+    if (kv_seq_valid(c, seq)) c->active = seq;
+    c->last_n_prompt = n_prompt;
+    c->last_n_reused = n_reused;
+    c->last_n_reused_hash = n_reused_hash;
+    c->last_n_prefilled = n_prefilled;
+}
+
+void kv_cache_drop_cached(kv_cache *c)
+{
+    while (c->lru_head >= 0) {
+        int b = c->lru_head;
+        lru_unlink(c, b);
+        table_remove(c, b);
+        c->n_cached--;
+        free_push(c, b);
+    }
+}
+
+/* ---- sequences ------------------------------------------------------------------------- */
+
+int kv_seq_valid(const kv_cache *c, int seq) { return seq >= 0 && seq < c->n_seq_cap && c->seq[seq].live; }
+
+static kv_seq *get_seq(const kv_cache *c, int seq)
+{
+    return kv_seq_valid(c, seq) ? &c->seq[seq] : NULL;
+}
+
+int kv_cache_n_tokens(const kv_cache *c) { return c->seq[0].n_tokens; }
+void kv_cache_truncate(kv_cache *c, int n) { kv_seq_truncate(c, KV_SEQ_DEFAULT, n); }
+
+int kv_seq_new(kv_cache *c, int *out, kv_error *err)
+{
+    int id = -1;
+    for (int i = 0; i < c->n_seq_cap; i++)
+        if (!c->seq[i].live) {
+            id = i;
+            break;
+        }
+    if (id < 0) {
+        int nc = c->n_seq_cap * 2;
+        kv_seq *ns = realloc(c->seq, (size_t)nc * sizeof *ns);
+        if (!ns) return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory for %d sequences", nc);
+        memset(ns + c->n_seq_cap, 0, (size_t)(nc - c->n_seq_cap) * sizeof *ns);
+        id = c->n_seq_cap;
+        c->seq = ns;
+        c->n_seq_cap = nc;
+    }
+    kv_seq *s = &c->seq[id];
+    if (!s->blocks) s->blocks = malloc(sizeof(int) * (size_t)c->max_blk);
+    if (!s->tokens) s->tokens = malloc(sizeof(int32_t) * (size_t)c->n_ctx);
+    if (!s->blocks || !s->tokens) return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory for a sequence");
+    s->live = 1;
+    s->n_tokens = s->n_clean = s->n_blk = 0;
+    c->n_live++;
+    *out = id;
+    return KV_OK;
+}
+
+int kv_seq_fork(kv_cache *c, int src, int n, int *out, kv_error *err)
+{
+    if (!get_seq(c, src)) return kv_error_set(err, KV_ERR_INVALID, "KV cache: no sequence %d to fork", src);
+    int id, rc = kv_seq_new(c, &id, err);
+    if (rc) return rc;
+    kv_seq *s = &c->seq[src], *d = &c->seq[id]; /* after kv_seq_new: it may move the array */
+    if (n < 0 || n > s->n_tokens) n = s->n_tokens;
+    int nb = (n + BS - 1) / BS;
+    for (int i = 0; i < nb; i++) {
+        d->blocks[i] = s->blocks[i];
+        block_ref(c, s->blocks[i]);
+    }
+    memcpy(d->tokens, s->tokens, sizeof(int32_t) * (size_t)n);
+    d->n_blk = nb;
+    d->n_tokens = n;
+    d->n_clean = s->n_clean < n ? s->n_clean : n;
+    *out = id;
+    return KV_OK;
+}
+
+/* Release table entries [from, n_blk). */
+static void seq_release_from(kv_cache *c, kv_seq *s, int from)
+{
+    for (int i = s->n_blk - 1; i >= from; i--) block_unref(c, s->blocks[i]);
+    if (s->n_blk > from) s->n_blk = from;
+}
+
+int kv_seq_free(kv_cache *c, int seq)
+{
+    kv_seq *s = get_seq(c, seq);
+    if (!s) return KV_ERR_INVALID;
+    seq_release_from(c, s, 0);
+    s->n_tokens = s->n_clean = 0;
+    if (seq != KV_SEQ_DEFAULT) {
+        s->live = 0;
+        c->n_live--;
+        if (c->active == seq) c->active = KV_SEQ_DEFAULT;
+    }
+    return KV_OK;
+}
+
+int kv_seq_n_tokens(const kv_cache *c, int seq)
+{
+    const kv_seq *s = get_seq(c, seq);
+    return s ? s->n_tokens : 0;
+}
+
+int kv_seq_n_clean(const kv_cache *c, int seq)
+{
+    const kv_seq *s = get_seq(c, seq);
+    return s ? s->n_clean : 0;
+}
+
+const int32_t *kv_seq_tokens(const kv_cache *c, int seq)
+{
+    const kv_seq *s = get_seq(c, seq);
+    return s ? s->tokens : NULL;
+}
+
+void kv_seq_truncate(kv_cache *c, int seq, int n)
+{
+    kv_seq *s = get_seq(c, seq);
+    if (!s || n < 0 || n >= s->n_tokens) return;
+    s->n_tokens = n;
+    if (s->n_clean > n) s->n_clean = n;
+    seq_release_from(c, s, (n + BS - 1) / BS);
+}
+
+int kv_seq_block_ref(const kv_cache *c, int seq, int pos)
+{
+    const kv_seq *s = get_seq(c, seq);
+    if (!s || pos < 0 || pos / BS >= s->n_blk) return -1;
+    return c->blk[s->blocks[pos / BS]].ref;
+}
+
+int kv_seq_adopt(kv_cache *c, int seq, const int32_t *tokens, int n_max, int *n_blocks)
+{
+    kv_seq *s = get_seq(c, seq);
+    int added = 0, nb = 0;
+    if (n_blocks) *n_blocks = 0;
+    if (!s || s->n_clean != s->n_tokens) return 0;
+    if (n_max > c->n_ctx) n_max = c->n_ctx;
+    for (;;) {
+        int bi = s->n_tokens / BS, start = bi * BS;
+        if (start + BS > n_max) break;
+        uint64_t parent = bi ? c->blk[s->blocks[bi - 1]].hash : KV_HASH_ROOT;
+        if (bi && !c->blk[s->blocks[bi - 1]].has_hash) break; /* cannot happen for a clean sequence */
+        uint64_t h = kv_hash_block(parent, tokens + start, BS);
+        int b = table_find(c, h, parent, tokens + start);
+        if (b < 0) break;
+        block_ref(c, b);
+        if (bi < s->n_blk) block_unref(c, s->blocks[bi]);
+        else s->n_blk = bi + 1;
+        s->blocks[bi] = b;
+        added += start + BS - s->n_tokens;
+        memcpy(s->tokens + s->n_tokens, tokens + s->n_tokens, sizeof(int32_t) * (size_t)(start + BS - s->n_tokens));
+        s->n_tokens = s->n_clean = start + BS;
+        nb++;
+        c->n_hash_hits++;
+    }
+    if (n_blocks) *n_blocks = nb;
+    return added;
+}
+
+/* ---- writing --------------------------------------------------------------------------- */
+
+/* Give seq a private, unhashed copy of table entry bi (its first n_valid slots matter). */
+static int make_writable(kv_cache *c, kv_seq *s, int bi, int n_valid, kv_error *err)
+{
+    int b = s->blocks[bi];
+    kv_block *k = &c->blk[b];
+    if (k->ref == 1 && !k->in_table) {
+        k->has_hash = 0;
+        return KV_OK;
+    }
+    int nb = block_alloc(c, err);
+    if (nb < 0) return err ? err->code : KV_ERR_CONTEXT;
+    k = &c->blk[b]; /* (block_alloc does not move blk, but be plain about it) */
+    if (n_valid > 0) {
+        if (n_valid == BS) {
+            memcpy(c->blk[nb].mem, k->mem, c->block_bytes);
+        } else {
+            for (int l = 0; l < c->n_layer; l++)
+                for (int kv = 0; kv < 2; kv++)
+                    memcpy(row_ptr(c, nb, l, kv, 0), row_ptr(c, b, l, kv, 0), c->row_bytes * (size_t)n_valid);
+        }
+        memcpy(c->blk[nb].tokens, k->tokens, sizeof k->tokens);
+    }
+    s->blocks[bi] = nb;
+    block_unref(c, b);
+    c->n_cow++;
+    return KV_OK;
+}
+
+int kv_seq_reserve(kv_cache *c, int seq, int n, kv_error *err)
+{
+    kv_seq *s = get_seq(c, seq);
+    if (!s) return kv_error_set(err, KV_ERR_INVALID, "KV cache: no sequence %d", seq);
+    int pos0 = s->n_tokens;
+    if (n < 0 || pos0 + n > c->n_ctx)
+        return kv_error_set(err, KV_ERR_CONTEXT, "context is full: %d + %d tokens exceed n_ctx %d", pos0, n, c->n_ctx);
+    if (n == 0) return KV_OK;
+    int last = (pos0 + n - 1) / BS;
+    for (int bi = pos0 / BS; bi <= last; bi++) {
+        if (bi < s->n_blk) {
+            int n_valid = pos0 - bi * BS;
+            int rc = make_writable(c, s, bi, n_valid < 0 ? 0 : n_valid > BS ? BS : n_valid, err);
+            if (rc) return rc;
+        } else {
+            int b = block_alloc(c, err);
+            if (b < 0) return err ? err->code : KV_ERR_CONTEXT;
+            s->blocks[bi] = b;
+            s->n_blk = bi + 1;
+        }
+    }
+    c->active = seq;
+    return KV_OK;
+}
+
+void kv_cache_store(kv_cache *c, int seq, int layer, int pos, const float *k, const float *v)
+{
+    kv_seq *s = &c->seq[seq];
+    int b = s->blocks[pos / BS], slot = pos % BS;
+    quant_quantize_row(c->type, k, row_ptr(c, b, layer, 0, slot), c->n_embd_kv);
+    quant_quantize_row(c->type, v, row_ptr(c, b, layer, 1, slot), c->n_embd_kv);
+}
+
+/* n positions filled with tokens; hash newly full blocks while the sequence is clean up to
+ * clean_limit. */
+static void commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n, int clean_limit)
+{
+    int pos0 = s->n_tokens;
+    memcpy(s->tokens + pos0, tokens, sizeof(int32_t) * (size_t)n);
+    for (int p = pos0; p < pos0 + n; p++) c->blk[s->blocks[p / BS]].tokens[p % BS] = tokens[p - pos0];
+    int was_clean = s->n_clean == pos0;
+    s->n_tokens = pos0 + n;
+    if (!was_clean) return;
+    s->n_clean = s->n_tokens < clean_limit ? s->n_tokens : clean_limit;
+    for (int bi = pos0 / BS; (bi + 1) * BS <= s->n_clean; bi++) {
+        kv_block *k = &c->blk[s->blocks[bi]];
+        uint64_t parent = bi ? c->blk[s->blocks[bi - 1]].hash : KV_HASH_ROOT;
+        k->parent = parent;
+        k->hash = kv_hash_block(parent, k->tokens, BS);
+        k->has_hash = 1;
+        if (!k->in_table && table_find(c, k->hash, parent, k->tokens) < 0) table_insert(c, s->blocks[bi]);
+    }
+}
+
+void kv_seq_commit(kv_cache *c, int seq, const int32_t *tokens, int n)
+{
+    kv_seq *s = get_seq(c, seq);
+    if (!s || n <= 0) return;
+    commit(c, s, tokens, n, c->n_ctx);
+    c->active = seq;
+}
+
+static const float *view(const kv_cache *c, int seq, int layer, int kv, int n, float *tmp)
+{
+    const kv_seq *s = &c->seq[seq];
+    for (int bi = 0; bi * BS < n; bi++) {
+        int rows = n - bi * BS < BS ? n - bi * BS : BS;
+        const uint8_t *src = row_ptr(c, s->blocks[bi], layer, kv, 0);
+        float *dst = tmp + (size_t)bi * BS * c->n_embd_kv;
+        if (c->type == GGML_TYPE_F32) memcpy(dst, src, sizeof(float) * (size_t)rows * c->n_embd_kv);
+        else quant_dequantize_row(c->type, src, dst, (int64_t)rows * c->n_embd_kv);
+    }
+    return tmp;
+}
+
+const float *kv_cache_k(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 0, n, tmp); }
+const float *kv_cache_v(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 1, n, tmp); }
+
+/* ---- context shift --------------------------------------------------------------------- */
+
+int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope *rope, kv_error *err)
+{
+    kv_seq *s = get_seq(c, seq);
+    if (!s) return kv_error_set(err, KV_ERR_INVALID, "KV cache: no sequence %d", seq);
+    int n = s->n_tokens;
+    if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > n)
+        return kv_error_set(err, KV_ERR_INVALID, "context shift: cannot keep %d and drop %d of %d positions", n_keep,
+                            n_discard, n);
+    if (rope->n_head_kv * rope->head_dim != c->n_embd_kv || rope->n_rot > rope->head_dim)
+        return kv_error_set(err, KV_ERR_INVALID, "context shift: RoPE shape %d x %d does not match n_embd_kv %d",
+                            rope->n_head_kv, rope->head_dim, c->n_embd_kv);
+    int n_new = n - n_discard;
+    /* Blocks that will be written get private copies first (their content is kept, so
+     * reading sources through the table stays right). */
+    if (n_new > n_keep)
+        for (int bi = n_keep / BS; bi <= (n_new - 1) / BS; bi++) {
+            int n_valid = n - bi * BS;
+            int rc = make_writable(c, s, bi, n_valid > BS ? BS : n_valid, err);
+            if (rc) return rc;
+        }
+    float cs[2048];
+    int cs_ok = rope->n_rot <= 2048;
+    if (cs_ok) op_rope_cache(cs, -n_discard, rope->n_rot, rope->freq_base, rope->freq_factors);
+    /* Ascending: destination p < source p + n_discard, and a position is overwritten only after
+     * it was read. */
+    for (int l = 0; l < c->n_layer; l++)
+        for (int p = n_keep; p < n_new; p++) {
+            int q = p + n_discard;
+            const uint8_t *sk = row_ptr(c, s->blocks[q / BS], l, 0, q % BS);
+            const uint8_t *sv = row_ptr(c, s->blocks[q / BS], l, 1, q % BS);
+            uint8_t *dk = row_ptr(c, s->blocks[p / BS], l, 0, p % BS);
+            uint8_t *dv = row_ptr(c, s->blocks[p / BS], l, 1, p % BS);
+            quant_dequantize_row(c->type, sk, c->rowbuf, c->n_embd_kv);
+            if (cs_ok) op_rope(c->rowbuf, rope->n_head_kv, rope->head_dim, rope->n_rot, cs, rope->neox);
+            else op_rope_shift(c->rowbuf, rope->n_head_kv, rope->head_dim, rope->n_rot, -n_discard, rope->freq_base,
+                               rope->freq_factors, rope->neox);
+            quant_quantize_row(c->type, c->rowbuf, dk, c->n_embd_kv);
+            memcpy(dv, sv, c->row_bytes);
+        }
+    memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard, sizeof(int32_t) * (size_t)(n_new - n_keep));
+    for (int p = n_keep; p < n_new; p++) c->blk[s->blocks[p / BS]].tokens[p % BS] = s->tokens[p];
+    seq_release_from(c, s, (n_new + BS - 1) / BS);
+    s->n_tokens = n_new;
+    if (s->n_clean > n_keep) s->n_clean = n_keep;
+    c->n_shifts++;
+    c->n_shift_discarded += n_discard;
+    c->active = seq;
+    return KV_OK;
+}
+
+/* ---- serialization --------------------------------------------------------------------- */
+
+#define BLOB_MAGIC "KVSQ"
+#define BLOB_VERSION 1
+#define BLOB_HEADER 48
+
+int kv_seq_save(const kv_cache *c, int seq, int n, uint64_t fingerprint, void **blob, size_t *len, kv_error *err)
+{
+    *blob = NULL;
+    *len = 0;
+    const kv_seq *s = get_seq(c, seq);
+    if (!s) return kv_error_set(err, KV_ERR_INVALID, "KV cache: no sequence %d to save", seq);
+    if (n < 0 || n > s->n_tokens) n = s->n_tokens;
+    size_t rows = (size_t)c->n_layer * 2 * (size_t)n * c->row_bytes;
+    size_t total = BLOB_HEADER + sizeof(int32_t) * (size_t)n + rows + 8;
+    uint8_t *b = malloc(total);
+    if (!b) return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory serializing %d positions (%zu MiB)", n, total >> 20);
+    int n_clean = s->n_clean < n ? s->n_clean : n;
+    memcpy(b, BLOB_MAGIC, 4);
+    wr32(b + 4, BLOB_VERSION);
+    wr64(b + 8, fingerprint);
+    wr32(b + 16, (uint32_t)c->type);
+    wr32(b + 20, (uint32_t)c->n_layer);
+    wr32(b + 24, (uint32_t)c->n_embd_kv);
+    wr32(b + 28, BS);
+    wr32(b + 32, (uint32_t)n);
+    wr32(b + 36, (uint32_t)n_clean);
+    wr64(b + 40, kv_prefix_hash(s->tokens, n_clean));
+    uint8_t *p = b + BLOB_HEADER;
+    for (int i = 0; i < n; i++, p += 4) wr32(p, (uint32_t)s->tokens[i]);
+    for (int l = 0; l < c->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int bi = 0; bi * BS < n; bi++) {
+                int r = n - bi * BS < BS ? n - bi * BS : BS;
+                memcpy(p, row_ptr(c, s->blocks[bi], l, kv, 0), c->row_bytes * (size_t)r);
+                p += c->row_bytes * (size_t)r;
+            }
+    wr64(p, kv_checksum64(b, (size_t)(p - b)));
+    *blob = b;
+    *len = total;
+    return KV_OK;
+}
+
+int kv_blob_info(const void *blob, size_t len, int *n_tokens, uint64_t *prefix_hash, kv_error *err)
+{
+    const uint8_t *b = blob;
+    if (!b || len < BLOB_HEADER + 8 || memcmp(b, BLOB_MAGIC, 4) != 0)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: not a kvchat KV blob (%zu bytes, bad magic or too short)", len);
+    uint32_t ver = rd32(b + 4);
+    if (ver != BLOB_VERSION)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: format version %u, this kvchat reads version %d", ver,
+                            BLOB_VERSION);
+    uint64_t want = rd64(b + len - 8), got = kv_checksum64(b, len - 8);
+    if (want != got)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (checksum %016llx, expected %016llx)",
+                            (unsigned long long)got, (unsigned long long)want);
+    if (n_tokens) *n_tokens = (int)rd32(b + 32);
+    if (prefix_hash) *prefix_hash = rd64(b + 40);
+    return KV_OK;
+}
+
+int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t fingerprint, int n_vocab,
+                   kv_error *err)
+{
+    kv_seq *s = get_seq(c, seq);
+    if (!s) return kv_error_set(err, KV_ERR_INVALID, "KV cache: no sequence %d to restore into", seq);
+    int rc = kv_blob_info(blob, len, NULL, NULL, err);
+    if (rc) return rc;
+    const uint8_t *b = blob;
+    uint64_t fp = rd64(b + 8);
+    uint32_t type = rd32(b + 16), nl = rd32(b + 20), ne = rd32(b + 24), bs = rd32(b + 28);
+    uint32_t n = rd32(b + 32), n_clean = rd32(b + 36);
+    if (fp != fingerprint)
+        return kv_error_set(err, KV_ERR_UNSUPPORTED, "KV blob: made with another model (fingerprint %016llx, this model %016llx)",
+                            (unsigned long long)fp, (unsigned long long)fingerprint);
+    if ((int)type != c->type || (int)nl != c->n_layer || (int)ne != c->n_embd_kv || bs != BS) {
+        const quant_traits *qt = quant_traits_of((int)type);
+        return kv_error_set(err, KV_ERR_UNSUPPORTED,
+                            "KV blob: holds %s K/V of %u layers x %u (block %u), this cache %s of %d x %d (block %d)",
+                            qt ? qt->name : "?", nl, ne, bs, quant_traits_of(c->type)->name, c->n_layer, c->n_embd_kv, BS);
+    }
+    if (n > (uint32_t)c->n_ctx)
+        return kv_error_set(err, KV_ERR_CONTEXT, "KV blob: %u positions do not fit the context of %d", n, c->n_ctx);
+    size_t want = BLOB_HEADER + 4 * (size_t)n + (size_t)nl * 2 * n * c->row_bytes + 8;
+    if (len != want || n_clean > n)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes for %u positions, expected %zu)", len, n, want);
+    int32_t *toks = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!toks) return kv_error_set(err, KV_ERR_NOMEM, "KV blob: out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        toks[i] = (int32_t)rd32(b + BLOB_HEADER + 4 * i);
+        if (toks[i] < 0 || (n_vocab > 0 && toks[i] >= n_vocab)) {
+            free(toks);
+            return kv_error_set(err, KV_ERR_FORMAT, "KV blob: token %d at position %u is outside the vocabulary (%d)",
+                                (int)rd32(b + BLOB_HEADER + 4 * i), i, n_vocab);
+        }
+    }
+    if (kv_prefix_hash(toks, (int)n_clean) != rd64(b + 40)) {
+        free(toks);
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (prefix hash does not match its tokens)");
+    }
+    seq_release_from(c, s, 0);
+    s->n_tokens = s->n_clean = 0;
+    if ((rc = kv_seq_reserve(c, seq, (int)n, err))) {
+        free(toks);
+        return rc;
+    }
+    const uint8_t *p = b + BLOB_HEADER + 4 * (size_t)n;
+    for (int l = 0; l < c->n_layer; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int bi = 0; bi * BS < (int)n; bi++) {
+                int r = (int)n - bi * BS < BS ? (int)n - bi * BS : BS;
+                memcpy(row_ptr(c, s->blocks[bi], l, kv, 0), p, c->row_bytes * (size_t)r);
+                p += c->row_bytes * (size_t)r;
+            }
+    if (n) commit(c, s, toks, (int)n, (int)n_clean);
+    c->active = seq;
+    free(toks);
+    return KV_OK;
+}
+
+/* ---- invariants ------------------------------------------------------------------------ */
+
+int kv_cache_check(const kv_cache *c, kv_error *err)
+{
+    int *refs = calloc((size_t)c->n_blocks, sizeof *refs);
+    if (!refs) return kv_error_set(err, KV_ERR_NOMEM, "check: out of memory");
+    int rc = KV_OK, live = 0;
+    for (int i = 0; i < c->n_seq_cap && !rc; i++) {
+        const kv_seq *s = &c->seq[i];
+        if (!s->live) continue;
+        live++;
+        if (s->n_tokens < 0 || s->n_tokens > c->n_ctx || s->n_clean > s->n_tokens || s->n_blk < (s->n_tokens + BS - 1) / BS ||
+            s->n_blk > c->max_blk)
+            rc = kv_error_set(err, KV_ERR_INVALID, "check: sequence %d has n_tokens %d, n_clean %d, %d blocks", i,
+                              s->n_tokens, s->n_clean, s->n_blk);
+        for (int bi = 0; bi < s->n_blk && !rc; bi++) {
+            int b = s->blocks[bi];
+            if (b < 0 || b >= c->n_alloc) rc = kv_error_set(err, KV_ERR_INVALID, "check: sequence %d block %d is %d", i, bi, b);
+            else refs[b]++;
+        }
+        /* clean full blocks carry the chained hash of their tokens */
+        uint64_t h = KV_HASH_ROOT;
+        for (int bi = 0; (bi + 1) * BS <= s->n_clean && !rc; bi++) {
+            h = kv_hash_block(h, s->tokens + bi * BS, BS);
+            const kv_block *k = &c->blk[s->blocks[bi]];
+            if (!k->has_hash || k->hash != h)
+                rc = kv_error_set(err, KV_ERR_INVALID, "check: sequence %d block %d: hash %s", i, bi,
+                                  k->has_hash ? "differs from its tokens' chain" : "missing");
+        }
+    }
+    int used = 0, shared = 0, cached = 0, nfree = 0;
+    for (int b = 0; b < c->n_blocks && !rc; b++) {
+        const kv_block *k = &c->blk[b];
+        if (k->ref != refs[b])
+            rc = kv_error_set(err, KV_ERR_INVALID, "check: block %d has refcount %d but %d table entries", b, k->ref, refs[b]);
+        used += k->ref > 0;
+        shared += k->ref > 1;
+        cached += k->ref == 0 && k->in_table;
+        if (k->in_table && table_find(c, k->hash, k->parent, k->tokens) < 0)
+            rc = kv_error_set(err, KV_ERR_INVALID, "check: block %d is marked hashed but not found", b);
+    }
+    for (int b = c->free_head; b >= 0 && !rc; b = c->blk[b].next) {
+        nfree++;
+        if (c->blk[b].ref || c->blk[b].in_table || nfree > c->n_blocks)
+            rc = kv_error_set(err, KV_ERR_INVALID, "check: free list holds block %d (ref %d)", b, c->blk[b].ref);
+    }
+    int n_lru = 0;
+    for (int b = c->lru_head; b >= 0 && !rc; b = c->blk[b].next)
+        if (++n_lru > c->n_blocks || c->blk[b].ref || !c->blk[b].in_table)
+            rc = kv_error_set(err, KV_ERR_INVALID, "check: LRU list holds block %d (ref %d)", b, c->blk[b].ref);
+    if (!rc && (used != c->n_used || shared != c->n_shared || cached != c->n_cached || n_lru != cached ||
+                live != c->n_live || used + cached + nfree != c->n_alloc))
+        rc = kv_error_set(err, KV_ERR_INVALID,
+                          "check: counted used %d shared %d cached %d (LRU %d) free %d live %d; counters say %d %d %d, "
+                          "%d allocated, %d live",
+                          used, shared, cached, n_lru, nfree, live, c->n_used, c->n_shared, c->n_cached, c->n_alloc,
+                          c->n_live);
+    free(refs);
+    return rc;
+}

@@ -1,0 +1,142 @@
+/* threadpool: persistent workers, spin-then-sleep wake-up, one parallel-for job at a time. */
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+#define SPIN_ITERS 20000
+
+struct tpool {
+    int n_threads;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint generation;   /* bumped for every job */
+    atomic_int pending;       /* workers still running the current job */
+    atomic_int stop;
+    atomic_int sleepers;
+    tpool_fn fn;
+    void *arg;
+};
+
+typedef struct worker_arg {
+    tpool *p;
+    int ith;
+} worker_arg;
+
+static void *worker_main(void *vp)
+{
+    worker_arg *wa = vp;
+    tpool *p = wa->p;
+    int ith = wa->ith;
+    free(wa);
+    /* Jobs are numbered from 1: a job posted before this thread got here is still seen. */
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
+               !atomic_load(&p->stop) && spins < SPIN_ITERS) {
+            if (spins % 1024 == 1023) sched_yield();
+            else cpu_relax();
+            spins++;
+        }
+        if (g == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = g;
+        p->fn(p->arg, ith, p->n_threads);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+}
+
+tpool *tpool_create(int n_threads)
+{
+    if (n_threads < 1) return NULL;
+    tpool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa || pthread_create(&p->threads[i], NULL, worker_main, (wa->p = p, wa->ith = i, wa)) != 0) {
+            free(wa);
+            p->n_threads = i; /* only the started ones are joined */
+            tpool_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void tpool_free(tpool *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->threads);
+    free(p);
+}
+
+int tpool_size(const tpool *p)
+{
+    return p ? p->n_threads : 1;
+}
+
+void tpool_run(tpool *p, tpool_fn fn, void *arg)
+{
+    if (!p || p->n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store(&p->pending, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with the sleepers check */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(arg, 0, p->n_threads);
+    /* Spin briefly (workers finish within microseconds when they have cores), then yield so
+     * an oversubscribed machine (more threads than free cores) does not burn whole time
+     * slices waiting for a preempted worker. */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
+}
+
+void tpool_split(long n, int ith, int nth, long *lo, long *hi)
+{
+    long base = n / nth, rem = n % nth;
+    *lo = ith * base + (ith < rem ? ith : rem);
+    *hi = *lo + base + (ith < rem ? 1 : 0);
+}

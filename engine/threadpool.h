@@ -1,0 +1,25 @@
+/* threadpool: a persistent pool of worker threads that run one parallel-for at a time. */
+#ifndef KV_THREADPOOL_H
+#define KV_THREADPOOL_H
+
+typedef struct tpool tpool;
+
+/* fn is called once on each of the nth threads with ith = 0..nth-1 (the caller is ith 0). */
+typedef void (*tpool_fn)(void *arg, int ith, int nth);
+
+/* Create a pool of n_threads in total (the calling thread counts as one, so n_threads - 1
+ * workers are started). Workers spin briefly after each job and then sleep on a condition
+ * variable, so a decode loop never creates threads and an idle pool costs no CPU.
+ * Returns NULL when n_threads < 1 or thread creation fails. */
+tpool *tpool_create(int n_threads);
+void tpool_free(tpool *p);
+int tpool_size(const tpool *p);
+
+/* Run fn on every thread of the pool and return when all have finished. Not reentrant:
+ * one job at a time, from one caller thread. A NULL pool runs fn(arg, 0, 1) inline. */
+void tpool_run(tpool *p, tpool_fn fn, void *arg);
+
+/* Split [0, n) into nth near-equal contiguous parts; part ith is [*lo, *hi). */
+void tpool_split(long n, int ith, int nth, long *lo, long *hi);
+
+#endif

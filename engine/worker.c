@@ -1,0 +1,502 @@
+/* worker: the generator thread — owns the engine while a request runs, streams text and live stats through an event queue, honours cancel and live sampling parameters. */
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct worker {
+    engine *e;
+    sampler *s;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int wake_rd, wake_wr;
+
+    /* --- under mu ---------------------------------------------------------------------- */
+    int quit;
+    int has_job;          /* a request waits for the thread */
+    int busy;             /* from submit until DONE is taken by worker_next_event */
+    worker_request job;   /* job.seg points into job_seg / job_text */
+    worker_segment *job_seg;
+    char *job_text;
+    sampler_params params;
+    int signaled;         /* a byte sits in the wake-up pipe */
+    char *text;           /* text produced since the last drain */
+    size_t text_len, text_cap;
+    int stats_dirty;
+    worker_stats stats;
+    int done_pending;
+    worker_event done;
+    char *ui_text;        /* buffer handed to the UI by the last TEXT event */
+    size_t ui_text_cap;
+
+    /* --- atomics (read without mu on the hot path) -------------------------------------- */
+    atomic_int cancel;
+    atomic_int params_dirty;
+    atomic_int limit;      /* live n_predict (< 0: none) */
+
+    /* --- worker thread only ------------------------------------------------------------- */
+    double t0, t_first, t_last;
+    int n_prompt;
+    int n_gen;
+    int limit_hit;         /* the live token limit stopped the request */
+    int32_t last_tok;      /* token of the last on_text call … */
+    int last_tok_n;        /* … and its index (1-based) among the generated tokens */
+    int32_t *conv;         /* the conversation: last prompt + generated tokens (for append) */
+    size_t n_conv, cap_conv;
+    int space_prefix;      /* the tokenizer prefixes text with a space (SentencePiece) */
+    double itl_sum;
+    worker_stats live;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Under mu: make worker_fd readable. */
+static void wake_locked(worker *w)
+{
+    if (w->signaled) return;
+    char b = 1;
+    ssize_t r;
+    do r = write(w->wake_wr, &b, 1);
+    while (r < 0 && errno == EINTR);
+    w->signaled = 1;
+}
+
+/* Worker thread: apply parameters the UI posted since the last token. */
+static void apply_params(worker *w)
+{
+    if (!atomic_exchange(&w->params_dirty, 0)) return;
+    pthread_mutex_lock(&w->mu);
+    sampler_params p = w->params;
+    pthread_mutex_unlock(&w->mu);
+    sampler_set_params(w->s, &p);
+}
+
+/* Worker thread: refresh the live stats from the cache and the clock, and post them. */
+static void post_live(worker *w, const char *text, size_t len)
+{
+    double t = now_ms();
+    kv_cache_stats kv;
+    kv_cache_get_stats(engine_kv(w->e), &kv);
+    worker_stats *L = &w->live;
+    L->kv = kv;
+    L->elapsed_ms = t - w->t0;
+    if (kv.n_tokens >= w->n_prompt) {
+        /* The token sampled last is not in the cache yet: n_generated = cached - prompt + 1. */
+        int n = kv.n_tokens - w->n_prompt + 1;
+        if (L->phase != WORKER_DECODE) {
+            L->phase = WORKER_DECODE;
+            w->t_first = w->t_last = t;
+            L->gen.ttft_ms = t - w->t0;
+            L->gen.prefill_ms = L->gen.ttft_ms;
+            L->gen.prefill_tps = L->gen.prefill_ms > 0 ? L->gen.n_prefilled / (L->gen.prefill_ms / 1e3) : 0;
+            w->n_gen = n;
+        } else if (n > w->n_gen) {
+            double gap = (t - w->t_last) / (n - w->n_gen);
+            w->itl_sum += t - w->t_last;
+            if (gap > L->gen.itl_ms_max) L->gen.itl_ms_max = gap;
+            w->t_last = t;
+            w->n_gen = n;
+        }
+        L->gen.n_generated = n;
+        int lim = atomic_load(&w->limit);
+        if (lim >= 0 && n >= lim) w->limit_hit = 1;
+        if (n > 1) {
+            L->gen.decode_ms = w->t_last - w->t_first;
+            L->gen.decode_tps = L->gen.decode_ms > 0 ? (n - 1) / (L->gen.decode_ms / 1e3) : 0;
+            L->gen.itl_ms_mean = w->itl_sum / (n - 1);
+        }
+    }
+    pthread_mutex_lock(&w->mu);
+    if (len) {
+        if (w->text_len + len > w->text_cap) {
+            size_t nc = w->text_cap ? w->text_cap : 4096;
+            while (nc < w->text_len + len) nc *= 2;
+            char *nb = realloc(w->text, nc);
+            if (nb) {
+                w->text = nb;
+                w->text_cap = nc;
+            }
+        }
+        if (w->text_len + len <= w->text_cap) { /* else dropped: out of memory */
+            memcpy(w->text + w->text_len, text, len);
+            w->text_len += len;
+        }
+    }
+    w->stats = *L;
+    w->stats_dirty = 1;
+    wake_locked(w);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int cb_on_text(void *ud, const char *text, size_t len, int32_t token)
+{
+    worker *w = ud;
+    if (token >= 0) {
+        w->last_tok = token;
+        w->last_tok_n = kv_cache_n_tokens(engine_kv(w->e)) - w->n_prompt + 1;
+    }
+    post_live(w, text, len);
+    return atomic_load(&w->cancel) || w->limit_hit;
+}
+
+static int cb_should_stop(void *ud)
+{
+    worker *w = ud;
+    if (atomic_load(&w->cancel)) return 1;
+    apply_params(w);
+    post_live(w, NULL, 0);
+    return w->limit_hit;
+}
+
+/* Worker thread: post the DONE event of a request. */
+static void post_done(worker *w, int finish, int status, const kv_error *err, const gen_stats *final)
+{
+    worker_event d;
+    memset(&d, 0, sizeof d);
+    d.kind = WORKER_EV_DONE;
+    d.finish = finish;
+    d.status = status;
+    if (status && err) d.err = *err;
+    d.stats = w->live;
+    d.stats.phase = WORKER_IDLE;
+    if (final) d.stats.gen = *final;
+    kv_cache_get_stats(engine_kv(w->e), &d.stats.kv);
+    d.stats.elapsed_ms = now_ms() - w->t0;
+    d.seed = sampler_seed(w->s);
+    pthread_mutex_lock(&w->mu);
+    w->done = d;
+    w->done_pending = 1;
+    w->stats = d.stats;
+    w->stats_dirty = 0;
+    wake_locked(w);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Worker thread: tokenize the segments into one prompt (after the conversation for append). */
+static int tokenize_job(worker *w, const worker_request *r, int32_t **out, size_t *n_out, kv_error *err)
+{
+    int32_t *all = NULL;
+    size_t n = 0;
+    int append = r->append && w->n_conv > 0;
+    if (append) {
+        if (!(all = malloc((w->n_conv + 1) * sizeof *all)))
+            return kv_error_set(err, KV_ERR_NOMEM, "out of memory tokenizing the prompt");
+        memcpy(all, w->conv, w->n_conv * sizeof *all);
+        n = w->n_conv;
+    }
+    for (size_t i = 0; i < r->n_seg; i++) {
+        const worker_segment *sg = &r->seg[i];
+        int no_bos = r->no_bos || i > 0 || append;
+        const char *text = sg->text;
+        size_t len = sg->len;
+        if (append && i == 0 && w->space_prefix && len && text[0] == ' ') text++, len--;
+        if (len == 0 && no_bos) continue;
+        int32_t *t = NULL;
+        size_t k = 0;
+        int rc = engine_tokenize(w->e, text, len, no_bos, sg->parse_special, &t, &k, err);
+        if (rc) {
+            free(all);
+            return rc;
+        }
+        int32_t *na = realloc(all, (n + k + 1) * sizeof *na);
+        if (!na) {
+            free(t);
+            free(all);
+            return kv_error_set(err, KV_ERR_NOMEM, "out of memory tokenizing the prompt");
+        }
+        all = na;
+        memcpy(all + n, t, k * sizeof *t);
+        n += k;
+        free(t);
+    }
+    *out = all;
+    *n_out = n;
+    return KV_OK;
+}
+
+/* Worker thread: the conversation is now the prompt, the generated tokens the cache holds,
+ * and the last one sampled when it was emitted (it is not in the cache yet; an end of
+ * generation token never is). */
+static void remember_conversation(worker *w, const int32_t *prompt, size_t n, int n_generated)
+{
+    int nh = 0;
+    const int32_t *hist = engine_history(w->e, &nh);
+    size_t extra = nh > (int)n ? (size_t)nh - n : 0;
+    size_t need = n + extra + 1;
+    if (need > w->cap_conv) {
+        int32_t *nc = realloc(w->conv, need * sizeof *nc);
+        if (!nc) {
+            w->n_conv = 0; /* the next append falls back to the segments alone */
+            return;
+        }
+        w->conv = nc;
+        w->cap_conv = need;
+    }
+    memcpy(w->conv, prompt, n * sizeof *prompt);
+    if (extra) memcpy(w->conv + n, hist + n, extra * sizeof *hist);
+    w->n_conv = n + extra;
+    if (n_generated > 0 && w->last_tok_n == n_generated) w->conv[w->n_conv++] = w->last_tok;
+}
+
+static void run_job(worker *w, const worker_request *r)
+{
+    kv_error err = {0};
+    w->t0 = now_ms();
+    memset(&w->live, 0, sizeof w->live);
+    w->n_gen = 0;
+    w->limit_hit = 0;
+    w->itl_sum = 0;
+    w->n_prompt = 0;
+    apply_params(w);
+    if (r->reset_cache) {
+        engine_reset(w->e);
+        w->n_conv = 0;
+    }
+    if (r->n_seg == 0 && !(r->append && w->n_conv > 0)) { /* only a reset */
+        post_done(w, GEN_FINISH_NONE, KV_OK, NULL, NULL);
+        return;
+    }
+    w->live.phase = WORKER_TOKENIZE;
+    int32_t *toks = NULL;
+    size_t n = 0;
+    int rc = tokenize_job(w, r, &toks, &n, &err);
+    if (rc) {
+        post_done(w, GEN_FINISH_ERROR, rc, &err, NULL);
+        return;
+    }
+    if (atomic_load(&w->cancel)) {
+        free(toks);
+        post_done(w, GEN_FINISH_CANCELLED, KV_OK, NULL, NULL);
+        return;
+    }
+    /* The engine reuses the longest cached prefix (at least one token is always fed): the
+     * same rule here tells the UI "reused vs prefilled" before the first token. */
+    int n_hist = 0;
+    const int32_t *hist = engine_history(w->e, &n_hist);
+    int common = 0;
+    while (common < n_hist && (size_t)common + 1 < n && hist[common] == toks[common]) common++;
+    w->n_prompt = (int)n;
+    w->live.phase = WORKER_PREFILL;
+    w->live.gen.n_prompt = (int)n;
+    w->live.gen.n_reused = common;
+    w->live.gen.n_prefilled = (int)n - common;
+    post_live(w, NULL, 0);
+
+    sampler_reset(w->s);
+    gen_callbacks cb = {.on_text = cb_on_text, .should_stop = cb_should_stop, .ud = w};
+    gen_stats st;
+    int finish = GEN_FINISH_NONE;
+    /* The token limit is enforced here (it may change mid-reply): the engine stops at the
+     * same token as it would with n_predict, reporting a cancel we turn back into LENGTH. */
+    w->last_tok_n = 0;
+    rc = engine_generate(w->e, toks, n, -1, w->s, &cb, &st, &finish, &err);
+    remember_conversation(w, toks, n, st.n_generated);
+    free(toks);
+    if (!rc && finish == GEN_FINISH_CANCELLED && w->limit_hit && !atomic_load(&w->cancel)) finish = GEN_FINISH_LENGTH;
+    if (rc) post_done(w, GEN_FINISH_ERROR, rc, &err, &st);
+    else post_done(w, finish, KV_OK, NULL, &st);
+}
+
+static void *thread_main(void *arg)
+{
+    worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && !w->has_job) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit) break;
+        worker_request r = w->job;
+        w->has_job = 0;
+        pthread_mutex_unlock(&w->mu);
+        run_job(w, &r);
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+int worker_create(engine *e, sampler *s, worker **out, kv_error *err)
+{
+    *out = NULL;
+    worker *w = calloc(1, sizeof *w);
+    if (!w) return kv_error_set(err, KV_ERR_NOMEM, "out of memory creating the generator thread");
+    w->e = e;
+    w->s = s;
+    w->wake_rd = w->wake_wr = -1;
+    w->params = *sampler_get_params(s);
+    atomic_init(&w->cancel, 0);
+    atomic_init(&w->params_dirty, 0);
+    atomic_init(&w->limit, -1);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC)) {
+        int e2 = errno;
+        worker_destroy(w);
+        return kv_error_set(err, KV_ERR_IO, "generator thread: cannot create its wake-up pipe: %s", strerror(e2));
+    }
+    w->wake_rd = fds[0];
+    w->wake_wr = fds[1];
+    /* Does the tokenizer put a space in front of a text (SentencePiece's add_space_prefix)? */
+    int32_t *t = NULL;
+    size_t nt = 0;
+    kv_error ignored = {0};
+    if (engine_tokenize(e, "a", 1, 1, 0, &t, &nt, &ignored) == KV_OK && nt > 0) {
+        char piece[64];
+        size_t pl = tokenizer_token_to_piece(engine_tokenizer(e), t[0], 0, piece, sizeof piece);
+        w->space_prefix = pl > 0 && pl <= sizeof piece && piece[0] == ' ';
+    }
+    free(t);
+    /* Signals go to the UI thread, whose handlers restore the terminal. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGABRT);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&w->thread, NULL, thread_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        worker_destroy(w);
+        return kv_error_set(err, KV_ERR_IO, "cannot start the generator thread: %s", strerror(rc));
+    }
+    w->thread_started = 1;
+    *out = w;
+    return KV_OK;
+}
+
+void worker_destroy(worker *w)
+{
+    if (!w) return;
+    if (w->thread_started) {
+        pthread_mutex_lock(&w->mu);
+        w->quit = 1;
+        atomic_store(&w->cancel, 1);
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    if (w->wake_rd >= 0) close(w->wake_rd);
+    if (w->wake_wr >= 0) close(w->wake_wr);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->job_seg);
+    free(w->job_text);
+    free(w->text);
+    free(w->ui_text);
+    free(w->conv);
+    free(w);
+}
+
+int worker_fd(const worker *w) { return w->wake_rd; }
+
+int worker_busy(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int b = w->busy;
+    pthread_mutex_unlock(&w->mu);
+    return b;
+}
+
+int worker_submit(worker *w, const worker_request *r, kv_error *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < r->n_seg; i++) total += r->seg[i].len;
+    pthread_mutex_lock(&w->mu);
+    if (w->busy) {
+        pthread_mutex_unlock(&w->mu);
+        return kv_error_set(err, KV_ERR_INVALID, "a reply is still being generated");
+    }
+    worker_segment *seg = malloc((r->n_seg ? r->n_seg : 1) * sizeof *seg);
+    char *text = malloc(total ? total : 1);
+    if (!seg || !text) {
+        pthread_mutex_unlock(&w->mu);
+        free(seg);
+        free(text);
+        return kv_error_set(err, KV_ERR_NOMEM, "out of memory queueing a request");
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < r->n_seg; i++) {
+        if (r->seg[i].len) memcpy(text + o, r->seg[i].text, r->seg[i].len);
+        seg[i] = (worker_segment){text + o, r->seg[i].len, r->seg[i].parse_special};
+        o += r->seg[i].len;
+    }
+    free(w->job_seg);
+    free(w->job_text);
+    w->job_seg = seg;
+    w->job_text = text;
+    w->job = *r;
+    w->job.seg = seg;
+    w->has_job = 1;
+    w->busy = 1;
+    atomic_store(&w->cancel, 0);
+    atomic_store(&w->limit, r->n_predict);
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return KV_OK;
+}
+
+void worker_cancel(worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->busy) atomic_store(&w->cancel, 1);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void worker_set_n_predict(worker *w, int n_predict) { atomic_store(&w->limit, n_predict); }
+
+void worker_set_params(worker *w, const sampler_params *p)
+{
+    pthread_mutex_lock(&w->mu);
+    w->params = *p;
+    atomic_store(&w->params_dirty, 1);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int worker_next_event(worker *w, worker_event *ev)
+{
+    memset(ev, 0, sizeof *ev);
+    pthread_mutex_lock(&w->mu);
+    if (w->text_len) {
+        /* Hand the filled buffer to the caller and keep the other one for the worker. */
+        char *t = w->ui_text;
+        size_t tc = w->ui_text_cap;
+        w->ui_text = w->text;
+        w->ui_text_cap = w->text_cap;
+        ev->kind = WORKER_EV_TEXT;
+        ev->text = w->ui_text;
+        ev->len = w->text_len;
+        w->text = t;
+        w->text_cap = tc;
+        w->text_len = 0;
+    } else if (w->stats_dirty) {
+        ev->kind = WORKER_EV_STATS;
+        ev->stats = w->stats;
+        w->stats_dirty = 0;
+    } else if (w->done_pending) {
+        *ev = w->done;
+        w->done_pending = 0;
+        w->busy = 0;
+    } else {
+        char buf[64];
+        while (read(w->wake_rd, buf, sizeof buf) > 0) {}
+        w->signaled = 0;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return ev->kind != WORKER_EV_NONE;
+}

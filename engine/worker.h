@@ -1,0 +1,115 @@
+/* worker: the generator thread — owns the engine while a request runs, streams text and live stats through an event queue, honours cancel and live sampling parameters. */
+#ifndef KV_WORKER_H
+#define KV_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "generate.h"
+#include "kv_cache.h"
+#include "kv_error.h"
+#include "sampler.h"
+
+/*
+ * DESIGN.md "The two threads": the UI thread never calls the model. It hands a request to
+ * the worker (worker_submit), poll()s worker_fd() next to the terminal, and drains events
+ * with worker_next_event(). The worker thread tokenizes, prefills and decodes; between
+ * prefill chunks and between decode steps it checks the cancel flag and applies sampling
+ * parameters posted with worker_set_params (so a slider moved mid-reply acts on the next
+ * token). Events are coalesced: all text produced since the last drain comes as one TEXT
+ * event, only the newest stats snapshot is kept, and DONE comes after the last text.
+ * No curses, no I/O other than the wake-up descriptor.
+ */
+
+/* A piece of prompt text. Scaffolding of a chat template is tokenized with parse_special = 1
+ * (its control tokens become tokens); message contents with 0, so text a user or a model
+ * wrote never becomes a control token. */
+typedef struct worker_segment {
+    const char *text;
+    size_t len;
+    int parse_special;
+} worker_segment;
+
+typedef struct worker_request {
+    const worker_segment *seg; /* copied by worker_submit */
+    size_t n_seg;              /* 0 (without append): only reset_cache, no generation */
+    int no_bos;                /* do not add the model's BOS before the first segment */
+    int n_predict;             /* tokens to generate, < 0 until end of text or a full context
+                                  (live: see worker_set_n_predict) */
+    int reset_cache;           /* engine_reset first (a new conversation) */
+    int append;                /* the prompt is the conversation so far — the previous request's
+                                  prompt and every token it generated, exactly as generated —
+                                  followed by the segments (no BOS; with a SentencePiece space
+                                  prefix, one leading space of the first segment is dropped as
+                                  the prefix stands for it). So a new message prefills only its
+                                  own tokens, never re-tokenized history. Without append the
+                                  segments are the whole prompt and the engine reuses the longest
+                                  cached prefix. */
+} worker_request;
+
+enum worker_phase { WORKER_IDLE = 0, WORKER_TOKENIZE, WORKER_PREFILL, WORKER_DECODE };
+
+/* What the UI shows while a request runs. During the request gen holds live estimates
+ * (n_generated, ttft_ms, prefill_tps, decode_tps over the tokens so far, itl_ms_mean/max);
+ * the DONE event carries the engine's final gen_stats. kv is the engine's real cache. */
+typedef struct worker_stats {
+    int phase;        /* enum worker_phase */
+    gen_stats gen;
+    kv_cache_stats kv;
+    double elapsed_ms; /* since the request started */
+} worker_stats;
+
+enum worker_event_kind { WORKER_EV_NONE = 0, WORKER_EV_TEXT, WORKER_EV_STATS, WORKER_EV_DONE };
+
+typedef struct worker_event {
+    int kind;              /* enum worker_event_kind */
+    const char *text;      /* TEXT: complete UTF-8 as the model produced it (may hold control
+                              bytes: display it sanitized); valid until the next call */
+    size_t len;
+    worker_stats stats;    /* STATS and DONE */
+    int finish;            /* DONE: enum gen_finish; GEN_FINISH_NONE after a reset-only request */
+    int status;            /* DONE: KV_OK, or the error of the request (err says what) */
+    kv_error err;
+    uint64_t seed;         /* DONE: the sampler's seed in use (to replay the reply) */
+} worker_event;
+
+typedef struct worker worker;
+
+/* Start the generator thread for engine e and sampler s (both stay owned by the caller and
+ * must not be used by any other thread while the worker lives). Returns KV_OK, or
+ * KV_ERR_NOMEM / KV_ERR_IO (pipe or thread creation failed) with err filled. */
+int worker_create(engine *e, sampler *s, worker **out, kv_error *err);
+
+/* Cancel any running request, stop and join the thread, free everything. NULL is a no-op. */
+void worker_destroy(worker *w);
+
+/* Descriptor that becomes readable when events are pending (for poll()). worker_next_event
+ * clears it once the queue is empty. */
+int worker_fd(const worker *w);
+
+/* Queue a request (segments are copied). KV_ERR_INVALID if the worker is busy: a request is
+ * running, or its DONE event has not been taken by worker_next_event yet. */
+int worker_submit(worker *w, const worker_request *r, kv_error *err);
+
+/* 1 from worker_submit until worker_next_event has returned the request's DONE event. */
+int worker_busy(worker *w);
+
+/* Ask the running request to stop: honoured between decode steps and between prefill chunks
+ * (the DONE event then says GEN_FINISH_CANCELLED). No-op when idle. */
+void worker_cancel(worker *w);
+
+/* Post new sampling parameters (validated by the caller: sampler_params_validate). They are
+ * applied with sampler_set_params before the next token of a running request, and at the
+ * start of every request. */
+void worker_set_params(worker *w, const sampler_params *p);
+
+/* Change the token limit (< 0: none) of the running request, effective at its next token;
+ * a limit at or below the tokens generated so far stops it (finish GEN_FINISH_LENGTH). The
+ * next worker_submit sets it from its request. */
+void worker_set_n_predict(worker *w, int n_predict);
+
+/* Take the next pending event without blocking: returns 1 and fills *ev, or 0 when the queue
+ * is empty (and the wake-up descriptor has been cleared). */
+int worker_next_event(worker *w, worker_event *ev);
+
+#endif

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# End-to-end tests: drive the real kvchat binary the way a user does and check its output.
+# Env: KVCHAT_BIN (./kvchat), KVCHAT_SHARED (../shared). Prints "N passed, N failed".
+set -u
+BIN=${KVCHAT_BIN:-./kvchat}
+SHARED=${KVCHAT_SHARED:-../shared}
+MODEL=$SHARED/models/stories260K.gguf
+here=$(cd "$(dirname "$0")" && pwd)
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); echo "ok   - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; [ $# -gt 1 ] && echo "       $2"; }
+
+for t in "$here"/t_*.sh; do
+    # shellcheck source=/dev/null
+    . "$t"
+done
+
+echo "e2e: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,109 @@
+/* controls: the sampling sliders panel (F2) — temperature, top-p, top-k, min-p, repeat penalty, max tokens. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ui_internal.h"
+
+void controls_init(ui *u, int n_ctx)
+{
+    slider *s = u->sliders;
+    s[UI_SL_TEMP] = (slider){"temperature", 0, 2, 0.05, 0.8, 2, 0, "greedy"};
+    s[UI_SL_TOP_P] = (slider){"top-p", 0, 1, 0.01, 0.95, 2, 1, "off"};
+    s[UI_SL_TOP_K] = (slider){"top-k", 0, 200, 1, 40, 0, 0, "off"};
+    s[UI_SL_MIN_P] = (slider){"min-p", 0, 1, 0.01, 0.05, 2, 0, "off"};
+    s[UI_SL_REPEAT] = (slider){"repeat penalty", 1, 2, 0.05, 1, 2, 1, "off"};
+    s[UI_SL_MAX_TOKENS] = (slider){"max tokens", 0, n_ctx > 16 ? n_ctx : 4096, 16, 0, 0, 0, "∞"};
+}
+
+void controls_format(const slider *s, char *buf, size_t cap)
+{
+    if (s->off_label && fabs(s->value - s->off_value) < 1e-9) {
+        snprintf(buf, cap, "%s", s->off_label);
+    } else if (s->decimals) {
+        snprintf(buf, cap, "%.*f", s->decimals, s->value);
+    } else {
+        snprintf(buf, cap, "%.0f", s->value);
+    }
+}
+
+void controls_adjust(ui *u, int steps, int to_end)
+{
+    slider *s = &u->sliders[u->sel_slider];
+    double v;
+    if (to_end < 0) v = s->min;
+    else if (to_end > 0) v = s->max;
+    else {
+        /* snap to the grid, then move: an off-grid value from the command line (0.8 + 0.03)
+         * goes to its neighbour on the grid in the direction asked */
+        double k = (s->value - s->min) / s->step;
+        double base = steps > 0 ? floor(k + 1e-6) : ceil(k - 1e-6);
+        v = s->min + (base + steps) * s->step;
+    }
+    if (v < s->min) v = s->min;
+    if (v > s->max) v = s->max;
+    if (s->decimals) {
+        double sc = pow(10, s->decimals);
+        v = round(v * sc) / sc;
+    } else {
+        v = round(v);
+    }
+    if (v == s->value) return;
+    s->value = v;
+    ui_mark_dirty(u);
+    if (u->cb.slider) u->cb.slider(u->cb.ud, u->sel_slider, v);
+}
+
+void ui_set_slider(ui *u, int id, double value)
+{
+    if (id < 0 || id >= UI_SL_COUNT) return;
+    u->sliders[id].value = value;
+    ui_mark_dirty(u);
+}
+
+/* A bar of w cells filled to fraction f, with a knob at the value. */
+static void draw_bar(ui *u, int y, int x, int w, double f, int focused)
+{
+    if (w < 3) return;
+    if (f < 0) f = 0;
+    if (f > 1) f = 1;
+    int knob = (int)lround(f * (w - 1));
+    attr_t fill = u->attr[UI_EL_SLIDER], track = u->attr[UI_EL_SLIDER_TRACK];
+    if (knob > 0) ui_fill(u, y, x, knob, ui_glyph(u, "━", "="), fill);
+    ui_puts(u, y, x + knob, 1, ui_glyph(u, "●", "O"), fill | (focused ? A_BOLD : 0));
+    if (w - knob - 1 > 0) ui_fill(u, y, x + knob + 1, w - knob - 1, ui_glyph(u, "─", "-"), track);
+}
+
+void controls_draw(ui *u, int y, int x, int h, int w)
+{
+    if (h <= 0 || w < 10) return;
+    int focused = u->focus == FOCUS_PANEL;
+    attr_t title = u->attr[UI_EL_TITLE];
+    char t[64];
+    snprintf(t, sizeof t, "%s", focused ? "Sampling  ←→ ↑↓" : "Sampling (F2)");
+    if (!u->unicode && focused) snprintf(t, sizeof t, "Sampling  <> ^v");
+    ui_puts(u, y, x + 1, w - 2, t, title | (focused ? A_UNDERLINE : 0));
+    int rows = h - 1;
+    /* Two rows per slider (label and value, bar) when they fit, else one (label, value). */
+    int two = rows >= 2 * UI_SL_COUNT;
+    int row = y + 1;
+    for (int i = 0; i < UI_SL_COUNT && row < y + h; i++) {
+        const slider *s = &u->sliders[i];
+        int sel = i == u->sel_slider;
+        attr_t la = sel && focused ? u->attr[UI_EL_SLIDER_FOCUS] : u->attr[UI_EL_TEXT];
+        char val[32];
+        controls_format(s, val, sizeof val);
+        int vw = ui_text_width(val, strlen(val));
+        /* label row: "› temperature      0.80" */
+        if (sel && focused) ui_fill(u, row, x + 1, w - 2, " ", la);
+        ui_puts(u, row, x + 1, 2, sel ? ui_glyph(u, "›", ">") : " ", la);
+        ui_puts(u, row, x + 3, w - 5 - vw, s->label, la);
+        ui_puts(u, row, x + w - 1 - vw, vw, val, la | A_BOLD);
+        row++;
+        if (two && row < y + h) {
+            double f = (s->value - s->min) / (s->max - s->min);
+            draw_bar(u, row, x + 3, w - 4, f, sel && focused);
+            row++;
+        }
+    }
+}

@@ -1,0 +1,56 @@
+/* help: the F1 overlay — a centred, scrollable box listing every key binding and slash command. */
+#include <string.h>
+
+#include "ui_internal.h"
+
+void help_draw(ui *u)
+{
+    const char *text = u->help_text ? u->help_text : "";
+    int n_lines = 1;
+    for (const char *p = text; *p; p++) n_lines += *p == '\n';
+    int W = COLS, H = LINES;
+    int bw = W - 4 < 78 ? W - 4 : 78;
+    int bh = H - 2 < n_lines + 2 ? H - 2 : n_lines + 2;
+    if (bw < 20 || bh < 4) return;
+    int x0 = (W - bw) / 2, y0 = (H - bh) / 2;
+    attr_t a = u->attr[UI_EL_HELP], k = u->attr[UI_EL_HELP_KEY], b = u->attr[UI_EL_BORDER];
+    (void)b;
+    for (int y = 0; y < bh; y++) ui_fill(u, y0 + y, x0, bw, " ", a);
+    /* frame */
+    ui_fill(u, y0, x0, bw, ui_glyph(u, "─", "-"), a);
+    ui_fill(u, y0 + bh - 1, x0, bw, ui_glyph(u, "─", "-"), a);
+    for (int y = 1; y < bh - 1; y++) {
+        ui_puts(u, y0 + y, x0, 1, ui_glyph(u, "│", "|"), a);
+        ui_puts(u, y0 + y, x0 + bw - 1, 1, ui_glyph(u, "│", "|"), a);
+    }
+    ui_puts(u, y0, x0, 1, ui_glyph(u, "┌", "+"), a);
+    ui_puts(u, y0, x0 + bw - 1, 1, ui_glyph(u, "┐", "+"), a);
+    ui_puts(u, y0 + bh - 1, x0, 1, ui_glyph(u, "└", "+"), a);
+    ui_puts(u, y0 + bh - 1, x0 + bw - 1, 1, ui_glyph(u, "┘", "+"), a);
+    ui_puts(u, y0, x0 + 2, bw - 4, " kvchat help ", k);
+    const char *foot = u->unicode ? " ↑↓ PgUp PgDn scroll · any other key closes " : " Up/Down scroll - any other key closes ";
+    int fw = ui_text_width(foot, strlen(foot));
+    ui_puts(u, y0 + bh - 1, x0 + bw - 2 - fw > x0 + 1 ? x0 + bw - 2 - fw : x0 + 1, bw - 3, foot, a);
+    int rows = bh - 2;
+    int max_scroll = n_lines - rows > 0 ? n_lines - rows : 0;
+    if (u->help_scroll > max_scroll) u->help_scroll = max_scroll;
+    const char *p = text;
+    for (int i = 0; i < u->help_scroll && p; i++) {
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    for (int r = 0; r < rows && p && *p; r++) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        const char *tab = memchr(p, '\t', len);
+        int y = y0 + 1 + r, x = x0 + 2, w = bw - 4;
+        if (tab) {
+            ui_put(u, y, x, w, p, (size_t)(tab - p), k);
+            int kw = 22 < w ? 22 : w;
+            ui_put(u, y, x + kw, w - kw, tab + 1, len - (size_t)(tab - p) - 1, a);
+        } else {
+            ui_put(u, y, x, w, p, len, len && p[0] != ' ' ? k : a);
+        }
+        p = e ? e + 1 : NULL;
+    }
+}

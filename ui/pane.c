@@ -1,0 +1,325 @@
+/* pane: the chat pane — messages, their wrap caches, scrollback anchored on a message, drawing only the visible lines. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ui_internal.h"
+
+/* Content width of a pane w cells wide (one cell of margin on each side). */
+static int content_width(int w) { return w > 3 ? w - 2 : 1; }
+
+static void ensure_wrapped(ui_msg *m, int cw)
+{
+    if (m->wrap_width == cw) return;
+    m->lines.n = 0;
+    if (ui_wrap(m->text ? m->text : "", m->len, 0, cw, UI_WRAP_WORD, &m->lines) == 0) m->wrap_width = cw;
+    else m->wrap_width = 0, m->lines.n = 0;
+}
+
+static int content_lines(const ui_msg *m)
+{
+    if (m->state == UI_MSG_WAITING && m->len == 0) return 0;
+    return (int)m->lines.n;
+}
+
+int pane_msg_lines(ui_msg *m, int w)
+{
+    ensure_wrapped(m, content_width(w));
+    return (m->label[0] ? 1 : 0) + content_lines(m) + (m->note[0] ? 1 : 0) + 1;
+}
+
+static attr_t text_attr(ui *u, const ui_msg *m)
+{
+    switch (m->role) {
+    case UI_ROLE_USER: return u->attr[UI_EL_USER_TEXT];
+    case UI_ROLE_ASSISTANT: return u->attr[UI_EL_ASSISTANT_TEXT];
+    case UI_ROLE_ERROR: return u->attr[UI_EL_ERROR];
+    default: return u->attr[UI_EL_NOTICE];
+    }
+}
+
+static void draw_line(ui *u, ui_msg *m, int k, int y, int x, int w)
+{
+    int cw = content_width(w);
+    if (m->label[0]) {
+        if (k == 0) {
+            attr_t a = u->attr[m->role == UI_ROLE_USER ? UI_EL_USER : UI_EL_ASSISTANT];
+            int n = ui_puts(u, y, x + 1, cw, m->label, a);
+            if (m->state == UI_MSG_WAITING && n + 3 < cw) {
+                static const char *const uni[] = {"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"};
+                static const char *const asc[] = {"|", "/", "-", "\\"};
+                const char *g = u->unicode ? uni[u->spinner % 10] : asc[u->spinner % 4];
+                ui_puts(u, y, x + 2 + n, 2, g, u->attr[UI_EL_SPINNER]);
+                ui_puts(u, y, x + 4 + n, cw - n - 3, "thinking…", u->attr[UI_EL_NOTICE]);
+            }
+            return;
+        }
+        k--;
+    }
+    int nc = content_lines(m);
+    if (k < nc) {
+        const ui_line *l = &m->lines.v[k];
+        int n = ui_put(u, y, x + 1, cw, m->text + l->start, l->end - l->start, text_attr(u, m));
+        if (m->state == UI_MSG_STREAMING && k == nc - 1 && n < cw)
+            ui_puts(u, y, x + 1 + n, 1, ui_glyph(u, "▌", "_"), u->attr[UI_EL_SPINNER]);
+        return;
+    }
+    k -= nc;
+    if (m->note[0] && k == 0)
+        ui_puts(u, y, x + 1, cw, m->note, u->attr[m->note_error ? UI_EL_ERROR : UI_EL_STOPPED]);
+}
+
+/* First visible (message, line) when pinned to the bottom of an h-line pane. */
+static void bottom_anchor(ui *u, int h, int w, size_t *mi, int *li)
+{
+    pane *p = &u->pane;
+    int total = 0;
+    for (size_t i = p->n; i-- > 0;) {
+        int nl = pane_msg_lines(p->msgs[i], w);
+        if (total + nl >= h) {
+            *mi = i;
+            *li = total + nl - h;
+            return;
+        }
+        total += nl;
+    }
+    *mi = 0;
+    *li = 0;
+}
+
+/* 1 if the lines from (mi, li) to the end fit in h rows. */
+static int fits_from(ui *u, size_t mi, int li, int h, int w)
+{
+    pane *p = &u->pane;
+    int total = -li;
+    for (size_t i = mi; i < p->n; i++) {
+        total += pane_msg_lines(p->msgs[i], w);
+        if (total > h) return 0;
+    }
+    return 1;
+}
+
+void pane_draw(ui *u, int y, int x, int h, int w)
+{
+    pane *p = &u->pane;
+    size_t mi;
+    int li;
+    if (p->follow) bottom_anchor(u, h, w, &mi, &li);
+    else {
+        mi = p->top_msg < p->n ? p->top_msg : (p->n ? p->n - 1 : 0);
+        li = p->top_line;
+    }
+    int row = 0;
+    for (size_t i = mi; i < p->n && row < h; i++) {
+        ui_msg *m = p->msgs[i];
+        int nl = pane_msg_lines(m, w);
+        if (li >= nl) li = nl - 1;
+        for (int k = li; k < nl && row < h; k++, row++) draw_line(u, m, k, y + row, x, w);
+        li = 0;
+    }
+}
+
+void pane_scroll(ui *u, int delta, int h, int w)
+{
+    pane *p = &u->pane;
+    if (!p->n || h <= 0) return;
+    size_t mi;
+    int li;
+    if (p->follow) {
+        if (delta > 0) return;
+        bottom_anchor(u, h, w, &mi, &li);
+    } else {
+        mi = p->top_msg < p->n ? p->top_msg : p->n - 1;
+        li = p->top_line;
+    }
+    if (delta < 0) {
+        li += delta;
+        while (li < 0 && mi > 0) {
+            mi--;
+            li += pane_msg_lines(p->msgs[mi], w);
+        }
+        if (li < 0) li = 0;
+    } else {
+        li += delta;
+        while (mi < p->n && li >= pane_msg_lines(p->msgs[mi], w)) {
+            li -= pane_msg_lines(p->msgs[mi], w);
+            mi++;
+        }
+        if (mi >= p->n) {
+            pane_end(u);
+            return;
+        }
+    }
+    if (fits_from(u, mi, li, h, w)) {
+        pane_end(u);
+        return;
+    }
+    p->follow = 0;
+    p->top_msg = mi;
+    p->top_line = li;
+}
+
+void pane_home(ui *u)
+{
+    pane *p = &u->pane;
+    if (!p->n) return;
+    p->follow = 0;
+    p->top_msg = 0;
+    p->top_line = 0;
+    if (fits_from(u, 0, 0, u->pane_h, u->pane_w)) pane_end(u);
+}
+
+void pane_end(ui *u)
+{
+    u->pane.follow = 1;
+    u->pane.new_below = 0;
+}
+
+static void msg_free(ui_msg *m)
+{
+    if (!m) return;
+    free(m->text);
+    ui_lines_free(&m->lines);
+    free(m);
+}
+
+void pane_free(pane *p)
+{
+    for (size_t i = 0; i < p->n; i++) msg_free(p->msgs[i]);
+    free(p->msgs);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- public API ------------------------------------------------------------------------- */
+
+static int msg_reserve(ui_msg *m, size_t extra)
+{
+    if (m->len + extra <= m->cap) return 0;
+    size_t nc = m->cap ? m->cap : 64;
+    while (nc < m->len + extra) nc *= 2;
+    char *nt = realloc(m->text, nc);
+    if (!nt) return -1;
+    m->text = nt;
+    m->cap = nc;
+    return 0;
+}
+
+/* Append sanitized text; re-wraps only the last line (the lines before it cannot change). */
+static void msg_append(ui_msg *m, const char *text, size_t len)
+{
+    if (!len) return;
+    if (msg_reserve(m, 3 * len + 4)) return;
+    m->len += ui_sanitize(text, len, m->text + m->len, m->cap - m->len);
+    if (m->wrap_width > 0 && m->lines.n > 0) {
+        size_t from = m->lines.v[m->lines.n - 1].start;
+        m->lines.n--;
+        if (ui_wrap(m->text, m->len, from, m->wrap_width, UI_WRAP_WORD, &m->lines)) m->wrap_width = 0;
+    } else {
+        m->wrap_width = 0;
+    }
+}
+
+ui_msg *ui_msg_add(ui *u, int role, const char *label, const char *text, size_t len)
+{
+    pane *p = &u->pane;
+    if (p->n == p->cap) {
+        size_t nc = p->cap ? p->cap * 2 : 64;
+        ui_msg **nm = realloc(p->msgs, nc * sizeof *nm);
+        if (!nm) return NULL;
+        p->msgs = nm;
+        p->cap = nc;
+    }
+    ui_msg *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->role = role;
+    if (label) {
+        char tmp[sizeof m->label * 3];
+        size_t n = ui_sanitize(label, strnlen(label, sizeof m->label - 1), tmp, sizeof tmp);
+        /* keep whole characters only */
+        size_t k = 0;
+        while (k < n) {
+            uint32_t cp;
+            size_t c = ui_utf8_decode(tmp + k, n - k, &cp);
+            if (k + c >= sizeof m->label) break;
+            k += c;
+        }
+        memcpy(m->label, tmp, k);
+        m->label[k] = 0;
+    }
+    if (text && len) msg_append(m, text, len);
+    p->msgs[p->n++] = m;
+    if (!p->follow) p->new_below = 1;
+    ui_mark_dirty(u);
+    return m;
+}
+
+void ui_msg_append(ui *u, ui_msg *m, const char *text, size_t len)
+{
+    if (!m || !len) return;
+    msg_append(m, text, len);
+    if (!u->pane.follow) u->pane.new_below = 1;
+    u->dirty_stream = 1;
+}
+
+void ui_msg_set_state(ui *u, ui_msg *m, int state)
+{
+    if (!m) return;
+    m->state = state;
+    ui_mark_dirty(u);
+}
+
+void ui_msg_set_note(ui *u, ui_msg *m, const char *note, int error)
+{
+    if (!m) return;
+    char tmp[sizeof m->note * 3];
+    size_t n = note ? ui_sanitize(note, strnlen(note, sizeof m->note / 2), tmp, sizeof tmp) : 0;
+    if (n >= sizeof m->note) { /* cut at a character boundary */
+        n = sizeof m->note - 1;
+        while (n > 0 && ((unsigned char)tmp[n] & 0xC0) == 0x80) n--;
+    }
+    memcpy(m->note, tmp, n);
+    m->note[n] = 0;
+    m->note_error = error;
+    ui_mark_dirty(u);
+}
+
+void ui_msg_remove(ui *u, ui_msg *m)
+{
+    pane *p = &u->pane;
+    for (size_t i = p->n; i-- > 0;) {
+        if (p->msgs[i] != m) continue;
+        memmove(p->msgs + i, p->msgs + i + 1, (p->n - i - 1) * sizeof *p->msgs);
+        p->n--;
+        if (!p->follow) {
+            if (i < p->top_msg) p->top_msg--;
+            else if (i == p->top_msg) p->top_line = 0;
+            if (p->top_msg >= p->n) pane_end(u);
+        }
+        msg_free(m);
+        ui_mark_dirty(u);
+        return;
+    }
+}
+
+void ui_pane_clear(ui *u)
+{
+    pane_free(&u->pane);
+    u->pane.follow = 1;
+    ui_mark_dirty(u);
+}
+
+size_t ui_pane_count(const ui *u) { return u->pane.n; }
+
+void ui_notice(ui *u, int role, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    ui_msg_add(u, role, NULL, buf, (size_t)n);
+    pane_end(u);
+}

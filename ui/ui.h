@@ -1,0 +1,132 @@
+/* ui: the full-screen chat (ncursesw) as the session controller sees it — screen, chat pane, input, controls, KV gauge, status and stats lines, help. */
+#ifndef UI_UI_H
+#define UI_UI_H
+
+#include <stddef.h>
+
+#include "engine/generate.h" /* gen_stats: the engine's public timing type */
+#include "engine/kv_cache.h" /* kv_cache_stats */
+#include "theme.h"
+
+/*
+ * Runs on the UI thread only: every function here may call curses. The UI never calls the
+ * model; the controller (app/chat.c) feeds it text and stats and gets user actions through
+ * ui_callbacks. Layout (rows): status bar · chat pane (+ controls panel on the right, F2) ·
+ * border · KV gauge · stats line · input (1 to H/4 rows). Below 40x10: "terminal too small".
+ */
+
+typedef struct ui ui;
+typedef struct ui_msg ui_msg; /* a message shown in the chat pane */
+
+enum ui_role {
+    UI_ROLE_USER = 0,
+    UI_ROLE_ASSISTANT,
+    UI_ROLE_NOTICE, /* kvchat's own output (command results, tips); never sent to the model */
+    UI_ROLE_ERROR,
+};
+
+enum ui_msg_state {
+    UI_MSG_DONE = 0,
+    UI_MSG_WAITING,   /* spinner: the request runs, no text yet */
+    UI_MSG_STREAMING, /* text grows; a cursor follows it */
+};
+
+enum ui_slider_id {
+    UI_SL_TEMP = 0,  /* temperature 0–2, step 0.05 */
+    UI_SL_TOP_P,     /* 0–1, 0.01 */
+    UI_SL_TOP_K,     /* 0–200, 1; 0 = off */
+    UI_SL_MIN_P,     /* 0–1, 0.01; 0 = off */
+    UI_SL_REPEAT,    /* repeat penalty 1–2, 0.05; 1 = off */
+    UI_SL_MAX_TOKENS,/* 0–n_ctx, 16; 0 = unlimited */
+    UI_SL_COUNT
+};
+
+typedef struct ui_callbacks {
+    /* Enter on the input: a message or a /command (UTF-8, may hold '\n'). Return 1 if taken;
+     * 0 keeps the text in the input (e.g. a reply is still streaming). */
+    int (*submit)(void *ud, const char *line);
+    void (*quit)(void *ud);                         /* Ctrl-D on an empty input, Ctrl-C twice */
+    void (*stop)(void *ud);                         /* Esc / Ctrl-C while busy */
+    void (*slider)(void *ud, int id, double value); /* a slider moved (already snapped and clamped) */
+    void *ud;
+} ui_callbacks;
+
+/* What the status bar shows. Strings are copied. */
+typedef struct ui_info {
+    const char *model_name;
+    const char *arch;
+    const char *weight_type;
+    const char *mode; /* "completion" or the chat template's name */
+    int n_ctx;
+    int n_threads;
+} ui_info;
+
+typedef struct ui_config {
+    const char *history_path;      /* readline history file; NULL: none */
+    int mouse;                     /* 1: wheel scrolls the pane */
+    const char *const *commands;   /* slash commands for Tab completion (NULL-terminated) */
+    const char *const *set_names;  /* /set parameter names for completion (NULL-terminated) */
+    int n_ctx;                     /* max-tokens slider range */
+    const char *help_text;         /* the help overlay (lines; "KEY\tdescription" aligns) */
+} ui_config;
+
+/* Start curses on the terminal (UTF-8 locale required: the caller sets it), readline in
+ * callback mode with history loaded, bracketed paste and (if asked) the mouse wheel.
+ * Returns NULL with why filled if the terminal cannot be used. */
+ui *ui_open(const ui_config *cfg, const ui_callbacks *cb, const ui_theme *theme, char *why, size_t why_cap);
+
+/* Restore the terminal (endwin, paste/mouse modes off), free everything. NULL is a no-op. */
+void ui_close(ui *u);
+
+/* Best-effort terminal restore from a fatal signal handler: leaves curses and the modes the
+ * UI turned on. Safe to call more than once. */
+void ui_emergency_restore(void);
+
+/* Descriptor to poll() for keys (standard input). */
+int ui_input_fd(const ui *u);
+
+/* Read every key waiting (non-blocking) and act on it; call after poll() wakes up, and on
+ * any other wake-up too (a resize arrives through here). */
+void ui_handle_input(ui *u);
+
+/* Milliseconds until ui_render needs to run again (spinner, a throttled frame, a message
+ * that expires); -1 when nothing is scheduled. */
+int ui_timeout_ms(ui *u);
+
+/* Draw what changed. Keystrokes draw at once; streamed text at most ~60 frames a second. */
+void ui_render(ui *u);
+
+/* Switch theme (colours are re-initialised; NO_COLOR or a colourless terminal stays mono). */
+void ui_set_theme(ui *u, const ui_theme *t);
+/* 1 if colours are off (NO_COLOR set, or the terminal has none). */
+int ui_mono(const ui *u);
+void ui_set_info(ui *u, const ui_info *info);
+
+/* Chat pane. Text is sanitized for display (control bytes never reach the terminal). */
+ui_msg *ui_msg_add(ui *u, int role, const char *label, const char *text, size_t len);
+void ui_msg_append(ui *u, ui_msg *m, const char *text, size_t len);
+void ui_msg_set_state(ui *u, ui_msg *m, int state);
+/* A marker line under the message ("[stopped]"); NULL or "" removes it. error: error style. */
+void ui_msg_set_note(ui *u, ui_msg *m, const char *note, int error);
+void ui_msg_remove(ui *u, ui_msg *m);
+void ui_pane_clear(ui *u);
+size_t ui_pane_count(const ui *u);
+/* Printf-style notice / error message in the pane. */
+void ui_notice(ui *u, int role, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+enum ui_phase { UI_PHASE_IDLE = 0, UI_PHASE_PREFILL, UI_PHASE_DECODE };
+
+/* Stats line: live figures while a request runs (phase PREFILL / DECODE), final ones after
+ * (phase IDLE, finish_name e.g. "end of text"). st NULL: nothing measured yet. */
+void ui_set_stats(ui *u, const gen_stats *st, int phase, const char *finish_name);
+/* KV gauge from the engine's real figures. */
+void ui_set_kv(ui *u, const kv_cache_stats *kv);
+/* Programmatic slider value (e.g. after /set); no callback. */
+void ui_set_slider(ui *u, int id, double value);
+/* A request runs: Esc/Ctrl-C stop it, the status bar says so. */
+void ui_set_busy(ui *u, int busy);
+void ui_show_help(ui *u, int on);
+/* A one-line message in the status bar for a few seconds. */
+void ui_flash(ui *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
