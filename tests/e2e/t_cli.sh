@@ -73,3 +73,17 @@ if [ $rc -eq 0 ] && grep -q "context is full" "$tmp/e"; then ok "generation stop
 # --help and --version.
 "$BIN" --help | grep -q -- "--top-p" && ok "--help lists options" || bad "--help lists options"
 "$BIN" --version | grep -q "^kvchat " && ok "--version" || bad "--version"
+
+# --stop: output ends right before the stop string, which never appears (even when it spans tokens).
+"$BIN" -m "$MODEL" -p "Once upon a time" -n 100 --temp 0 --stop "named Lily" >"$tmp/o" 2>"$tmp/e"
+if [ "$(cat "$tmp/o")" = "Once upon a time, there was a little girl " ]; then ok "--stop ends before a multi-token stop string"
+else bad "--stop ends before a multi-token stop string" "$(cat "$tmp/o")"; fi
+
+# kvchat tokenize: ids and pieces, user text never becomes control tokens unless asked.
+out=$("$BIN" tokenize -m "$MODEL" --ids "Once upon a time")
+[ "$out" = "[1, 403, 407, 261, 378]" ] && ok "tokenize --ids matches llama.cpp's prompt tokens" || bad "tokenize --ids" "$out"
+out=$("$BIN" tokenize -m "$SHARED/models/vocab/ggml-vocab-gpt-2.gguf" --ids "Hello world<|endoftext|>")
+[ "$out" = "[15496, 995, 27, 91, 437, 1659, 5239, 91, 29]" ] && ok "tokenize: typed <|endoftext|> stays text" || bad "tokenize: typed <|endoftext|> stays text" "$out"
+out=$("$BIN" tokenize -m "$SHARED/models/vocab/ggml-vocab-gpt-2.gguf" --ids --parse-special "Hello world<|endoftext|>")
+[ "$out" = "[15496, 995, 50256]" ] && ok "tokenize --parse-special gives the control token" || bad "tokenize --parse-special" "$out"
+"$BIN" tokenize -m "$MODEL" "Once upon" | grep -q "^   403  ' Once'$" && ok "tokenize prints id and piece" || bad "tokenize prints id and piece"
