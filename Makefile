@@ -9,13 +9,13 @@ PREFIX  ?= /usr/local
 BUILD   := build
 VERSION := 0.1.0
 
-PKGS      := ncursesw readline openblas sqlite3 libpcre2-8 inih
+PKGS      := ncursesw readline openblas sqlite3 libpcre2-8 inih libcjson
 TEST_PKGS := cmocka libcjson
 
 # Debian packages (`make deps`); the build and the tests need all of them.
 DEB_PKGS := build-essential pkg-config libncurses-dev libreadline-dev libopenblas-dev \
             libsqlite3-dev libpcre2-dev libinih-dev libcmocka-dev libcjson-dev \
-            tmux mandoc
+            tmux mandoc bash-completion zsh fish
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -pthread -I. $(WARN) \
@@ -43,18 +43,19 @@ ASAN_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/%.o) $(TEST_COMMON:%.c=$(BUILD)/asan/%.o
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/asan/tests/%)
 DEPS_OK  := $(BUILD)/.deps-ok
 
-.PHONY: all deps run test unit e2e clean install uninstall
+.PHONY: all deps run test unit e2e clean install uninstall lint-man bench-kv bench-resume
 all: kvchat
 
 # --- dependencies -----------------------------------------------------------------------
-$(DEPS_OK):
+$(DEPS_OK): Makefile
 	@$(MAKE) --no-print-directory deps
 	@mkdir -p $(BUILD) && touch $@
 
 deps:
 	@missing=""; \
 	for p in $(PKGS) $(TEST_PKGS); do pkg-config --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
-	for c in tmux mandoc cc pkg-config; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	for c in tmux mandoc cc pkg-config zsh fish; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	[ -r /usr/share/bash-completion/bash_completion ] || missing="$$missing bash-completion"; \
 	if [ -n "$$missing" ]; then \
 	  echo "kvchat: missing:$$missing — installing Debian packages"; \
 	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
@@ -84,7 +85,7 @@ run: kvchat
 
 # Unit and golden tests (cmocka), all under AddressSanitizer + UBSan, then end-to-end tests
 # that drive the real binary.
-test: unit e2e
+test: unit e2e lint-man
 
 unit: $(TESTS)
 	@export KVCHAT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
@@ -98,7 +99,69 @@ unit: $(TESTS)
 e2e: kvchat
 	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat bash tests/e2e/run.sh
 
+# KV cache benchmark, not a test: /regen TTFT after a 1,500-token conversation vs a fresh
+# prefill of it, prefix-cache reuse after a sequence is freed, decode t/s (tests/bench_kv.c).
+bench-kv: $(BUILD)/rel/tests/bench_kv
+	$(BUILD)/rel/tests/bench_kv $(MODEL) 1500 2048 1 f16
+
+$(BUILD)/rel/tests/bench_kv: tests/bench_kv.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(LDLIBS_ALL)
+
+# Resume benchmark, not a test: TTFT of the first reply after resuming a 1,500-token chat whose KV
+# cache comes back from the SQLite prefix store vs a fresh prefill of it (tests/bench_resume.c).
+bench-resume: $(BUILD)/rel/tests/bench_resume
+	$(BUILD)/rel/tests/bench_resume $(MODEL) 1500 2 5
+
+$(BUILD)/rel/tests/bench_resume: tests/bench_resume.c $(OBJ) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(OBJ) $(LDLIBS_ALL)
+
 clean:
 	rm -rf $(BUILD) kvchat
+
+# --- manual pages -----------------------------------------------------------------------
+MAN_PAGES := man/kvchat.1 man/kvchat.conf.5 man/kvchat-theme.5
+
+# every level down to STYLE, except what depends on the manuals installed on this machine
+lint-man: | $(DEPS_OK)
+	@out=$$(mandoc -T lint -W all $(MAN_PAGES) 2>&1 | grep -v 'referenced manual not found\|mandoc.db'); \
+	if [ -n "$$out" ]; then echo "$$out"; echo "lint-man: mandoc -T lint found problems"; exit 1; \
+	else echo "lint-man: $(MAN_PAGES) clean (mandoc -T lint)"; fi
+
+# --- install ----------------------------------------------------------------------------
+# `make install PREFIX=/usr/local DESTDIR=/tmp/stage`: the binary, manual pages, shell
+# completions and themes. The binary looks for themes in PREFIX/share/kvchat/themes, so the
+# objects that compile PREFIX in are rebuilt when it changes (build/.prefix).
+PREFIX_STAMP := $(BUILD)/.prefix
+ifneq ($(MAKECMDGOALS),clean)
+$(shell mkdir -p $(BUILD); [ "$$(cat $(PREFIX_STAMP) 2>/dev/null)" = "$(PREFIX)" ] || echo "$(PREFIX)" > $(PREFIX_STAMP))
+endif
+$(BUILD)/rel/ui/theme.o $(BUILD)/rel/app/main.o $(BUILD)/rel/app/version.o \
+$(BUILD)/asan/ui/theme.o $(BUILD)/asan/app/version.o: $(PREFIX_STAMP)
+
+BINDIR     = $(DESTDIR)$(PREFIX)/bin
+MAN1DIR    = $(DESTDIR)$(PREFIX)/share/man/man1
+MAN5DIR    = $(DESTDIR)$(PREFIX)/share/man/man5
+THEMEDIR   = $(DESTDIR)$(PREFIX)/share/kvchat/themes
+BASHCOMPDIR = $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  = $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR = $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+
+install: kvchat
+	install -d $(BINDIR) $(MAN1DIR) $(MAN5DIR) $(THEMEDIR) $(BASHCOMPDIR) $(ZSHCOMPDIR) $(FISHCOMPDIR)
+	install -m 755 kvchat $(BINDIR)/kvchat
+	install -m 644 man/kvchat.1 $(MAN1DIR)/kvchat.1
+	install -m 644 man/kvchat.conf.5 man/kvchat-theme.5 $(MAN5DIR)/
+	install -m 644 themes/*.theme $(THEMEDIR)/
+	install -m 644 completions/kvchat.bash $(BASHCOMPDIR)/kvchat
+	install -m 644 completions/_kvchat $(ZSHCOMPDIR)/_kvchat
+	install -m 644 completions/kvchat.fish $(FISHCOMPDIR)/kvchat.fish
+
+uninstall:
+	rm -f $(BINDIR)/kvchat $(MAN1DIR)/kvchat.1 $(MAN5DIR)/kvchat.conf.5 $(MAN5DIR)/kvchat-theme.5 \
+	      $(addprefix $(THEMEDIR)/,$(notdir $(wildcard themes/*.theme))) \
+	      $(BASHCOMPDIR)/kvchat $(ZSHCOMPDIR)/_kvchat $(FISHCOMPDIR)/kvchat.fish
+	-rmdir $(THEMEDIR) $(DESTDIR)$(PREFIX)/share/kvchat 2>/dev/null || true
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -14,12 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/chat_template.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
+#include "engine/stop.h"
 #include "engine/worker.h"
+#include "chatstore.h"
 #include "prompt.h"
 #include "ui/theme.h"
 #include "ui/ui.h"
@@ -30,6 +33,7 @@ typedef struct turn {
     char *text;
     size_t len, cap;
     ui_msg *view;
+    int64_t id; /* its message in the store (0: not saved) */
 } turn;
 
 enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
@@ -53,12 +57,17 @@ typedef struct chat {
     int have_seed;
     char model_label[64];
     prompt_buf pb;       /* the prompt of the request being submitted */
+    chatstore *cs;       /* where conversations are saved (NULL: nowhere) */
+    int64_t reply_user;  /* the stored user message the running reply answers (0: none) */
+    char sess_query[256];/* the sessions view's search */
+    char *stops[STOP_MAX_STRINGS]; /* stop strings (--stop, /set stop) */
+    int n_stops;
 } chat;
 
-static const char *const commands[] = {"/help", "/set", "/show", "/clear", "/regen", "/undo", "/theme", "/quit", NULL};
+static const char *const commands[] = {"/help", "/set", "/show", "/clear", "/regen", "/undo", "/theme", "/sessions", "/quit", NULL};
 static const char *const set_names[] = {"temp",   "top_k",       "top_p",         "min_p",           "repeat_penalty",
                                         "seed",   "max_tokens",  "system",        "repeat_last_n",   "presence_penalty",
-                                        "frequency_penalty", NULL};
+                                        "frequency_penalty", "stop", NULL};
 
 static const char help_text[] =
     "Keys\n"
@@ -69,6 +78,7 @@ static const char help_text[] =
     "Ctrl-D\tquit (on an empty input)\n"
     "F1\tthis help\n"
     "F2\tshow / hide the sampling sliders\n"
+    "F3\tsaved conversations: open, search, rename, delete\n"
     "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
     "Left, Right\t(sliders) change the selected slider\n"
     "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
@@ -89,7 +99,11 @@ static const char help_text[] =
     "\t  max_tokens N, 0 = no limit · system TEXT\n"
     "\t  repeat_last_n · presence_penalty\n"
     "\t  frequency_penalty\n"
+    "\t  stop STR: end replies where STR appears\n"
+    "\t  (repeatable; /set stop alone clears them)\n"
     "/show params\tlist the parameters\n"
+    "/show cache\tthe KV prefix store: size, hit rate\n"
+    "/sessions\tsaved conversations (also F3)\n"
     "/clear\tnew conversation (empties the KV cache)\n"
     "/regen\tregenerate the last reply\n"
     "/undo\tdrop the last exchange\n"
@@ -100,7 +114,9 @@ static const char help_text[] =
     "\n"
     " Themes are looked up in $XDG_CONFIG_HOME/kvchat/themes, then\n"
     " the install dir (share/kvchat/themes), then themes/ by the binary.\n"
-    " NO_COLOR turns colours off. History: $XDG_STATE_HOME/kvchat/history";
+    " NO_COLOR turns colours off. History: $XDG_STATE_HOME/kvchat/history\n"
+    " Conversations are saved as you go in $XDG_DATA_HOME/kvchat/kvchat.db\n"
+    " (--db, KVCHAT_DB); kvchat --resume [ID|last] reopens one.";
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
 
@@ -267,6 +283,8 @@ static void start_reply(chat *c, int continue_last)
         ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
     }
     c->reply = (size_t)(t - c->turns);
+    c->reply_user = !continue_last && c->reply > 0 && c->turns[c->reply - 1].role == UI_ROLE_USER
+                        ? c->turns[c->reply - 1].id : 0;
     worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
                          .append = append};
     kv_error ke = {0};
@@ -285,6 +303,57 @@ static void request_reset(chat *c)
     if (worker_submit(c->w, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
 }
 
+/* ---- saving (app/chatstore.h) --------------------------------------------------------------------- */
+
+/* Messages from the store's generator-thread side (a KV prefix not used, a restore). */
+static void show_store_notes(chat *c)
+{
+    char buf[700];
+    while (c->cs && chatstore_take_note(c->cs, buf, sizeof buf))
+        ui_notice(c->u, strstr(buf, "not used") || strstr(buf, "not saved") || strstr(buf, "off:") ? UI_ROLE_ERROR
+                                                                                                : UI_ROLE_NOTICE,
+                  "%s", buf);
+}
+
+/* The stored message before turn i (the parent of what turn i holds), 0 if none. */
+static int64_t parent_of(const chat *c, size_t i)
+{
+    while (i-- > 0)
+        if (c->turns[i].id) return c->turns[i].id;
+    return 0;
+}
+
+/* Store the user message just added (the last turn). */
+static void save_user(chat *c, turn *t)
+{
+    if (!c->cs) return;
+    int64_t parent = parent_of(c, c->n_turns - 1);
+    char why[700];
+    if (chatstore_user_message(c->cs, parent, t->text, t->len, c->system, &c->sp, c->max_tokens, &t->id, why, sizeof why))
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+}
+
+/* Store the reply in turn i as the DONE event ev finished it (or update a continued one). */
+static void save_reply(chat *c, size_t i, const worker_event *ev)
+{
+    if (!c->cs || i >= c->n_turns) return;
+    turn *t = &c->turns[i];
+    int64_t parent = parent_of(c, i);
+    char why[700];
+    if (chatstore_reply(c->cs, parent, t->id, c->reply_user, t->text, t->len, ev->finish, &ev->stats.gen, &c->sp,
+                        c->max_tokens, ev->seed, ev->conv, ev->n_conv, &t->id, why, sizeof why))
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+    c->reply_user = 0;
+}
+
+/* The conversation's head is now the last turn (after /undo, /regen). */
+static void save_head(chat *c)
+{
+    char why[700];
+    if (c->cs && chatstore_set_head(c->cs, parent_of(c, c->n_turns), why, sizeof why))
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+}
+
 static int ui_phase_of(int worker_phase)
 {
     return worker_phase == WORKER_PREFILL || worker_phase == WORKER_TOKENIZE ? UI_PHASE_PREFILL
@@ -296,6 +365,7 @@ static void on_done(chat *c, const worker_event *ev)
     int req = c->req;
     set_busy(c, 0, REQ_NONE);
     ui_set_kv(c->u, &ev->stats.kv);
+    show_store_notes(c);
     if (req != REQ_REPLY || c->reply >= c->n_turns) return;
     c->last_seed = ev->seed;
     c->have_seed = 1;
@@ -303,6 +373,7 @@ static void on_done(chat *c, const worker_event *ev)
     turn *t = &c->turns[c->reply];
     ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
     if (ev->status != KV_OK) {
+        if (t->len) save_reply(c, c->reply, ev); /* the partial text, marked as an error */
         if (t->len == 0 && c->reply == c->n_turns - 1) turn_drop_last(c);
         else ui_msg_set_note(c->u, t->view, "[error]", 1);
         if (ev->status == KV_ERR_CONTEXT)
@@ -317,6 +388,7 @@ static void on_done(chat *c, const worker_event *ev)
         ui_msg_set_note(c->u, t->view, "[context full: /clear starts over, /undo drops the last exchange]", 1);
     if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
         ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, gen_finish_name(ev->finish));
+    save_reply(c, c->reply, ev);
 }
 
 static void drain_events(chat *c)
@@ -358,6 +430,23 @@ static void push_params(chat *c)
     ui_set_slider(c->u, UI_SL_MAX_TOKENS, c->max_tokens < 0 ? 0 : c->max_tokens);
 }
 
+/* The stop strings as "'a' · 'b'" for /show params (static buffer). */
+static const char *stops_list(const chat *c)
+{
+    static char buf[STOP_MAX_STRINGS * (STOP_MAX_LEN + 8)];
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->n_stops; i++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s'%s'", i ? " · " : "", c->stops[i]);
+    return c->n_stops ? buf : "(none)";
+}
+
+/* Hand the stop strings to the worker (used from the next reply on). */
+static void push_stops(chat *c)
+{
+    worker_set_stops(c->w, (const char *const *)c->stops, c->n_stops);
+}
+
 static void show_params(chat *c)
 {
     char seed[64], used[64] = "";
@@ -370,11 +459,12 @@ static void show_params(chat *c)
     ui_notice(c->u, UI_ROLE_NOTICE,
               "temp %.2f · top_k %d · top_p %.2f · min_p %.2f · repeat_penalty %.2f (last %d tokens) · "
               "presence_penalty %.2f · frequency_penalty %.2f · seed %s%s · max_tokens %s\n"
-              "mode: %s · system prompt: %s",
+              "mode: %s · system prompt: %s\n"
+              "stop strings: %s",
               c->sp.temperature, c->sp.top_k, c->sp.top_p, c->sp.min_p, c->sp.repeat_penalty, c->sp.repeat_last_n,
               c->sp.presence_penalty, c->sp.frequency_penalty, seed, used, maxt,
               c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
-              c->system && *c->system ? c->system : "(none)");
+              c->system && *c->system ? c->system : "(none)", stops_list(c));
 }
 
 static int parse_num(const char *s, double *out)
@@ -408,8 +498,30 @@ static void cmd_set(chat *c, char *args)
         c->synced = 0;
         free(c->system);
         c->system = *value ? strdup(value) : NULL;
+        char why[700];
+        if (c->cs && chatstore_set_system(c->cs, c->system, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
         if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
         else ui_notice(c->u, UI_ROLE_NOTICE, "system prompt cleared");
+        return;
+    }
+    if (!strcmp(name, "stop")) {
+        if (!*value) {
+            for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
+            c->n_stops = 0;
+            push_stops(c);
+            ui_notice(c->u, UI_ROLE_NOTICE, "stop strings cleared");
+            return;
+        }
+        if (c->n_stops == STOP_MAX_STRINGS || strlen(value) >= STOP_MAX_LEN) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/set stop: at most %d stop strings of 1 to %d bytes", STOP_MAX_STRINGS,
+                      STOP_MAX_LEN - 1);
+            return;
+        }
+        char *dup = strdup(value);
+        if (!dup) return;
+        c->stops[c->n_stops++] = dup;
+        push_stops(c);
+        ui_notice(c->u, UI_ROLE_NOTICE, "stop strings: %s%s", stops_list(c), c->busy ? " (from the next reply)" : "");
         return;
     }
     if (!*value) {
@@ -461,7 +573,7 @@ static void cmd_set(chat *c, char *args)
     } else {
         ui_notice(c->u, UI_ROLE_ERROR,
                   "/set: unknown parameter '%s' (temp top_k top_p min_p repeat_penalty seed max_tokens system "
-                  "repeat_last_n presence_penalty frequency_penalty)", name);
+                  "repeat_last_n presence_penalty frequency_penalty stop)", name);
         return;
     }
     kv_error ke = {0};
@@ -476,6 +588,19 @@ static void cmd_set(chat *c, char *args)
 }
 
 static void cmd_theme(chat *c, const char *name);
+static void cb_sessions(void *ud, int action, long long id, const char *text);
+
+static void show_cache(chat *c)
+{
+    kv_cache_stats ks;
+    kv_cache_get_stats(engine_kv(c->e), &ks);
+    char buf[1600];
+    if (c->cs) chatstore_report(c->cs, buf, sizeof buf);
+    else snprintf(buf, sizeof buf, "KV prefix store: none (conversations are not being saved)");
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nin memory: %d of %d blocks used, %d cached prefix blocks, %llu hash hits, %llu evictions",
+              buf, ks.n_blocks_used, ks.n_blocks, ks.n_blocks_cached, (unsigned long long)ks.n_hash_hits,
+              (unsigned long long)ks.n_evictions);
+}
 
 static int need_idle(chat *c, const char *cmd)
 {
@@ -498,10 +623,12 @@ static void run_command(chat *c, const char *line)
     else if (!strcmp(cmd, "/set")) cmd_set(c, args);
     else if (!strcmp(cmd, "/show")) {
         if (!*args || !strcmp(args, "params")) show_params(c);
-        else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params)", args);
+        else if (!strcmp(args, "cache")) show_cache(c);
+        else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params or /show cache)", args);
     } else if (!strcmp(cmd, "/clear")) {
         if (!need_idle(c, "/clear")) return;
         turns_clear(c);
+        if (c->cs) chatstore_new(c->cs);
         c->synced = 0;
         ui_pane_clear(c->u);
         ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
@@ -515,6 +642,7 @@ static void run_command(chat *c, const char *line)
             ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
             return;
         }
+        save_head(c); /* the old reply stays in the store as a branch */
         start_reply(c, 0);
     } else if (!strcmp(cmd, "/undo")) {
         if (!need_idle(c, "/undo")) return;
@@ -525,8 +653,10 @@ static void run_command(chat *c, const char *line)
         if (c->turns[c->n_turns - 1].role == UI_ROLE_ASSISTANT) turn_drop_last(c);
         if (c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_USER) turn_drop_last(c);
         c->synced = 0;
+        save_head(c); /* the exchange stays in the store as a branch */
         ui_flash(c->u, "dropped the last exchange");
     } else if (!strcmp(cmd, "/theme")) cmd_theme(c, args);
+    else if (!strcmp(cmd, "/sessions")) cb_sessions(c, UI_SESS_SHOW, 0, NULL);
     else {
         ui_notice(c->u, UI_ROLE_ERROR, "unknown command '%.40s' — /help lists the commands", cmd);
     }
@@ -596,6 +726,7 @@ static int cb_submit(void *ud, const char *line)
         return 1;
     }
     t->view = ui_msg_add(c->u, UI_ROLE_USER, "you", text, strlen(text));
+    save_user(c, t);
     start_reply(c, 0);
     return 1;
 }
@@ -622,6 +753,147 @@ static void cb_slider(void *ud, int id, double v)
     }
     worker_set_params(c->w, &c->sp);
     worker_set_n_predict(c->w, c->max_tokens);
+}
+
+/* ---- saved conversations: open, the sessions view ---------------------------------------------------- */
+
+static const char *finish_note(int finish)
+{
+    switch (finish) {
+    case STORE_FINISH_STOPPED: return "[stopped]";
+    case STORE_FINISH_LENGTH: return "[max tokens]";
+    case STORE_FINISH_CONTEXT: return "[context full]";
+    case STORE_FINISH_ERROR: return "[error]";
+    default: return NULL;
+    }
+}
+
+/* Show conversation id and continue it: its messages (the current branch), system prompt and
+ * parameters; the worker gets its exact tokens and restores their KV cache from the store. */
+static int open_conversation(chat *c, int64_t id)
+{
+    if (!c->cs || !need_idle(c, "open")) return -1;
+    chatstore_conv cv;
+    char why[900];
+    if (chatstore_load(c->cs, id, &cv, why, sizeof why)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+        return -1;
+    }
+    turns_clear(c);
+    ui_pane_clear(c->u);
+    ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
+    free(c->system);
+    c->system = cv.system ? strdup(cv.system) : NULL;
+    kv_error ke = {0};
+    if (cv.have_params && sampler_params_validate(&cv.sp, &ke) == KV_OK) {
+        c->sp = cv.sp;
+        c->max_tokens = cv.max_tokens <= 0 ? -1 : cv.max_tokens;
+        push_params(c);
+    }
+    ui_notice(c->u, UI_ROLE_NOTICE, "Conversation %lld: %s", (long long)cv.id, cv.title && *cv.title ? cv.title : "(untitled)");
+    if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
+    for (size_t i = 0; i < cv.n; i++) {
+        const chatstore_msg *m = &cv.msgs[i];
+        int role = m->role == STORE_ROLE_USER ? UI_ROLE_USER : UI_ROLE_ASSISTANT;
+        turn *t = turn_add(c, role, m->text, m->len);
+        if (!t) break;
+        t->id = m->id;
+        t->view = ui_msg_add(c->u, role, role == UI_ROLE_USER ? "you" : c->model_label, m->text, m->len);
+        if (m->problem[0]) ui_msg_set_note(c->u, t->view, "[unreadable]", 1);
+        else if (role == UI_ROLE_ASSISTANT && finish_note(m->finish))
+            ui_msg_set_note(c->u, t->view, finish_note(m->finish), m->finish == STORE_FINISH_ERROR);
+    }
+    if (cv.note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", cv.note);
+    if (c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_USER)
+        ui_notice(c->u, UI_ROLE_NOTICE, "the last message has no reply (the chat ended before it): /regen answers it");
+    worker_request rq = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx};
+    if (cv.ctx) chatstore_announce_restore(c->cs);
+    if (worker_submit(c->w, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
+    else ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
+    c->synced = cv.ctx != NULL; /* completion mode appends to the exact tokens, as before */
+    chatstore_conv_free(&cv);
+    return 0;
+}
+
+static void sessions_refresh(chat *c, const char *status)
+{
+    store_conv *rows = NULL;
+    size_t n = 0;
+    char why[700];
+    if (chatstore_list(c->cs, c->sess_query, &rows, &n, why, sizeof why)) {
+        ui_sessions_show(c->u, NULL, 0, why);
+        return;
+    }
+    ui_session_row *r = calloc(n ? n : 1, sizeof *r);
+    char (*dates)[32] = calloc(n ? n : 1, sizeof *dates);
+    if (r && dates) {
+        for (size_t i = 0; i < n; i++) {
+            time_t t = (time_t)(rows[i].updated_at / 1000);
+            struct tm tm;
+            if (localtime_r(&t, &tm)) strftime(dates[i], sizeof dates[i], "%Y-%m-%d %H:%M", &tm);
+            r[i] = (ui_session_row){.id = rows[i].id, .title = rows[i].title, .model = rows[i].model_name,
+                                    .date = dates[i], .n_messages = rows[i].n_messages,
+                                    .n_branches = rows[i].n_branches,
+                                    .current = rows[i].id == chatstore_current(c->cs)};
+        }
+        ui_sessions_show(c->u, r, n, status);
+    }
+    free(r);
+    free(dates);
+    store_conv_list_free(rows, n);
+}
+
+static void cb_sessions(void *ud, int action, long long id, const char *text)
+{
+    chat *c = ud;
+    char why[700], status[200];
+    if (!c->cs) {
+        ui_flash(c->u, "conversations are not being saved (see the notice at start)");
+        return;
+    }
+    switch (action) {
+    case UI_SESS_SHOW:
+        if (ui_sessions_visible(c->u)) {
+            ui_sessions_hide(c->u);
+            break;
+        }
+        c->sess_query[0] = 0;
+        sessions_refresh(c, NULL);
+        break;
+    case UI_SESS_SEARCH:
+        snprintf(c->sess_query, sizeof c->sess_query, "%s", text ? text : "");
+        sessions_refresh(c, NULL);
+        break;
+    case UI_SESS_OPEN:
+        if (c->busy) {
+            ui_flash(c->u, "a reply is streaming — Esc stops it first");
+            break;
+        }
+        ui_sessions_hide(c->u);
+        open_conversation(c, id);
+        break;
+    case UI_SESS_RENAME:
+        if (chatstore_rename(c->cs, id, text, why, sizeof why)) snprintf(status, sizeof status, "%.190s", why);
+        else snprintf(status, sizeof status, "renamed conversation %lld", id);
+        sessions_refresh(c, status);
+        break;
+    case UI_SESS_DELETE:
+        if (id == chatstore_current(c->cs) && c->busy) {
+            ui_flash(c->u, "a reply is streaming — Esc stops it first");
+            break;
+        }
+        if (id == chatstore_current(c->cs))
+            for (size_t i = 0; i < c->n_turns; i++) c->turns[i].id = 0; /* the next message starts a new one */
+        if (chatstore_delete(c->cs, id, why, sizeof why)) snprintf(status, sizeof status, "%.190s", why);
+        else snprintf(status, sizeof status, "deleted conversation %lld", id);
+        sessions_refresh(c, status);
+        break;
+    case UI_SESS_NEW:
+        ui_sessions_hide(c->u);
+        run_command(c, "/clear");
+        break;
+    default: break;
+    }
 }
 
 /* ---- run ------------------------------------------------------------------------------------------- */
@@ -692,12 +964,29 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     c->tmpl = o->chat_template ? chat_template_from_name(o->chat_template) : chat_template_detect(tmpl_text);
     if (c->tmpl < 0) c->tmpl = CHAT_TMPL_NONE;
     int tmpl_unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
-    if (tmpl_unknown) c->tmpl = CHAT_TMPL_NONE;
+    if (tmpl_unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
     free(tmpl_text);
 
     if (worker_create(e, s, &c->w, &ke)) {
         fprintf(stderr, "kvchat: %s\n", ke.msg);
         return 1;
+    }
+    for (int i = 0; i < o->n_stops && c->n_stops < STOP_MAX_STRINGS; i++) /* --stop */
+        if (o->stops[i] && *o->stops[i] && (c->stops[c->n_stops] = strdup(o->stops[i]))) c->n_stops++;
+    push_stops(c);
+    /* the conversation store: a failure only means nothing is saved, unless --resume needs it */
+    char store_why[900] = "";
+    int64_t resume_id = 0;
+    if (o->db_path && (c->cs = chatstore_open(e, o->db_path, o->cache_bytes, store_why, sizeof store_why))) {
+        worker_hooks hooks;
+        chatstore_worker_hooks(c->cs, &hooks);
+        worker_set_hooks(c->w, &hooks);
+    }
+    if (o->resume && (!c->cs || chatstore_resolve(c->cs, o->resume, &resume_id, store_why, sizeof store_why))) {
+        fprintf(stderr, "kvchat: --resume: %s\n", o->db_path ? store_why : "no conversation database");
+        worker_destroy(c->w);
+        chatstore_close(c->cs);
+        return 4;
     }
     char hist[1024] = "";
     if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
@@ -710,7 +999,8 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         .n_ctx = engine_n_ctx(e),
         .help_text = help_text,
     };
-    ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c};
+    ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c,
+                       .sessions = cb_sessions};
     struct sigaction old[9];
     if (pipe2(g_sigpipe, O_NONBLOCK | O_CLOEXEC)) g_sigpipe[0] = g_sigpipe[1] = -1;
     g_signal = 0;
@@ -719,6 +1009,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     if (!c->u) {
         restore_signals(old);
         worker_destroy(c->w);
+        chatstore_close(c->cs);
         fprintf(stderr, "kvchat: %s\n", why);
         return 1;
     }
@@ -734,17 +1025,23 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     push_params(c);
     const char *bench = getenv("KVCHAT_BENCH_HISTORY");
     if (bench && atol(bench) > 0) bench_fill(c, atol(bench));
+    if (tmpl_unknown)
+        ui_notice(c->u, UI_ROLE_ERROR,
+                  "warning: %s has a chat template kvchat does not recognise; using chatml "
+                  "(choose another with --chat-template NAME, or 'none' for completion mode)",
+                  c->model_label);
     if (c->tmpl == CHAT_TMPL_NONE)
         ui_notice(c->u, UI_ROLE_NOTICE,
-                  "kvchat %s · %s %s, so this is completion mode: the model continues the conversation "
-                  "text (Enter on an empty line lets it go on). F1 help · F2 sliders · Ctrl-D quits.",
-                  KVCHAT_VERSION, c->model_label,
-                  tmpl_unknown ? "has a chat template kvchat does not recognise" : "has no chat template");
+                  "kvchat %s · %s has no chat template, so this is completion mode: the model continues the "
+                  "conversation text (Enter on an empty line lets it go on). F1 help · F2 sliders · Ctrl-D quits.",
+                  KVCHAT_VERSION, c->model_label);
     else
         ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s · chat template %s. F1 help · F2 sliders · Ctrl-D quits.",
                   KVCHAT_VERSION, c->model_label, chat_template_name(c->tmpl));
     show_warnings(c, &tw);
-    request_reset(c); /* the gauge starts from the engine's real figures */
+    if (o->db_path && !c->cs) ui_notice(c->u, UI_ROLE_ERROR, "conversations are not saved: %s", store_why);
+    /* the gauge starts from the engine's real figures (a resumed chat: with its restored KV) */
+    if (!(resume_id && open_conversation(c, resume_id) == 0)) request_reset(c);
 
     int status = 0;
     while (!c->quit) {
@@ -764,7 +1061,16 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         drain_events(c);
         ui_render(c->u);
     }
-    worker_destroy(c->w); /* cancels a running reply and joins the thread */
+    if (c->busy) { /* stop a streaming reply and save it (partial) before leaving */
+        worker_cancel(c->w);
+        for (int i = 0; i < 100 && c->busy; i++) {
+            struct pollfd p = {.fd = worker_fd(c->w), .events = POLLIN};
+            poll(&p, 1, 50);
+            drain_events(c);
+        }
+    }
+    worker_destroy(c->w); /* cancels a running reply and joins the thread (after a KV save) */
+    chatstore_close(c->cs);
     ui_close(c->u);
     restore_signals(old);
     if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
@@ -772,6 +1078,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     for (size_t i = 0; i < c->n_turns; i++) free(c->turns[i].text); /* the views went with the ui */
     free(c->turns);
     free(c->system);
+    for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
     prompt_buf_free(&c->pb);
     return status;
 }

@@ -3,6 +3,7 @@
 #define APP_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "engine/generate.h"
 #include "engine/sampler.h"
@@ -14,13 +15,20 @@ typedef struct chat_options {
     int mouse;                /* 1: the mouse wheel scrolls (the terminal's own selection then needs Shift) */
     const char *history_path; /* NULL: chat_history_path(); "": no history file */
     const char *chat_template;/* template family name (chat_template_from_name), NULL: the model's */
+    const char *db_path;      /* the conversation database (app/chatstore.h); NULL: nothing is saved */
+    uint64_t cache_bytes;     /* budget of the KV prefix store in it; 0: no KV store */
+    const char *resume;       /* NULL, or "last" / a conversation ID to open at start */
+    const char *const *stops; /* --stop: the chat's first stop strings (/set stop adds, clears) */
+    int n_stops;
 } chat_options;
 
 /* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator
  * thread uses them until chat_run returns) until the user quits. Returns an exit status:
- * 0, 2 (an unknown --theme), 1 (the screen could not start; message on stderr), or 128 + the
+ * 0, 2 (an unknown --theme), 1 (the screen could not start; message on stderr), 4 (--resume
+ * could not be honoured: no database, no such conversation; message on stderr), or 128 + the
  * signal that ended it (SIGTERM, SIGHUP). The terminal is restored on every path, also on a
- * fatal signal (SIGSEGV, SIGABRT …). */
+ * fatal signal (SIGSEGV, SIGABRT …). Conversations are saved as they go (app/chatstore.h);
+ * a reply streaming when the chat ends is stopped and saved as partial. */
 int chat_run(engine *e, sampler *s, const chat_options *o);
 
 /* The readline history file: $XDG_STATE_HOME/kvchat/history, else

@@ -13,9 +13,17 @@
 #include <readline/readline.h>
 
 #include "app/chat.h"
+#include "app/chatstore.h"
+#include "app/config.h"
+#include "app/models.h"
+#include "app/output.h"
+#include "app/store_cli.h"
+#include "app/tokenize_cmd.h"
 #include "app/tools.h"
+#include "app/version.h"
 #include "engine/chat_template.h"
 #include "engine/generate.h"
+#include "engine/stop.h"
 #include "engine/quant.h"
 
 #ifndef KVCHAT_DATADIR
@@ -23,7 +31,7 @@
 #endif
 
 /* Exit status (documented in kvchat(1)). */
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_MODEL = 3 };
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_MODEL = 3, EXIT_DB = 4 };
 
 typedef struct cli {
     engine_params ep;
@@ -36,9 +44,23 @@ typedef struct cli {
     const char *theme;
     int no_mouse;
     const char *chat_template;
+    const char *stops[STOP_MAX_STRINGS];   /* --stop, repeatable */
+    int n_stops;
+    const char *db;          /* --db (else the config's db / KVCHAT_DB, else the default) */
+    const char *cache_size;  /* --cache-size */
+    const char *resume;      /* --resume [ID|last]: "last" or an ID; NULL: a new chat */
 } cli;
 
 static volatile sig_atomic_t g_interrupted;
+
+/* Settings below the command line (defaults < config file < environment; app/config.c), and
+ * the output mode of the one-shot completion (--json: JSON lines, app/output.c). */
+static kv_config g_config;
+static int g_json, g_print_config;
+static json_out g_jout;
+enum { OPT_JSON = 1100, OPT_PRINT_CONFIG };
+enum { OPT_KEEP = 1200, OPT_TRUNCATE_PROMPT, OPT_NO_CONTEXT_SHIFT }; /* KV cache / context options */
+enum { OPT_DB = 1300, OPT_RESUME, OPT_CACHE_SIZE };                  /* the conversation store */
 
 static void on_sigint(int sig)
 {
@@ -49,22 +71,33 @@ static void on_sigint(int sig)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: kvchat -m MODEL [-p PROMPT] [OPTION]...\n"
+            "Usage: kvchat [OPTION]... [-m MODEL] [-p PROMPT]\n"
+            "  or:  kvchat COMMAND [ARG]...\n"
             "Chat with a local GGUF language model, or complete a prompt (one-shot).\n"
             "\n"
             "With -p (or a prompt on standard input) kvchat prints the prompt and its\n"
             "continuation, token by token, and exits. Without a prompt on a terminal it\n"
             "opens the full-screen chat (F1 there lists every key and /command).\n"
             "\n"
+            "Mandatory arguments to long options are mandatory for short options too.\n"
+            "\n"
             "Model and context:\n"
-            "  -m, --model PATH         GGUF model file (env KVCHAT_MODEL)\n"
-            "  -c, --ctx-size N         context length in tokens (default: the model's, at most 4096)\n"
+            "  -m, --model PATH|NAME    GGUF model file, or NAME(.gguf) in the models directory\n"
+            "                           (env KVCHAT_MODEL; see 'kvchat models')\n"
+            "  -c, --ctx-size N         context length in tokens (default: the model's, capped to fit\n"
+            "                           half of the available memory)\n"
             "  -b, --batch-size N       prefill chunk in tokens (default 512)\n"
             "  -t, --threads N          threads (default: all CPUs)\n"
-            "      --kv-type TYPE       KV cache type: f16 (default) or f32\n"
+            "      --kv-type TYPE       KV cache type: f16 (default), q8_0 (half the memory) or f32\n"
+            "      --keep N             when the context is full, keep the first N tokens (at least 4)\n"
+            "                           and drop the older half of the rest (context shift)\n"
+            "      --no-context-shift   stop when the context is full instead\n"
+            "      --truncate-prompt    cut a prompt longer than the context (with a warning) instead\n"
+            "                           of refusing it\n"
             "Generation:\n"
             "  -p, --prompt TEXT        prompt text\n"
             "  -n, --n-predict N        tokens to generate (default -1: until end of text or full context)\n"
+            "      --stop STR           end the reply where STR appears; STR is never printed (repeatable, up to 16)\n"
             "      --no-bos             do not add the BOS token\n"
             "Sampling (defaults as llama.cpp):\n"
             "      --temp T             temperature, 0 = greedy (default 0.8)\n"
@@ -81,41 +114,52 @@ static void usage(FILE *out)
             "                           then " KVCHAT_DATADIR "/themes, then themes/ next to\n"
             "                           the binary (NO_COLOR set: no colours)\n"
             "      --no-mouse           leave the mouse to the terminal (no wheel scrolling)\n"
+            "      --db PATH            the conversation database (env KVCHAT_DB; default\n"
+            "                           $XDG_DATA_HOME/kvchat/kvchat.db, i.e. ~/.local/share/kvchat/kvchat.db)\n"
+            "      --resume [ID|last]   reopen a saved conversation and its KV cache (without -m: with\n"
+            "                           the model it was saved with)\n"
+            "      --cache-size MIB     budget of the KV prefix store in MiB (default 1024; 0 = off;\n"
+            "                           or a size: 512M, 2G); least recently used prefixes go first\n"
             "      --chat-template NAME use this template family (chatml, llama3, ...; none = completion\n"
             "                           mode) instead of the one the model's metadata names\n"
             "                           (-n sets the max tokens per reply; TERM=dumb: a line-by-line session)\n"
             "Output:\n"
             "      --stats              print timings (TTFT, prefill and decode tokens/s) to stderr\n"
+            "      --json               one-shot output as JSON lines: {\"token\": ID, \"text\": \"...\"} per token,\n"
+            "                           then one object with the finish reason and timings\n"
+            "      --print-config       show every setting, its value and where it came from, and exit\n"
             "  -h, --help               show this help and exit\n"
             "  -V, --version            show version and build information and exit\n"
             "\n"
-            "Exit status: 0 ok, 1 runtime error, 2 usage error, 3 model error.\n"
-            "Example: kvchat -m stories260K.gguf -p \"Once upon a time\" -n 128 --temp 0\n");
-}
-
-static void version(void)
-{
-    printf("kvchat %s\n", KVCHAT_VERSION);
-    printf("build: C11, OpenBLAS prefill, SIMD:");
-#if defined(__AVX512F__)
-    printf(" AVX-512");
-#endif
-#if defined(__AVX512VNNI__)
-    printf(" AVX512-VNNI");
-#endif
-#if defined(__AVX2__)
-    printf(" AVX2");
-#endif
-#if defined(__FMA__)
-    printf(" FMA");
-#endif
-#if defined(__F16C__)
-    printf(" F16C");
-#endif
-#if !defined(__AVX2__)
-    printf(" scalar");
-#endif
-    printf("\n");
+            "Commands (kvchat COMMAND --help for each):\n"
+            "  models                   list the models directory (name, size, architecture, type, context)\n"
+            "  themes                   list the colour themes and their files\n"
+            "  bench                    measure prefill and decode speed (llama-bench style)\n"
+            "  gen-model                write a model of a real shape with random weights\n"
+            "  tokenize                 show how text is tokenized\n"
+            "  list                     the saved conversations (--json, --ids)\n"
+            "  export ID|last           a conversation as Markdown or JSON (--format md|json, -o FILE)\n"
+            "  import FILE              a JSON export, as a new conversation\n"
+            "  rm ID...                 delete saved conversations\n"
+            "  check                    check the conversation database (integrity, checksums)\n"
+            "\n"
+            "Settings also come from the environment and $XDG_CONFIG_HOME/kvchat/config.ini;\n"
+            "the command line wins over the environment, which wins over the file (kvchat.conf(5)).\n"
+            "\n"
+            "Exit status:\n"
+            "  0    ok\n"
+            "  1    runtime error\n"
+            "  2    usage error (bad option or value, no model given)\n"
+            "  3    model error (missing, unreadable, corrupt or unsupported model file)\n"
+            "  4    database error\n"
+            "  141  the reader of the output went away (SIGPIPE ends kvchat quietly)\n"
+            "\n"
+            "Examples:\n"
+            "  kvchat -m stories260K.gguf -p \"Once upon a time\" -n 128 --temp 0\n"
+            "  echo \"Why is the sky blue?\" | kvchat -m qwen2.5-0.5b-instruct-q4_k_m --json\n"
+            "  kvchat -m stories260K           # the full-screen chat\n"
+            "\n"
+            "Full documentation: man kvchat\n");
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -155,6 +199,7 @@ static int parse_float(const char *s, const char *opt, float *out)
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE,
     OPT_FREQUENCY, OPT_SEED, OPT_STATS, OPT_KV_TYPE, OPT_NO_BOS, OPT_THEME, OPT_NO_MOUSE, OPT_CHAT_TEMPLATE,
+    OPT_STOP,
 };
 
 static int parse_args(int argc, char **argv, cli *c)
@@ -171,15 +216,26 @@ static int parse_args(int argc, char **argv, cli *c)
         {"frequency-penalty", required_argument, 0, OPT_FREQUENCY},
         {"seed", required_argument, 0, OPT_SEED},    {"stats", no_argument, 0, OPT_STATS},
         {"kv-type", required_argument, 0, OPT_KV_TYPE}, {"no-bos", no_argument, 0, OPT_NO_BOS},
+        {"keep", required_argument, 0, OPT_KEEP},    {"truncate-prompt", no_argument, 0, OPT_TRUNCATE_PROMPT},
+        {"no-context-shift", no_argument, 0, OPT_NO_CONTEXT_SHIFT},
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {"theme", required_argument, 0, OPT_THEME},  {"no-mouse", no_argument, 0, OPT_NO_MOUSE},
         {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+        {"stop", required_argument, 0, OPT_STOP},
+        {"json", no_argument, 0, OPT_JSON},          {"print-config", no_argument, 0, OPT_PRINT_CONFIG},
+        {"db", required_argument, 0, OPT_DB},        {"resume", optional_argument, 0, OPT_RESUME},
+        {"cache-size", required_argument, 0, OPT_CACHE_SIZE},
         {0, 0, 0, 0},
     };
     engine_params_default(&c->ep);
     sampler_params_default(&c->sp);
     c->n_predict = -1;
-    c->ep.model_path = getenv("KVCHAT_MODEL");
+    /* under the command line: built-in defaults < config file < environment (app/config.c) */
+    config_load_all(&g_config, NULL, NULL);
+    config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
+    c->theme = config_get(&g_config, CFG_THEME);
+    c->chat_template = config_get(&g_config, CFG_CHAT_TEMPLATE);
+    c->no_mouse = !config_parse_bool(config_get(&g_config, CFG_MOUSE));
     opterr = 0;
     int o, idx;
     while ((o = getopt_long(argc, argv, ":m:p:n:c:b:t:hV", opts, &idx)) != -1) {
@@ -219,6 +275,11 @@ static int parse_args(int argc, char **argv, cli *c)
         }
         case OPT_STATS: c->stats = 1; break;
         case OPT_NO_BOS: c->no_bos = 1; break;
+        case OPT_STOP:
+            if (c->n_stops == STOP_MAX_STRINGS || !*optarg || strlen(optarg) >= STOP_MAX_LEN)
+                return usage_error("invalid --stop '%s' (1 to 255 bytes, at most 16 stop strings)", optarg);
+            c->stops[c->n_stops++] = optarg;
+            break;
         case OPT_THEME: c->theme = optarg; break;
         case OPT_NO_MOUSE: c->no_mouse = 1; break;
         case OPT_CHAT_TEMPLATE:
@@ -229,15 +290,37 @@ static int parse_args(int argc, char **argv, cli *c)
             c->chat_template = optarg;
             break;
         case OPT_KV_TYPE:
-            if (strcmp(optarg, "f16") == 0) c->ep.kv_type = GGML_TYPE_F16;
-            else if (strcmp(optarg, "f32") == 0) c->ep.kv_type = GGML_TYPE_F32;
-            else return usage_error("invalid --kv-type '%s' (f16 or f32)", optarg);
+            if ((c->ep.kv_type = engine_kv_type_from_name(optarg)) < 0)
+                return usage_error("invalid --kv-type '%s' (f16, q8_0 or f32)", optarg);
             break;
+        case OPT_KEEP: if (parse_int(optarg, "--keep", 0, 1 << 20, &c->ep.n_keep)) return EXIT_USAGE; break;
+        case OPT_TRUNCATE_PROMPT: c->ep.truncate_prompt = 1; break;
+        case OPT_NO_CONTEXT_SHIFT: c->ep.no_context_shift = 1; break;
+        case OPT_JSON: g_json = 1; break;
+        case OPT_PRINT_CONFIG: g_print_config = 1; break;
+        case OPT_DB:
+            if (!*optarg) return usage_error("%s needs a path", "--db");
+            c->db = optarg;
+            break;
+        case OPT_RESUME: /* --resume, --resume=ID, --resume ID, --resume last */
+            if (!optarg && optind < argc &&
+                (!strcmp(argv[optind], "last") || strspn(argv[optind], "0123456789") == strlen(argv[optind])))
+                optarg = argv[optind++];
+            c->resume = optarg ? optarg : "last";
+            break;
+        case OPT_CACHE_SIZE: {
+            uint64_t b;
+            if (chatstore_parse_cache_size(optarg, &b))
+                return usage_error("invalid --cache-size '%s' (MiB, or a size such as 512M or 2G; 0 turns the KV store off)", optarg);
+            c->cache_size = optarg;
+            break;
+        }
         case 'h': usage(stdout); exit(EXIT_OK);
-        case 'V': version(); exit(EXIT_OK);
+        case 'V': version_print(stdout); exit(EXIT_OK);
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
+        config_note_getopt(&g_config, opts, o, optarg); /* for --print-config */
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     kv_error err = {0};
@@ -245,12 +328,32 @@ static int parse_args(int argc, char **argv, cli *c)
         fprintf(stderr, "kvchat: %s\n", err.msg);
         return EXIT_USAGE;
     }
+    /* -m NAME: a bare name is looked up in the models directory (app/models.c) */
+    static char model_path[4096];
+    int found = c->ep.model_path ? models_resolve(c->ep.model_path, model_path, sizeof model_path) : 0;
+    if (g_print_config) {
+        config_print(&g_config, stdout, found > 0 ? model_path : NULL);
+        exit(EXIT_OK);
+    }
+    if (!c->ep.model_path && c->resume) { /* --resume alone: the model the conversation was with */
+        char db[4096], why[900];
+        if (chatstore_db_path(c->db ? c->db : config_get(&g_config, CFG_DB), 0, db, sizeof db, why, sizeof why) ||
+            chatstore_resume_model(db, c->resume, model_path, sizeof model_path, why, sizeof why)) {
+            fprintf(stderr, "kvchat: --resume: %s\n", why);
+            return EXIT_DB;
+        }
+        c->ep.model_path = model_path;
+        found = 0;
+    }
     if (!c->ep.model_path) {
-        fprintf(stderr,
-                "kvchat: no model given. Use -m MODEL.gguf or set KVCHAT_MODEL.\n"
-                "Any LLaMA-family GGUF works, e.g. a Q4_K_M or Q8_0 file of TinyLlama, Llama 3.2 or Qwen2.5.\n");
+        models_print_no_model(stderr);
         return EXIT_USAGE;
     }
+    if (found < 0) {
+        fprintf(stderr, "kvchat: %s\n", model_path);
+        return EXIT_MODEL;
+    }
+    c->ep.model_path = model_path;
     return -1;
 }
 
@@ -274,11 +377,38 @@ static char *read_stdin(void)
     return buf;
 }
 
+/* One-shot output: text goes through the stop-string matcher (ud), so a stop string is
+ * never printed, even partly; returns 1 (end generation) once one has appeared. */
+typedef struct oneshot_out {
+    stop_matcher sm;
+    const char *prompt;   /* echoed before the first generated text, once the prompt is accepted */
+} oneshot_out;
+
+static void echo_prompt(oneshot_out *o)
+{
+    if (!o->prompt) return;
+    fputs(o->prompt, stdout);
+    fflush(stdout);
+    o->prompt = NULL;
+}
+
 static int on_text(void *ud, const char *text, size_t len, int32_t token)
 {
-    (void)ud; (void)token;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    (void)token;
+    char out[4096 + STOP_MAX_LEN];
+    oneshot_out *o = ud;
+    stop_matcher *sm = &o->sm;
+    echo_prompt(o);
+    while (len > 0) {
+        size_t chunk = len < 4096 ? len : 4096, n;
+        int hit = stop_push(sm, text, chunk, out, &n);
+        if (g_json) json_out_token(&g_jout, token, out, n); /* one JSON line per token */
+        else out_plain(stdout, out, n);                     /* control bytes never raw */
+        fflush(stdout);
+        if (hit) return 2; /* GEN_FINISH_STOP */
+        text += chunk;
+        len -= chunk;
+    }
     return 0;
 }
 
@@ -306,22 +436,40 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
         fprintf(stderr, "kvchat: %s\n", err.msg);
         return EXIT_RUNTIME;
     }
-    if (print_prompt) {
-        fputs(text, stdout);
-        fflush(stdout);
-    }
-    gen_callbacks cb = {.on_text = on_text, .should_stop = should_stop};
+    oneshot_out o = {.prompt = print_prompt && !g_json ? text : NULL};
+    json_out_init(&g_jout, stdout);
+    stop_init(&o.sm, c->stops, c->n_stops);
+    gen_callbacks cb = {.on_text = on_text, .should_stop = should_stop, .ud = &o};
     gen_stats st;
     int finish;
     int rc = engine_generate(e, toks, n, c->n_predict, s, &cb, &st, &finish, &err);
     free(toks);
     if (rc) {
-        fprintf(stderr, "\nkvchat: %s\n", err.msg);
+        fprintf(stderr, "%skvchat: %s\n", o.prompt || g_json ? "" : "\n", err.msg);
+        if (g_json) json_out_done(&g_jout, NULL, GEN_FINISH_ERROR, err.msg);
         return EXIT_RUNTIME;
     }
-    if (finish == GEN_FINISH_CONTEXT)
+    echo_prompt(&o);
+    char tail[STOP_MAX_LEN];
+    size_t n_tail = stop_flush(&o.sm, tail);
+    if (g_json) {
+        if (n_tail) json_out_token(&g_jout, -1, tail, n_tail);
+        json_out_done(&g_jout, &st, finish, NULL);
+    } else {
+        out_plain(stdout, tail, n_tail);
+    }
+    if (finish == GEN_FINISH_CONTEXT && st.n_generated >= engine_n_ctx(e))
+        fprintf(stderr, "\nkvchat: stopped after %d tokens, a whole context's worth; use -n to ask for more\n",
+                st.n_generated);
+    else if (finish == GEN_FINISH_CONTEXT)
         fprintf(stderr, "\nkvchat: the context is full (%d tokens); use -c to raise it\n", engine_n_ctx(e));
+    if (st.n_truncated)
+        fprintf(stderr, "\nkvchat: warning: the prompt (%d tokens) did not fit the context of %d: dropped %d tokens after "
+                "its first %d\n", st.n_prompt, engine_n_ctx(e), st.n_truncated, st.n_keep);
     if (c->stats) print_stats(&st, finish);
+    if (c->stats && st.n_shifts)
+        fprintf(stderr, "context shifts: %d (dropped %d positions, kept the first %d)\n", st.n_shifts, st.n_discarded,
+                st.n_keep);
     return EXIT_OK;
 }
 
@@ -335,7 +483,7 @@ static int append_text(void *ud, const char *text, size_t tl, int32_t token)
 {
     text_acc *acc = ud;
     (void)token;
-    fwrite(text, 1, tl, stdout);
+    out_plain(stdout, text, tl);
     fflush(stdout);
     while (*acc->len + tl + 1 > *acc->cap) {
         char *nb = realloc(*acc->buf, *acc->cap * 2);
@@ -355,9 +503,12 @@ static int append_text(void *ud, const char *text, size_t tl, int32_t token)
 static int run_interactive(engine *e, sampler *s, const cli *c)
 {
     const model *m = engine_model(e);
-    printf("kvchat %s — %s (%s, %s), n_ctx %d, %d threads\n", KVCHAT_VERSION, m->name, m->arch_name,
-           quant_traits_of(m->weight_type)->name, engine_n_ctx(e), engine_n_threads(e));
-    printf("Type text for the model to continue; an empty line continues it; Ctrl-D quits; Ctrl-C stops a reply.\n");
+    /* stdout a pipe or file: it gets the text only; banner, prompt and echo go to stderr */
+    FILE *ui_out = isatty(STDOUT_FILENO) ? stdout : stderr;
+    rl_outstream = ui_out;
+    fprintf(ui_out, "kvchat %s — %s (%s, %s), n_ctx %d, %d threads\n", KVCHAT_VERSION, m->name, m->arch_name,
+            quant_traits_of(m->weight_type)->name, engine_n_ctx(e), engine_n_threads(e));
+    fprintf(ui_out, "Type text for the model to continue; an empty line continues it; Ctrl-D quits; Ctrl-C stops a reply.\n");
     size_t cap = 1 << 16, len = 0;
     char *conv = malloc(cap);
     if (!conv) return EXIT_RUNTIME;
@@ -403,6 +554,12 @@ int main(int argc, char **argv)
     /* subcommands: speed measurement and synthetic benchmark models (app/bench.c, app/gen_model.c) */
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "gen-model")) return gen_model_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "tokenize")) return tokenize_main(argc - 1, argv + 1);
+    /* the models directory and the themes found (app/models.c) */
+    if (argc > 1 && !strcmp(argv[1], "models")) return models_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "themes")) return themes_main(argc - 1, argv + 1);
+    /* the conversation database: list, export, import, rm, check (app/store_cli.c) */
+    if (argc > 1 && store_cli_is_command(argv[1])) return store_cli_main(argc - 1, argv + 1);
     cli c = {0};
     int rc = parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
@@ -420,6 +577,10 @@ int main(int argc, char **argv)
         size_t l = strlen(stdin_prompt);
         while (l && stdin_prompt[l - 1] == '\n') stdin_prompt[--l] = 0;
         c.prompt = stdin_prompt;
+    }
+    if (g_json && !c.prompt) {
+        free(stdin_prompt);
+        return usage_error("%s needs a prompt (-p TEXT, or text on standard input)", "--json");
     }
 
     kv_error err = {0};
@@ -441,6 +602,7 @@ int main(int argc, char **argv)
         free(stdin_prompt);
         return err.code == KV_ERR_NOMEM ? EXIT_RUNTIME : EXIT_MODEL;
     }
+    if (engine_notice(e)) fprintf(stderr, "kvchat: %s\n", engine_notice(e));
     sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &c.sp, &err);
     if (!s) {
         fprintf(stderr, "kvchat: %s\n", err.msg);
@@ -451,11 +613,21 @@ int main(int argc, char **argv)
     const char *term = getenv("TERM");
     if (c.prompt)
         rc = run_prompt(e, s, c.prompt, &c, 1);
-    else if (!term || !*term || !strcmp(term, "dumb"))
+    else if (!term || !*term || !strcmp(term, "dumb") || !isatty(STDOUT_FILENO))
         rc = run_interactive(e, s, &c); /* no screen to draw on: the line-by-line session */
     else {
         chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
-                           .chat_template = c.chat_template};
+                           .chat_template = c.chat_template, .resume = c.resume,
+                           .stops = c.stops, .n_stops = c.n_stops};
+        /* the conversation store (app/chatstore.h): --db > config db / KVCHAT_DB > the default */
+        char db_path[4096], why[900];
+        const char *cs_text = c.cache_size ? c.cache_size : config_get(&g_config, CFG_CACHE_SIZE);
+        co.cache_bytes = (uint64_t)CHATSTORE_DEFAULT_CACHE_MIB << 20;
+        if (cs_text && chatstore_parse_cache_size(cs_text, &co.cache_bytes))
+            fprintf(stderr, "kvchat: cache_size '%s' is not a size; using %d MiB\n", cs_text, CHATSTORE_DEFAULT_CACHE_MIB);
+        if (chatstore_db_path(c.db ? c.db : config_get(&g_config, CFG_DB), 1, db_path, sizeof db_path, why, sizeof why))
+            fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
+        else co.db_path = db_path;
         rc = chat_run(e, s, &co);
     }
     if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");

@@ -1,4 +1,4 @@
-/* generate: owns an inference session and runs prefill + decode with sampling and timing. */
+/* generate: owns an inference session (model, tokenizer, paged KV cache, threads), its sequences, and runs prefix reuse + prefill + decode with context shift, sampling and timing. */
 #include "generate.h"
 
 #include <cblas.h>
@@ -42,6 +42,7 @@ const char *gen_finish_name(int finish)
     case GEN_FINISH_LENGTH: return "length";
     case GEN_FINISH_CONTEXT: return "context full";
     case GEN_FINISH_CANCELLED: return "stopped";
+    case GEN_FINISH_STOP: return "stop string";
     case GEN_FINISH_ERROR: return "error";
     default: return "none";
     }
@@ -94,8 +95,8 @@ static int default_n_ctx(engine *e, int kv_type)
     if (capped < floor_) capped = floor_;
     const quant_traits *qt = quant_traits_of(kv_type);
     snprintf(e->notice, sizeof e->notice,
-             "n_ctx capped at %d tokens (the model was trained for %d): a full %s KV cache of %d tokens would take "
-             "%lld MiB, more than half of the %lld MiB available; choose with -c",
+             "n_ctx capped at %d tokens (the model was trained for %d): its %s KV cache and attention scratch for "
+             "%d tokens would take %lld MiB, more than half of the %lld MiB available; choose with -c",
              capped, hp->n_ctx_train, qt ? qt->name : "?", hp->n_ctx_train,
              (long long)((size_t)hp->n_ctx_train * per_tok >> 20), avail >> 20);
     return capped;
@@ -387,12 +388,15 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
         }
         t_prev = t;
         sampler_accept(s, tok);
-        if (tokenizer_is_eog(e->tok, tok)) {
+        int eog = tokenizer_is_eog(e->tok, tok);
+        if (cb && cb->on_token) cb->on_token(cb->ud, tok, eog);
+        if (eog) {
             fin = GEN_FINISH_EOG;
             break;
         }
-        if (emit(e, &ds, tok, cb)) {
-            fin = GEN_FINISH_CANCELLED;
+        int stop = emit(e, &ds, tok, cb);
+        if (stop) {
+            fin = stop == 2 ? GEN_FINISH_STOP : GEN_FINISH_CANCELLED;
             break;
         }
         if (o->n_predict >= 0 && st->n_generated >= o->n_predict) {

@@ -39,6 +39,7 @@ enum gen_finish {
     GEN_FINISH_CONTEXT,   /* the KV cache is full */
     GEN_FINISH_CANCELLED, /* the caller asked to stop */
     GEN_FINISH_ERROR,     /* see the kv_error */
+    GEN_FINISH_STOP,      /* a stop string appeared (on_text returned 2) */
 };
 const char *gen_finish_name(int finish);
 
@@ -64,12 +65,16 @@ typedef struct gen_stats {
 } gen_stats;
 
 /* Callbacks of a generation; any may be NULL. on_text receives complete UTF-8 text as it is
- * produced (the piece(s) of `token`); returning nonzero stops generation (cancelled).
- * should_stop is polled between decode steps and between prefill chunks. */
+ * produced (the piece(s) of `token`; token -1 for the final flush); returning 2 ends
+ * generation with GEN_FINISH_STOP (a stop string appeared), any other nonzero value with
+ * GEN_FINISH_CANCELLED. on_token is called for every sampled token (an end-of-generation one
+ * too, and one whose text is not complete yet), before its text. should_stop is polled between
+ * decode steps and between prefill chunks. */
 typedef struct gen_callbacks {
     int (*on_text)(void *ud, const char *text, size_t len, int32_t token);
     int (*should_stop)(void *ud);
     void *ud;
+    void (*on_token)(void *ud, int32_t token, int is_eog);
 } gen_callbacks;
 
 typedef struct engine engine;

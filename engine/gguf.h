@@ -45,6 +45,7 @@ typedef struct gguf_tensor {
     const void *data;         /* inside the mapping */
     uint64_t nbytes;
     int64_t n_elements;
+    const void *packed;       /* the weights repacked for the matmul kernels (op_weights_pack), or NULL */
 } gguf_tensor;
 
 typedef struct gguf_file {

@@ -91,6 +91,14 @@ uint64_t kv_prefix_hash(const int32_t *tokens, int n)
     return h;
 }
 
+int kv_block_hashes(const int32_t *tokens, int n, uint64_t *out)
+{
+    uint64_t h = KV_HASH_ROOT;
+    int b = 0;
+    for (; (b + 1) * BS <= n; b++) out[b] = h = kv_hash_block(h, tokens + b * BS, BS);
+    return b;
+}
+
 static uint64_t rd64(const uint8_t *p)
 {
     uint64_t v = 0;
@@ -219,8 +227,6 @@ static void block_unref(kv_cache *c, int b)
     }
 }
 
-static int seq_count(const kv_cache *c) { return c->n_live; }
-
 /* A fresh block with refcount 1, or -1 with err set. */
 static int block_alloc(kv_cache *c, kv_error *err)
 {
@@ -245,7 +251,7 @@ static int block_alloc(kv_cache *c, kv_error *err)
     } else {
         kv_error_set(err, KV_ERR_CONTEXT,
                      "KV cache: all %d blocks (%d positions) are in use by %d sequence(s); free a branch or raise -c",
-                     c->n_blocks, c->n_blocks * BS, seq_count(c));
+                     c->n_blocks, c->n_blocks * BS, c->n_live);
         return -1;
     }
     kv_block *k = &c->blk[b];
@@ -320,7 +326,8 @@ fail:
 
 kv_cache *kv_cache_create(int n_layer, int n_embd_kv, int n_ctx, int type, kv_error *err)
 {
-    kv_cache_params p = {.n_layer = n_layer, .n_embd_kv = n_embd_kv, .n_ctx = n_ctx, .type = type, .reserve = 1};
+    kv_cache_params p = {.n_layer = n_layer, .n_embd_kv = n_embd_kv, .n_ctx = n_ctx, .type = type,
+                         .n_blocks = n_ctx > 0 ? (n_ctx + BS - 1) / BS : 0, .reserve = 1};
     return kv_cache_create_ex(&p, err);
 }
 
@@ -354,7 +361,8 @@ void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *st)
     st->type = c->type;
     st->bytes_per_token = 2 * c->row_bytes * (size_t)c->n_layer;
     st->bytes_used = st->bytes_per_token * (size_t)s->n_tokens;
-    st->bytes_reserved = c->block_bytes * (size_t)c->n_alloc;
+    st->bytes_reserved = st->bytes_per_token * (size_t)c->n_ctx;
+    st->bytes_allocated = c->block_bytes * (size_t)c->n_alloc;
     st->block_size = BS;
     st->n_blocks = c->n_blocks;
     st->n_blocks_alloc = c->n_alloc;
@@ -372,6 +380,7 @@ void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *st)
     st->layer_bytes_per_token = 2 * c->row_bytes;
     st->layer_bytes_used = st->bytes_used / (size_t)c->n_layer;
     st->layer_bytes_reserved = st->bytes_reserved / (size_t)c->n_layer;
+    st->layer_bytes_allocated = st->bytes_allocated / (size_t)c->n_layer;
     st->last_n_prompt = c->last_n_prompt;
     st->last_n_reused = c->last_n_reused;
     st->last_n_reused_hash = c->last_n_reused_hash;
@@ -807,23 +816,35 @@ int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t 
         free(toks);
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (prefix hash does not match its tokens)");
     }
-    seq_release_from(c, s, 0);
-    s->n_tokens = s->n_clean = 0;
-    if ((rc = kv_seq_reserve(c, seq, (int)n, err))) {
+    /* Fill a scratch sequence, then hand its table to seq: a failure (no free block) leaves seq
+     * as it was. */
+    int tmp = -1;
+    if ((rc = kv_seq_new(c, &tmp, err)) || (rc = kv_seq_reserve(c, tmp, (int)n, err))) {
+        if (kv_seq_valid(c, tmp)) kv_seq_free(c, tmp);
         free(toks);
         return rc;
     }
+    kv_seq *t = &c->seq[tmp];
     const uint8_t *p = b + BLOB_HEADER + 4 * (size_t)n;
     for (int l = 0; l < c->n_layer; l++)
         for (int kv = 0; kv < 2; kv++)
             for (int bi = 0; bi * BS < (int)n; bi++) {
                 int r = (int)n - bi * BS < BS ? (int)n - bi * BS : BS;
-                memcpy(row_ptr(c, s->blocks[bi], l, kv, 0), p, c->row_bytes * (size_t)r);
+                memcpy(row_ptr(c, t->blocks[bi], l, kv, 0), p, c->row_bytes * (size_t)r);
                 p += c->row_bytes * (size_t)r;
             }
-    if (n) commit(c, s, toks, (int)n, (int)n_clean);
-    c->active = seq;
+    if (n) commit(c, t, toks, (int)n, (int)n_clean);
     free(toks);
+    s = &c->seq[seq];
+    seq_release_from(c, s, 0);
+    kv_seq swap = *s;
+    *s = *t;
+    *t = swap;            /* t keeps seq's old arrays (emptied) for reuse */
+    s->live = 1;
+    t->live = 0;
+    t->n_tokens = t->n_clean = t->n_blk = 0;
+    c->n_live--;
+    c->active = seq;
     return KV_OK;
 }
 

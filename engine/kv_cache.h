@@ -47,12 +47,12 @@ typedef struct kv_cache_stats {
     int type;                /* ggml_type of the stored K/V (F32, F16, Q8_0) */
     size_t bytes_per_token;  /* K + V over all layers, one position */
     size_t bytes_used;       /* n_tokens * bytes_per_token (the active sequence) */
-    size_t bytes_reserved;   /* memory the cache holds: allocated blocks (every block of the
-                                budget when reserved up front, else grown block by block) */
+    size_t bytes_reserved;   /* n_ctx * bytes_per_token: what one full sequence takes (the gauge's
+                                scale); the memory actually held is bytes_allocated */
     /* ---- paged cache (see the top of this file) ---- */
     int block_size;          /* KV_BLOCK_SIZE */
     int n_blocks;            /* the budget: blocks the cache may hold */
-    int n_blocks_alloc;      /* blocks with memory (bytes_reserved / bytes_per_block) */
+    int n_blocks_alloc;      /* blocks with memory (bytes_allocated / bytes_per_block) */
     int n_blocks_used;       /* referenced by at least one sequence */
     int n_blocks_shared;     /* referenced by two or more sequences (forks share them) */
     int n_blocks_cached;     /* unreferenced, holding a hashed prefix: reusable until evicted */
@@ -61,12 +61,15 @@ typedef struct kv_cache_stats {
     int active_seq;
     int reserved_up_front;   /* 1: all memory was allocated at creation */
     size_t bytes_per_block;
+    size_t bytes_allocated;      /* memory the cache holds: n_blocks_alloc * bytes_per_block (all of
+                                    bytes_limit when reserved up front, else grown block by block) */
     size_t bytes_blocks_used;    /* n_blocks_used * bytes_per_block: all sequences, shared once */
-    size_t bytes_limit;          /* n_blocks * bytes_per_block */
+    size_t bytes_limit;          /* n_blocks * bytes_per_block: the most it may hold */
     int n_layer;
     size_t layer_bytes_per_token;   /* bytes_per_token / n_layer */
     size_t layer_bytes_used;        /* bytes_used / n_layer */
     size_t layer_bytes_reserved;    /* bytes_reserved / n_layer */
+    size_t layer_bytes_allocated;   /* bytes_allocated / n_layer */
     /* prefix reuse of the last request (kv_cache_note_request) */
     int last_n_prompt;       /* prompt tokens */
     int last_n_reused;       /* taken from the cache (no computation) */
@@ -92,7 +95,8 @@ typedef struct kv_cache_params {
 /* Create a cache. Errors: KV_ERR_INVALID (sizes), KV_ERR_UNSUPPORTED (type, or q8_0 with
  * n_embd_kv not a multiple of 32), KV_ERR_NOMEM. */
 kv_cache *kv_cache_create_ex(const kv_cache_params *p, kv_error *err);
-/* Shorthand: default budget, memory reserved up front. */
+/* Shorthand for one sequence, like a contiguous cache: a budget of ceil(n_ctx / BS) blocks,
+ * all reserved up front (forks and cached prefixes then compete for those blocks). */
 kv_cache *kv_cache_create(int n_layer, int n_embd_kv, int n_ctx, int type, kv_error *err);
 void kv_cache_free(kv_cache *c);
 
@@ -178,6 +182,10 @@ uint64_t kv_hash_block(uint64_t parent, const int32_t *tokens, int n);
  * last full block, KV_HASH_ROOT when n < KV_BLOCK_SIZE. Equals the hash the cache gives the
  * block covering positions up to floor(n / BS) * BS of a clean sequence holding these tokens. */
 uint64_t kv_prefix_hash(const int32_t *tokens, int n);
+/* Every chained block hash of tokens[0..n): out[i] = hash of block i (covering tokens
+ * [0, (i+1) * KV_BLOCK_SIZE)), for i < floor(n / KV_BLOCK_SIZE); returns that count. out needs
+ * room for n / KV_BLOCK_SIZE values (the SQLite prefix store's block_hashes). */
+int kv_block_hashes(const int32_t *tokens, int n, uint64_t *out);
 /* Checksum of a byte string: FNV-1a over 64-bit little-endian words (then the tail bytes and
  * the length), finalized with fmix64. Detects any single changed word with certainty. */
 uint64_t kv_checksum64(const void *data, size_t n);

@@ -226,6 +226,9 @@ int model_load(const char *path, model **out, kv_error *err)
     }
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
         if (counts[t] > counts[m->weight_type]) m->weight_type = t;
+    /* matrices are repacked once, here, into the layouts the matmul kernels read (engine/ops.c) */
+    if ((rc = op_weights_pack(m->gguf, m->output == m->tok_embd ? NULL : m->tok_embd, m->tok_embd, &m->packed, err)))
+        goto fail;
     *out = m;
     return KV_OK;
 fail:
@@ -236,6 +239,7 @@ fail:
 void model_free(model *m)
 {
     if (!m) return;
+    op_weights_free(m->gguf, m->packed);
     gguf_close(m->gguf);
     free(m->name);
     free(m->layers);
@@ -322,48 +326,6 @@ void forward_ctx_free(forward_ctx *fc)
 
 int forward_ctx_n_batch(const forward_ctx *fc) { return fc->n_batch; }
 
-typedef struct attn_job {
-    const model_hparams *hp;
-    forward_ctx *fc;
-    const float *K, *V;  /* [n_kv][n_embd_kv] */
-    int n_tokens, pos0;
-} attn_job;
-
-/* Causal attention for heads split over threads: query t (position pos0 + t) attends to
- * positions 0..pos0+t. */
-static void attention_heads(void *arg, int ith, int nth)
-{
-    attn_job *j = arg;
-    const model_hparams *hp = j->hp;
-    forward_ctx *fc = j->fc;
-    int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    float scale = 1.0f / sqrtf((float)hd);
-    long lo, hi;
-    tpool_split(hp->n_head, ith, nth, &lo, &hi);
-    for (long h = lo; h < hi; h++) {
-        float *sc = fc->scores + (size_t)h * fc->n_ctx;
-        int kvo = (int)(h / group) * hd;
-        for (int t = 0; t < j->n_tokens; t++) {
-            const float *q = fc->q + (size_t)t * hp->n_embd + h * hd;
-            int n_att = j->pos0 + t + 1;
-            for (int p = 0; p < n_att; p++) {
-                const float *k = j->K + (size_t)p * hp->n_embd_kv + kvo;
-                float s = 0.0f;
-                for (int i = 0; i < hd; i++) s += q[i] * k[i];
-                sc[p] = s * scale;
-            }
-            op_softmax(sc, n_att);
-            float *o = fc->att + (size_t)t * hp->n_embd + h * hd;
-            memset(o, 0, sizeof(float) * hd);
-            for (int p = 0; p < n_att; p++) {
-                const float *v = j->V + (size_t)p * hp->n_embd_kv + kvo;
-                float a = sc[p];
-                for (int i = 0; i < hd; i++) o[i] += a * v[i];
-            }
-        }
-    }
-}
-
 static void add_bias(float *y, const float *b, int n_tokens, int n)
 {
     if (!b) return;
@@ -415,11 +377,8 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
             kv_cache_store(kv, seq, il, pos0 + t, fc->k + (size_t)t * EKV, fc->v + (size_t)t * EKV);
         }
         int n_kv = pos0 + n_tokens;
-        attn_job aj = {
-            .hp = hp, .fc = fc, .n_tokens = n_tokens, .pos0 = pos0,
-            .K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), .V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp),
-        };
-        tpool_run(pool, attention_heads, &aj);
+        const float *K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), *V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp);
+        op_attention(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, hp->head_dim, pool);
         op_matmul(L->wo, fc->att, n_tokens, fc->xb2, fc->act, pool);
         for (size_t i = 0; i < (size_t)n_tokens * E; i++) fc->x[i] += fc->xb2[i];
 

@@ -48,6 +48,7 @@ typedef struct model {
     const float *rope_freqs;                /* n_rot/2 factors or NULL */
     model_layer *layers;
     float *f32_store;                       /* owns the f32 norm/bias copies */
+    void *packed;                           /* matrices repacked at load (op_weights_pack) */
 } model;
 
 /* Load and validate a model: the GGUF file (see gguf_open), the architecture

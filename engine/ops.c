@@ -1,9 +1,12 @@
 /* ops: numeric kernels of the forward pass; the per-type inner loops live in quant.c. */
 #include "ops.h"
 
-#include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "quant.h"
 
@@ -95,8 +98,8 @@ void op_swiglu(float *gate, const float *up, int n)
 
 size_t op_matmul_scratch_size(const gguf_tensor *w, int n_tokens)
 {
-    const quant_traits *qt = quant_traits_of(w->type);
-    return (size_t)n_tokens * quant_row_size(qt->vec_dot_type, w->ne[0]);
+    /* prepared activation rows (64-byte aligned inside the buffer) */
+    return (size_t)n_tokens * quant_act_row_size(w->type, w->ne[0]) + 64;
 }
 
 typedef struct matmul_job {
@@ -106,69 +109,66 @@ typedef struct matmul_job {
     int n_tokens;
     int64_t n_in, n_out;
     size_t w_row_bytes, act_row_bytes;
-    const uint8_t *act;
-    int act_is_x;
+    uint8_t *act;
+    tpool *pool;
+    long chunk_rows, n_chunks;  /* work sharing: rows per chunk (a multiple of the panel height) */
+    atomic_long next;           /* next chunk to take */
 } matmul_job;
 
-static void matmul_quantize_act(void *arg, int ith, int nth)
+static void matmul_prepare(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
-    const quant_traits *qt = quant_traits_of(j->w->type);
     long lo, hi;
     tpool_split(j->n_tokens, ith, nth, &lo, &hi);
-    for (long t = lo; t < hi; t++)
-        quant_quantize_row(qt->vec_dot_type, j->x + t * j->n_in, (uint8_t *)j->act + t * j->act_row_bytes, j->n_in);
+    for (long t = lo; t < hi; t++) quant_act_prepare(j->w->type, j->x + t * j->n_in, j->n_in, j->act + t * j->act_row_bytes);
 }
 
-/* Each thread takes a contiguous slice of the weight rows; for a batch, the slice is walked
- * in blocks of 16 rows so a block stays in cache while every token's activations pass it. */
-#define MATMUL_ROW_BLOCK 16
-
+/* The rows are cut into chunks that the threads take in turn from a shared counter, so a
+ * thread that the OS preempts (a busy machine) delays the matmul by one chunk, not by half of it.
+ * Packed weights (op_weight_pack) run the panel kernels for decode and batches alike; GGUF rows
+ * stream through quant_gemv (decode) or quant_gemm (batch). */
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
-    long lo, hi;
-    tpool_split(j->n_out, ith, nth, &lo, &hi);
     const uint8_t *wbase = j->w->data;
-    if (j->n_tokens == 1) {
-        quant_vec_dot_rows(j->w->type, j->n_in, hi - lo, wbase + (size_t)lo * j->w_row_bytes, j->w_row_bytes, j->act,
-                           j->y + lo);
-        return;
-    }
-    float tmp[MATMUL_ROW_BLOCK];
-    for (long o = lo; o < hi; o += MATMUL_ROW_BLOCK) {
-        long nr = hi - o < MATMUL_ROW_BLOCK ? hi - o : MATMUL_ROW_BLOCK;
-        for (int t = 0; t < j->n_tokens; t++) {
-            quant_vec_dot_rows(j->w->type, j->n_in, nr, wbase + (size_t)o * j->w_row_bytes, j->w_row_bytes,
-                               j->act + t * j->act_row_bytes, tmp);
-            memcpy(j->y + (size_t)t * j->n_out + o, tmp, sizeof(float) * (size_t)nr);
-        }
+    (void)ith;
+    (void)nth;
+    for (long c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
+        long lo = c * j->chunk_rows, hi = lo + j->chunk_rows < j->n_out ? lo + j->chunk_rows : j->n_out;
+        const uint8_t *w = wbase + (size_t)lo * j->w_row_bytes;
+        int panels = j->w->packed && quant_pack_size(j->w->type, j->n_in, j->n_out);
+        if (j->w->packed && !panels) w = (const uint8_t *)j->w->packed + (size_t)lo * j->w_row_bytes; /* row copy */
+        if (panels)
+            quant_gemm_packed(j->w->type, j->n_in, lo, hi - lo, j->w->packed, j->act, j->act_row_bytes, j->n_tokens,
+                              j->y + lo, (size_t)j->n_out);
+        else if (j->n_tokens == 1)
+            quant_gemv(j->w->type, j->n_in, hi - lo, w, j->w_row_bytes, j->act, j->y + lo);
+        else
+            quant_gemm(j->w->type, j->n_in, hi - lo, w, j->w_row_bytes, j->act, j->act_row_bytes, j->n_tokens,
+                       j->y + lo, (size_t)j->n_out);
     }
 }
 
 void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, void *scratch, tpool *pool)
 {
     int64_t n_in = w->ne[0], n_out = w->ne[1];
-    if (w->type == GGML_TYPE_F32 && n_tokens > 1) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tokens, (int)n_out, (int)n_in, 1.0f, x, (int)n_in,
-                    (const float *)w->data, (int)n_in, 0.0f, y, (int)n_out);
-        return;
-    }
-    const quant_traits *qt = quant_traits_of(w->type);
     matmul_job j = {
         .w = w, .x = x, .y = y, .n_tokens = n_tokens, .n_in = n_in, .n_out = n_out,
         .w_row_bytes = quant_row_size(w->type, n_in),
-        .act_row_bytes = quant_row_size(qt->vec_dot_type, n_in),
+        .act_row_bytes = quant_act_row_size(w->type, n_in),
+        .act = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63),
+        .pool = pool,
     };
-    if (qt->vec_dot_type == GGML_TYPE_F32) {
-        j.act = (const uint8_t *)x;
-    } else {
-        j.act = scratch;
-        if (n_tokens > 1)
-            tpool_run(pool, matmul_quantize_act, &j);
-        else
-            matmul_quantize_act(&j, 0, 1);
-    }
+    /* about 8 chunks per thread, each at least 64 KiB of weights (whole panels for a batch) */
+    int nth = tpool_size(pool);
+    long rows = (long)((65536 + j.w_row_bytes - 1) / j.w_row_bytes), by_count = (long)(n_out / (8 * nth));
+    rows = rows > by_count ? rows : by_count;
+    rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
+    j.chunk_rows = nth == 1 ? n_out : rows;
+    j.n_chunks = (n_out + j.chunk_rows - 1) / j.chunk_rows;
+    atomic_init(&j.next, 0);
+    if (n_tokens > 1) tpool_run(pool, matmul_prepare, &j);
+    else matmul_prepare(&j, 0, 1);
     tpool_run(pool, matmul_rows, &j);
 }
 
@@ -176,4 +176,298 @@ void op_get_row(const gguf_tensor *w, int64_t row, float *dst)
 {
     size_t rb = quant_row_size(w->type, w->ne[0]);
     quant_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)row * rb, dst, w->ne[0]);
+}
+
+/* What op_weights_pack does with a matrix: 1 = panels (quant_pack), 2 = a plain copy of the rows
+ * (a copy in anonymous memory on 2 MiB pages streams faster than the file mapping's 4 KiB page-
+ * cache pages: fewer TLB misses, prefetch streams not cut every 4 KiB), 0 = nothing. */
+static int pack_kind(const gguf_tensor *w, size_t *bytes)
+{
+    *bytes = 0;
+    if (w->n_dims != 2) return 0;
+    if ((*bytes = quant_pack_size(w->type, w->ne[0], w->ne[1]))) return 1;
+    if (w->nbytes < (1u << 20)) return 0; /* small matrices stay in the mapping */
+    *bytes = w->nbytes;
+    return 2;
+}
+
+int op_weights_pack(gguf_file *f, const gguf_tensor *skip, const gguf_tensor *keep_rows, void **arena,
+                    kv_error *err)
+{
+    *arena = NULL;
+    size_t total = 0, bytes;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (&f->tensors[i] != skip && pack_kind(&f->tensors[i], &bytes)) total += (bytes + 63) & ~(size_t)63;
+    if (!total) return KV_OK;
+    size_t huge = (size_t)2 << 20, alloc = (total + huge - 1) & ~(huge - 1);
+    uint8_t *p = aligned_alloc(huge, alloc);
+    if (!p) return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory for %zu MiB of repacked weights", f->path,
+                                total >> 20);
+    madvise(p, alloc, MADV_HUGEPAGE);
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t off = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        gguf_tensor *w = &f->tensors[i];
+        int kind = w != skip ? pack_kind(w, &bytes) : 0;
+        if (!kind) continue;
+        if (kind == 1) quant_pack(w->type, w->ne[0], w->ne[1], w->data, quant_row_size(w->type, w->ne[0]), p + off);
+        else memcpy(p + off, w->data, bytes);
+        w->packed = p + off;
+        off += (bytes + 63) & ~(size_t)63;
+        if (w != keep_rows) {
+            /* the mmap'd rows are not read again: give their pages back (the page cache keeps the file) */
+            uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+            uintptr_t b = ((uintptr_t)w->data + w->nbytes) & ~((uintptr_t)pg - 1);
+            if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+        }
+    }
+    *arena = p;
+    return KV_OK;
+}
+
+void op_weights_free(gguf_file *f, void *arena)
+{
+    for (uint64_t i = 0; f && i < f->n_tensors; i++) f->tensors[i].packed = NULL;
+    free(arena);
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+#if defined(__AVX512F__) && defined(__FMA__)
+#define OPS_AVX512 1
+#include <immintrin.h>
+
+/* exp of 8 doubles: n = round(x·log2 e), r = x − n·ln2 (|r| <= 0.35), Taylor to r^12
+ * (relative error < 1e-14), scaled by 2^n. */
+static inline __m512d exp8d(__m512d x)
+{
+    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    static const double c[] = {1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
+                               1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int i = 1; i < 13; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    return _mm512_scalef_pd(p, n);
+}
+
+/* expf of 16 lanes, computed in double and rounded once: equal to a correctly rounded expf
+ * (as glibc's) except in vanishingly rare near-ties, so softmax matches the scalar libm path
+ * and the reference bit for bit in practice. Inputs are <= 0 here (x − max). */
+static inline __m512 exp16(__m512 x, __m512d *sum)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    __m512d lo = exp8d(_mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+    __m512d hi = exp8d(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+    __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+    /* the sum in double of the rounded floats, as the scalar softmax does */
+    *sum = _mm512_add_pd(*sum, _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
+                                             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)))));
+    return e;
+}
+
+static inline __mmask16 mask16(int n)
+{
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* 16×16 f32 transpose in registers. */
+static inline void transpose16x16(__m512 v[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        v[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        v[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        v[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+#endif
+
+typedef struct attn_job {
+    const float *q, *K, *V;
+    float *out;
+    int n_tokens, pos0, n_head, n_head_kv, hd, tq, n_tiles;
+    float scale;
+    tpool *pool;
+} attn_job;
+
+/* Scores, softmax and weighted values for the queries of one kv head g and tokens [t0, t1):
+ * rows i = (t - t0) * G + h (h < G, head g*G + h). S is [rows][ldS]. */
+static void attn_tile(const attn_job *j, int g, int t0, int t1, float *S, int ldS, float *KT)
+{
+    const int hd = j->hd, G = j->n_head / j->n_head_kv, E = j->n_head * hd, EKV = j->n_head_kv * hd;
+    const int nrows = (t1 - t0) * G, n_kv = j->pos0 + t1;
+#define QROW(i) (j->q + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
+#define OROW(i) (j->out + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
+#define LEN(i) (j->pos0 + t0 + (i) / G + 1)
+#if defined(OPS_AVX512)
+    /* S = scale · Q Kᵀ, 16 positions at a time: the K rows are transposed so each dimension of
+     * the 16 positions is one vector, and every query row takes hd multiply-adds with a broadcast
+     * q[d]. Products and sums are rounded separately and summed in the scalar loop's order
+     * (dimension by dimension, position by position for P·V): the results equal the plain C
+     * loops bit for bit, which keeps quantized models on the reference's activation roundings. */
+    const int nch = (hd + 15) / 16;
+    for (int p0 = 0; p0 < n_kv; p0 += 16) {
+        int np = n_kv - p0 < 16 ? n_kv - p0 : 16;
+        for (int c = 0; c < nch; c++) {
+            __m512 v[16];
+            __mmask16 m = mask16(hd - 16 * c);
+            for (int r = 0; r < 16; r++)
+                v[r] = r < np ? _mm512_maskz_loadu_ps(m, j->K + (size_t)(p0 + r) * EKV + g * hd + 16 * c)
+                              : _mm512_setzero_ps();
+            transpose16x16(v);
+            int nd = hd - 16 * c < 16 ? hd - 16 * c : 16;
+            for (int d = 0; d < nd; d++) _mm512_store_ps(KT + (size_t)(16 * c + d) * 16, v[d]);
+        }
+        const __m512 sc = _mm512_set1_ps(j->scale);
+        int i = 0;
+        for (; i + 4 <= nrows; i += 4) {
+            const float *q0 = QROW(i), *q1 = QROW(i + 1), *q2 = QROW(i + 2), *q3 = QROW(i + 3);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < hd; d++) {
+                __m512 kt = _mm512_load_ps(KT + (size_t)d * 16);
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_set1_ps(q0[d]), kt));
+                a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_set1_ps(q1[d]), kt));
+                a2 = _mm512_add_ps(a2, _mm512_mul_ps(_mm512_set1_ps(q2[d]), kt));
+                a3 = _mm512_add_ps(a3, _mm512_mul_ps(_mm512_set1_ps(q3[d]), kt));
+            }
+            _mm512_storeu_ps(S + (size_t)i * ldS + p0, _mm512_mul_ps(a0, sc));
+            _mm512_storeu_ps(S + (size_t)(i + 1) * ldS + p0, _mm512_mul_ps(a1, sc));
+            _mm512_storeu_ps(S + (size_t)(i + 2) * ldS + p0, _mm512_mul_ps(a2, sc));
+            _mm512_storeu_ps(S + (size_t)(i + 3) * ldS + p0, _mm512_mul_ps(a3, sc));
+        }
+        for (; i < nrows; i++) {
+            const float *q0 = QROW(i);
+            __m512 a0 = _mm512_setzero_ps();
+            for (int d = 0; d < hd; d++)
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_set1_ps(q0[d]), _mm512_load_ps(KT + (size_t)d * 16)));
+            _mm512_storeu_ps(S + (size_t)i * ldS + p0, _mm512_mul_ps(a0, sc));
+        }
+    }
+    /* softmax of each row over its causal length; the rest of the row is zeroed so the
+     * value pass can run every row of a block to the same length */
+    for (int i = 0; i < nrows; i++) {
+        float *s = S + (size_t)i * ldS;
+        int len = LEN(i);
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int p = 0; p < len; p += 16) mx = _mm512_mask_max_ps(mx, mask16(len - p), mx, _mm512_loadu_ps(s + p));
+        __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        __m512d sum = _mm512_setzero_pd();
+        for (int p = 0; p < len; p += 16) {
+            __mmask16 m = mask16(len - p);
+            /* lanes past len hold -104 - max at worst: exp underflows to 0 there, masked anyway */
+            __m512 xs = _mm512_maskz_sub_ps(m, _mm512_loadu_ps(s + p), vmax);
+            __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_mask_mov_ps(_mm512_set1_ps(-104.0f), m, xs), &sum));
+            _mm512_storeu_ps(s + p, e);
+        }
+        __m512 inv = _mm512_set1_ps((float)(1.0 / _mm512_reduce_add_pd(sum)));
+        for (int p = 0; p < len; p += 16) _mm512_storeu_ps(s + p, _mm512_mul_ps(_mm512_loadu_ps(s + p), inv));
+        for (int p = (len + 15) & ~15; p < n_kv; p += 16) _mm512_storeu_ps(s + p, _mm512_setzero_ps());
+    }
+    /* O = P V: blocks of up to 4 rows keep their hd outputs in registers while the V rows pass */
+    const __mmask16 mlast = mask16(hd - 16 * (nch - 1));
+    for (int i = 0; i < nrows; i += 4) {
+        int nr = nrows - i < 4 ? nrows - i : 4, len = LEN(i + nr - 1);
+        for (int c0 = 0; c0 < nch; c0 += 4) {
+            int nc = nch - c0 < 4 ? nch - c0 : 4;
+            __m512 acc[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+            for (int p = 0; p < len; p++) {
+                const float *vrow = j->V + (size_t)p * EKV + g * hd + 16 * c0;
+                __m512 vv[4];
+                for (int c = 0; c < nc; c++)
+                    vv[c] = _mm512_maskz_loadu_ps(c0 + c == nch - 1 ? mlast : (__mmask16)0xffff, vrow + 16 * c);
+                for (int r = 0; r < nr; r++) {
+                    __m512 a = _mm512_set1_ps(S[(size_t)(i + r) * ldS + p]);
+                    for (int c = 0; c < nc; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(a, vv[c]));
+                }
+            }
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < nc; c++)
+                    _mm512_mask_storeu_ps(OROW(i + r) + 16 * (c0 + c), c0 + c == nch - 1 ? mlast : (__mmask16)0xffff,
+                                          acc[r][c]);
+        }
+    }
+#else
+    (void)KT;
+    for (int i = 0; i < nrows; i++) {
+        const float *q = QROW(i);
+        float *s = S + (size_t)i * ldS, *o = OROW(i);
+        int len = LEN(i);
+        for (int p = 0; p < len; p++) {
+            const float *k = j->K + (size_t)p * EKV + g * hd;
+            float acc = 0.0f;
+            for (int d = 0; d < hd; d++) acc += q[d] * k[d];
+            s[p] = acc * j->scale;
+        }
+        op_softmax(s, len);
+        memset(o, 0, sizeof(float) * (size_t)hd);
+        for (int p = 0; p < len; p++) {
+            const float *v = j->V + (size_t)p * EKV + g * hd;
+            for (int d = 0; d < hd; d++) o[d] += s[p] * v[d];
+        }
+    }
+#endif
+#undef QROW
+#undef OROW
+#undef LEN
+}
+
+static size_t attn_scratch_floats(const attn_job *j)
+{
+    int G = j->n_head / j->n_head_kv, ld = ((j->pos0 + j->n_tokens + 15) & ~15);
+    return (size_t)G * j->tq * ld + (size_t)(j->hd + 15) * 16 + 16;
+}
+
+static void attn_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    int n_jobs = j->n_head_kv * j->n_tiles;
+    float *S = tpool_scratch(j->pool, ith, sizeof(float) * attn_scratch_floats(j)), *own = NULL;
+    if (!S && !(S = own = aligned_alloc(64, sizeof(float) * attn_scratch_floats(j) + 64))) return;
+    int ld = (j->pos0 + j->n_tokens + 15) & ~15, G = j->n_head / j->n_head_kv;
+    float *KT = S + (size_t)G * j->tq * ld;
+    KT = (float *)(((uintptr_t)KT + 63) & ~(uintptr_t)63);
+    /* interleaved so that the long (late) query tiles of the causal mask spread over threads */
+    for (int jb = ith; jb < n_jobs; jb += nth) {
+        int g = jb % j->n_head_kv, tile = jb / j->n_head_kv;
+        int t0 = tile * j->tq, t1 = t0 + j->tq < j->n_tokens ? t0 + j->tq : j->n_tokens;
+        attn_tile(j, g, t0, t1, S, ld, KT);
+    }
+    free(own);
+}
+
+void op_attention(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0, int n_head,
+                  int n_head_kv, int head_dim, tpool *pool)
+{
+    attn_job j = {
+        .q = q, .K = K, .V = V, .out = out, .n_tokens = n_tokens, .pos0 = pos0, .n_head = n_head,
+        .n_head_kv = n_head_kv, .hd = head_dim, .scale = 1.0f / sqrtf((float)head_dim), .pool = pool,
+    };
+    /* query tiles small enough that a tile's scores (G·tq rows of the context) stay in L2 */
+    int G = n_head / n_head_kv, n_kv = pos0 + n_tokens;
+    long tq = 65536L / ((long)G * n_kv);
+    j.tq = tq < 1 ? 1 : tq > 32 ? 32 : (int)tq;
+    if (j.tq > n_tokens) j.tq = n_tokens;
+    j.n_tiles = (n_tokens + j.tq - 1) / j.tq;
+    tpool_run(pool, attn_worker, &j);
 }

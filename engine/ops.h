@@ -47,6 +47,28 @@ size_t op_matmul_scratch_size(const gguf_tensor *w, int n_tokens);
  * reference does, e.g. Q8_0 for Q4_0) in `scratch` and rows are split over the pool. */
 void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, void *scratch, tpool *pool);
 
+/* Causal grouped-query scaled dot-product attention (Vaswani et al. 2017; GQA, Ainslie et al.
+ * 2023) for n_tokens queries at positions pos0 .. pos0+n_tokens-1: query t of head h attends to
+ * positions 0 .. pos0+t of kv head h / (n_head / n_head_kv), with scale 1/sqrt(head_dim).
+ * q and out are [n_tokens][n_head·head_dim]; K and V are f32 rows [pos0 + n_tokens]
+ * [n_head_kv·head_dim]. Prefill runs as small GEMMs (Q·Kᵀ on transposed 16-position tiles,
+ * softmax, P·V) per (kv head, block of queries), split over the pool; per-thread scratch comes
+ * from tpool_scratch (no allocation after the first call of a given size). */
+void op_attention(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0, int n_head,
+                  int n_head_kv, int head_dim, tpool *pool);
+
+/* Repack the model's matrices once, at load, into one arena (2 MiB pages where the kernel gives
+ * them): types with a panel layout are packed for the panel kernels (quant_pack), other matrices
+ * of 1 MiB or more are copied as they are (they stream faster from anonymous memory than from the
+ * file mapping). Sets each tensor's `packed`, which op_matmul then reads. skip: a tensor no matmul
+ * reads (untied token embeddings), or NULL. The mmap'd pages of every packed tensor but keep_rows
+ * (a tensor also read by rows, e.g. tied token embeddings) are released (MADV_DONTNEED; the file
+ * stays in the page cache), so resident memory holds one copy of the weights. *arena: free it
+ * with op_weights_free (NULL when nothing was packed). KV_ERR_NOMEM. */
+int op_weights_pack(gguf_file *f, const gguf_tensor *skip, const gguf_tensor *keep_rows, void **arena,
+                    kv_error *err);
+void op_weights_free(gguf_file *f, void *arena);
+
 /* Copy row `row` of a 2-D tensor (any supported type) into dst as f32 (ne[0] floats). */
 void op_get_row(const gguf_tensor *w, int64_t row, float *dst);
 

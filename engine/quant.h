@@ -154,6 +154,39 @@ float quant_vec_dot(int type, int64_t n, const void *w_row, const void *x_act);
 void quant_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, size_t row_stride,
                         const void *x_act, float *out);
 
+/* ---- Matrix kernels on prepared activations (engine/quant_gemm.c) ---------------------------
+ * A matmul converts each activation row once, with quant_act_prepare, into the layout the
+ * kernels for the weight type read: the same quantized values quant_quantize_row gives for the
+ * type's vec_dot_type (so results equal quant_vec_dot's up to float summation order), laid out
+ * for AVX-512 VNNI when the build has it (else it is exactly the vec_dot_type row).
+ * quant_act_row_size is a multiple of 64; act buffers must be 64-byte aligned. */
+size_t quant_act_row_size(int wtype, int64_t n);
+void quant_act_prepare(int wtype, const float *x, int64_t n, void *act);
+
+/* Matrix-vector product for decode: out[r] = Σ_i w[r][i]·x[i] for r < nrows, weight rows at
+ * w + r·w_stride in the GGUF layout. NaN for unsupported types. No allocation. */
+void quant_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
+                float *out);
+
+/* Matrix-matrix product for prefill: out[t·out_stride + r] = Σ_i w[r][i]·x_t[i] for r < nrows,
+ * t < n_tokens, activation row t at act + t·act_stride, weights in the GGUF layout (F32 / F16:
+ * an inner-product kernel over the rows as they are; other types: quant_gemv per token). */
+void quant_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
+                size_t act_stride, int n_tokens, float *out, size_t out_stride);
+
+/* Weights packed once (at model load) for the panel kernels: QUANT_PANEL_ROWS rows interleaved
+ * so one vector load feeds 16 rows (layouts at the top of engine/quant_gemm.c). Q4_0, Q8_0,
+ * Q4_K and Q6_K with AVX-512 VNNI; quant_pack_size is 0 for every other case (use the GGUF
+ * layout). The packed size equals the GGUF size (Q4_K: +2.8%) for whole panels. */
+#define QUANT_PANEL_ROWS 16
+size_t quant_pack_size(int wtype, int64_t n, int64_t nrows);
+void quant_pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, void *dst);
+/* Rows [row0, row0 + nrows) (row0 a multiple of QUANT_PANEL_ROWS) of a packed matrix times
+ * n_tokens prepared activation rows (1 = decode); out[t·out_stride + r - row0]. Per row the float
+ * arithmetic is fixed (see quant_gemm.c), so results do not depend on threads or batch size. */
+void quant_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
+                       size_t act_stride, int n_tokens, float *out, size_t out_stride);
+
 /* Portable scalar references of the three operations above (always compiled; the SIMD
  * kernels must agree with them: integer parts exactly, float sums to rounding order). */
 void quant_dequantize_row_ref(int type, const void *src, float *dst, int64_t n);

@@ -26,6 +26,8 @@ struct tpool {
     atomic_int sleepers;
     tpool_fn fn;
     void *arg;
+    void **scratch;           /* per thread, grown on demand (tpool_scratch) */
+    size_t *scratch_size;
 };
 
 typedef struct worker_arg {
@@ -74,7 +76,12 @@ tpool *tpool_create(int n_threads)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) {
+    p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
+    p->scratch_size = calloc((size_t)n_threads, sizeof *p->scratch_size);
+    if (!p->threads || !p->scratch || !p->scratch_size) {
+        free(p->threads);
+        free(p->scratch);
+        free(p->scratch_size);
         free(p);
         return NULL;
     }
@@ -101,7 +108,22 @@ void tpool_free(tpool *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->threads);
+    for (int i = 0; i < p->n_threads && p->scratch; i++) free(p->scratch[i]);
+    free(p->scratch);
+    free(p->scratch_size);
     free(p);
+}
+
+void *tpool_scratch(tpool *p, int ith, size_t size)
+{
+    if (!p || ith < 0 || ith >= p->n_threads) return NULL;
+    if (p->scratch_size[ith] < size) {
+        free(p->scratch[ith]);
+        size = (size + 63) & ~(size_t)63;
+        p->scratch[ith] = aligned_alloc(64, size);
+        p->scratch_size[ith] = p->scratch[ith] ? size : 0;
+    }
+    return p->scratch[ith];
 }
 
 int tpool_size(const tpool *p)

@@ -2,6 +2,8 @@
 #ifndef KV_THREADPOOL_H
 #define KV_THREADPOOL_H
 
+#include <stddef.h>
+
 typedef struct tpool tpool;
 
 /* fn is called once on each of the nth threads with ith = 0..nth-1 (the caller is ith 0). */
@@ -18,6 +20,12 @@ int tpool_size(const tpool *p);
 /* Run fn on every thread of the pool and return when all have finished. Not reentrant:
  * one job at a time, from one caller thread. A NULL pool runs fn(arg, 0, 1) inline. */
 void tpool_run(tpool *p, tpool_fn fn, void *arg);
+
+/* Per-thread working memory owned by the pool: at least `size` bytes, 64-byte aligned, for
+ * thread ith of the running job (only that thread may use it). Kept across jobs and grown when a
+ * job asks for more, so steady-state jobs never allocate; freed by tpool_free. NULL when p is
+ * NULL or out of memory. */
+void *tpool_scratch(tpool *p, int ith, size_t size);
 
 /* Split [0, n) into nth near-equal contiguous parts; part ith is [*lo, *hi). */
 void tpool_split(long n, int ith, int nth, long *lo, long *hi);

@@ -1,6 +1,8 @@
 /* worker: the generator thread — owns the engine while a request runs, streams text and live stats through an event queue, honours cancel and live sampling parameters. */
 #include "worker.h"
 
+#include "stop.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -27,7 +29,11 @@ struct worker {
     worker_request job;   /* job.seg points into job_seg / job_text */
     worker_segment *job_seg;
     char *job_text;
+    int32_t *job_conv;    /* job.conv points here */
+    worker_hooks hooks;
     sampler_params params;
+    char stops[STOP_MAX_STRINGS][STOP_MAX_LEN]; /* worker_set_stops */
+    int n_stops;
     int signaled;         /* a byte sits in the wake-up pipe */
     char *text;           /* text produced since the last drain */
     size_t text_len, text_cap;
@@ -46,12 +52,20 @@ struct worker {
     /* --- worker thread only ------------------------------------------------------------- */
     double t0, t_first, t_last;
     int n_prompt;
-    int n_gen;
+    int n_gen;             /* tokens generated as of the last stats update */
+    int n_sampled;         /* tokens sampled so far (on_token), an end of generation too */
+    int last_eog;          /* the last token sampled was an end of generation */
+    stop_matcher sm;       /* the request's stop strings */
+    char *stop_buf;        /* stop_push output */
+    size_t stop_cap;
+    int stop_hit;          /* a stop string ended the reply */
     int limit_hit;         /* the live token limit stopped the request */
     int32_t last_tok;      /* token of the last on_text call … */
     int last_tok_n;        /* … and its index (1-based) among the generated tokens */
     int32_t *conv;         /* the conversation: last prompt + generated tokens (for append) */
     size_t n_conv, cap_conv;
+    int32_t *done_conv;    /* its copy handed out with DONE (worker_event.conv) */
+    size_t cap_done_conv;
     int space_prefix;      /* the tokenizer prefixes text with a space (SentencePiece) */
     double itl_sum;
     worker_stats live;
@@ -94,9 +108,9 @@ static void post_live(worker *w, const char *text, size_t len)
     worker_stats *L = &w->live;
     L->kv = kv;
     L->elapsed_ms = t - w->t0;
-    if (kv.n_tokens >= w->n_prompt) {
-        /* The token sampled last is not in the cache yet: n_generated = cached - prompt + 1. */
-        int n = kv.n_tokens - w->n_prompt + 1;
+    if (w->n_sampled > 0) {
+        /* Counted per token (on_token), not from the cache: a context shift shrinks that. */
+        int n = w->n_sampled;
         if (L->phase != WORKER_DECODE) {
             L->phase = WORKER_DECODE;
             w->t_first = w->t_last = t;
@@ -142,14 +156,39 @@ static void post_live(worker *w, const char *text, size_t len)
     pthread_mutex_unlock(&w->mu);
 }
 
+static void cb_on_token(void *ud, int32_t token, int is_eog)
+{
+    worker *w = ud;
+    w->n_sampled++;
+    w->last_eog = is_eog;
+    if (!is_eog) {
+        w->last_tok = token;
+        w->last_tok_n = w->n_sampled;
+    }
+}
+
 static int cb_on_text(void *ud, const char *text, size_t len, int32_t token)
 {
     worker *w = ud;
-    if (token >= 0) {
-        w->last_tok = token;
-        w->last_tok_n = kv_cache_n_tokens(engine_kv(w->e)) - w->n_prompt + 1;
+    (void)token;
+    if (w->stop_hit) return 2;
+    if (w->sm.n_stops > 0) {
+        /* A stop string is never shown, not even its first bytes: the matcher holds back any
+         * tail that could begin one. */
+        size_t need = len + STOP_MAX_LEN;
+        if (need > w->stop_cap) {
+            char *nb = realloc(w->stop_buf, need);
+            if (!nb) return 1;
+            w->stop_buf = nb;
+            w->stop_cap = need;
+        }
+        size_t n = 0;
+        if (stop_push(&w->sm, text, len, w->stop_buf, &n)) w->stop_hit = 1;
+        post_live(w, w->stop_buf, n);
+        if (w->stop_hit) return 2;
+    } else {
+        post_live(w, text, len);
     }
-    post_live(w, text, len);
     return atomic_load(&w->cancel) || w->limit_hit;
 }
 
@@ -177,6 +216,18 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     kv_cache_get_stats(engine_kv(w->e), &d.stats.kv);
     d.stats.elapsed_ms = now_ms() - w->t0;
     d.seed = sampler_seed(w->s);
+    if (w->n_conv > w->cap_done_conv) {
+        int32_t *nc = realloc(w->done_conv, w->n_conv * sizeof *nc);
+        if (nc) {
+            w->done_conv = nc;
+            w->cap_done_conv = w->n_conv;
+        }
+    }
+    if (w->n_conv <= w->cap_done_conv && w->n_conv) {
+        memcpy(w->done_conv, w->conv, w->n_conv * sizeof *w->conv);
+        d.conv = w->done_conv;
+        d.n_conv = w->n_conv;
+    }
     pthread_mutex_lock(&w->mu);
     w->done = d;
     w->done_pending = 1;
@@ -228,15 +279,19 @@ static int tokenize_job(worker *w, const worker_request *r, int32_t **out, size_
     return KV_OK;
 }
 
-/* Worker thread: the conversation is now the prompt, the generated tokens the cache holds,
- * and the last one sampled when it was emitted (it is not in the cache yet; an end of
- * generation token never is). */
+/* Worker thread: the conversation is now the tokens the sequence holds — after a context
+ * shift fewer than prompt + reply, so it is rebuilt from engine_seq_tokens, never from counts —
+ * and the last token sampled (it is not in the cache yet; an end of generation never is). When
+ * nothing was generated (cancelled in prefill, an error) it is the prompt. */
 static void remember_conversation(worker *w, const int32_t *prompt, size_t n, int n_generated)
 {
     int nh = 0;
-    const int32_t *hist = engine_history(w->e, &nh);
-    size_t extra = nh > (int)n ? (size_t)nh - n : 0;
-    size_t need = n + extra + 1;
+    const int32_t *hist = engine_seq_tokens(w->e, ENGINE_SEQ_DEFAULT, &nh);
+    if (n_generated <= 0 || !hist) {
+        hist = prompt;
+        nh = (int)n;
+    }
+    size_t need = (size_t)nh + 1;
     if (need > w->cap_conv) {
         int32_t *nc = realloc(w->conv, need * sizeof *nc);
         if (!nc) {
@@ -246,25 +301,57 @@ static void remember_conversation(worker *w, const int32_t *prompt, size_t n, in
         w->conv = nc;
         w->cap_conv = need;
     }
-    memcpy(w->conv, prompt, n * sizeof *prompt);
-    if (extra) memcpy(w->conv + n, hist + n, extra * sizeof *hist);
-    w->n_conv = n + extra;
-    if (n_generated > 0 && w->last_tok_n == n_generated) w->conv[w->n_conv++] = w->last_tok;
+    if (nh) memmove(w->conv, hist, (size_t)nh * sizeof *hist);
+    w->n_conv = (size_t)nh;
+    if (n_generated > 0 && !w->last_eog && w->last_tok_n == n_generated) w->conv[w->n_conv++] = w->last_tok;
+}
+
+/* Worker thread: make tokens the conversation (for append). */
+static void set_conversation(worker *w, const int32_t *t, size_t n)
+{
+    if (n > w->cap_conv) {
+        int32_t *nc = realloc(w->conv, n * sizeof *nc);
+        if (!nc) {
+            w->n_conv = 0;
+            return;
+        }
+        w->conv = nc;
+        w->cap_conv = n;
+    }
+    if (n) memcpy(w->conv, t, n * sizeof *t);
+    w->n_conv = n;
 }
 
 static void run_job(worker *w, const worker_request *r)
 {
     kv_error err = {0};
+    pthread_mutex_lock(&w->mu);
+    worker_hooks hooks = w->hooks;
+    pthread_mutex_unlock(&w->mu);
     w->t0 = now_ms();
     memset(&w->live, 0, sizeof w->live);
     w->n_gen = 0;
+    w->n_sampled = 0;
+    w->last_eog = 0;
+    w->stop_hit = 0;
     w->limit_hit = 0;
+    pthread_mutex_lock(&w->mu);
+    {
+        const char *sv[STOP_MAX_STRINGS];
+        for (int i = 0; i < w->n_stops; i++) sv[i] = w->stops[i];
+        stop_init(&w->sm, sv, w->n_stops);
+    }
+    pthread_mutex_unlock(&w->mu);
     w->itl_sum = 0;
     w->n_prompt = 0;
     apply_params(w);
     if (r->reset_cache) {
         engine_reset(w->e);
         w->n_conv = 0;
+    }
+    if (r->set_conv) {
+        set_conversation(w, r->conv, r->n_conv);
+        if (hooks.restore && w->n_conv) hooks.restore(hooks.ud, w->e, w->conv, w->n_conv);
     }
     if (r->n_seg == 0 && !(r->append && w->n_conv > 0)) { /* only a reset */
         post_done(w, GEN_FINISH_NONE, KV_OK, NULL, NULL);
@@ -283,6 +370,7 @@ static void run_job(worker *w, const worker_request *r)
         post_done(w, GEN_FINISH_CANCELLED, KV_OK, NULL, NULL);
         return;
     }
+    if (hooks.restore) hooks.restore(hooks.ud, w->e, toks, n);
     /* The engine reuses the longest cached prefix (at least one token is always fed): the
      * same rule here tells the UI "reused vs prefilled" before the first token. */
     int n_hist = 0;
@@ -297,7 +385,7 @@ static void run_job(worker *w, const worker_request *r)
     post_live(w, NULL, 0);
 
     sampler_reset(w->s);
-    gen_callbacks cb = {.on_text = cb_on_text, .should_stop = cb_should_stop, .ud = w};
+    gen_callbacks cb = {.on_text = cb_on_text, .should_stop = cb_should_stop, .ud = w, .on_token = cb_on_token};
     gen_stats st;
     int finish = GEN_FINISH_NONE;
     /* The token limit is enforced here (it may change mid-reply): the engine stops at the
@@ -307,8 +395,15 @@ static void run_job(worker *w, const worker_request *r)
     remember_conversation(w, toks, n, st.n_generated);
     free(toks);
     if (!rc && finish == GEN_FINISH_CANCELLED && w->limit_hit && !atomic_load(&w->cancel)) finish = GEN_FINISH_LENGTH;
+    if (!rc && w->stop_hit) finish = GEN_FINISH_STOP;
+    if (!w->stop_hit) { /* release what the matcher held back */
+        char tail[STOP_MAX_LEN];
+        size_t nt = stop_flush(&w->sm, tail);
+        if (nt) post_live(w, tail, nt);
+    }
     if (rc) post_done(w, GEN_FINISH_ERROR, rc, &err, &st);
     else post_done(w, finish, KV_OK, NULL, &st);
+    if (hooks.saved) hooks.saved(hooks.ud, w->e, w->conv, w->n_conv, rc ? GEN_FINISH_ERROR : finish);
 }
 
 static void *thread_main(void *arg)
@@ -397,7 +492,10 @@ void worker_destroy(worker *w)
     pthread_cond_destroy(&w->cv);
     free(w->job_seg);
     free(w->job_text);
+    free(w->job_conv);
+    free(w->done_conv);
     free(w->text);
+    free(w->stop_buf);
     free(w->ui_text);
     free(w->conv);
     free(w);
@@ -424,12 +522,16 @@ int worker_submit(worker *w, const worker_request *r, kv_error *err)
     }
     worker_segment *seg = malloc((r->n_seg ? r->n_seg : 1) * sizeof *seg);
     char *text = malloc(total ? total : 1);
-    if (!seg || !text) {
+    size_t n_conv = r->set_conv ? r->n_conv : 0;
+    int32_t *conv = malloc((n_conv ? n_conv : 1) * sizeof *conv);
+    if (!seg || !text || !conv) {
         pthread_mutex_unlock(&w->mu);
         free(seg);
         free(text);
+        free(conv);
         return kv_error_set(err, KV_ERR_NOMEM, "out of memory queueing a request");
     }
+    if (n_conv) memcpy(conv, r->conv, n_conv * sizeof *conv);
     size_t o = 0;
     for (size_t i = 0; i < r->n_seg; i++) {
         if (r->seg[i].len) memcpy(text + o, r->seg[i].text, r->seg[i].len);
@@ -440,8 +542,12 @@ int worker_submit(worker *w, const worker_request *r, kv_error *err)
     free(w->job_text);
     w->job_seg = seg;
     w->job_text = text;
+    free(w->job_conv);
+    w->job_conv = conv;
     w->job = *r;
     w->job.seg = seg;
+    w->job.conv = conv;
+    w->job.n_conv = n_conv;
     w->has_job = 1;
     w->busy = 1;
     atomic_store(&w->cancel, 0);
@@ -459,6 +565,29 @@ void worker_cancel(worker *w)
 }
 
 void worker_set_n_predict(worker *w, int n_predict) { atomic_store(&w->limit, n_predict); }
+
+void worker_set_hooks(worker *w, const worker_hooks *h)
+{
+    pthread_mutex_lock(&w->mu);
+    if (h) w->hooks = *h;
+    else memset(&w->hooks, 0, sizeof w->hooks);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int worker_set_stops(worker *w, const char *const *stops, int n)
+{
+    if (n < 0 || n > STOP_MAX_STRINGS) return -1;
+    for (int i = 0; i < n; i++)
+        if (!stops[i] || strlen(stops[i]) >= STOP_MAX_LEN) return -1;
+    pthread_mutex_lock(&w->mu);
+    w->n_stops = 0;
+    for (int i = 0; i < n; i++) {
+        if (!*stops[i]) continue;
+        strcpy(w->stops[w->n_stops++], stops[i]);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
 
 void worker_set_params(worker *w, const sampler_params *p)
 {

@@ -37,6 +37,11 @@ typedef struct worker_request {
     int n_predict;             /* tokens to generate, < 0 until end of text or a full context
                                   (live: see worker_set_n_predict) */
     int reset_cache;           /* engine_reset first (a new conversation) */
+    const int32_t *conv;       /* with set_conv: the conversation's tokens (copied by submit) */
+    size_t n_conv;
+    int set_conv;              /* after reset_cache, make conv the conversation (what append
+                                  continues) — e.g. a saved chat being resumed — and offer it to
+                                  the restore hook (worker_hooks) */
     int append;                /* the prompt is the conversation so far — the previous request's
                                   prompt and every token it generated, exactly as generated —
                                   followed by the segments (no BOS; with a SentencePiece space
@@ -71,6 +76,11 @@ typedef struct worker_event {
     int status;            /* DONE: KV_OK, or the error of the request (err says what) */
     kv_error err;
     uint64_t seed;         /* DONE: the sampler's seed in use (to replay the reply) */
+    const int32_t *conv;   /* DONE: the conversation's tokens after the request: the tokens the
+                              KV cache holds (prompt and reply, minus what a context shift
+                              dropped) and the last token sampled — valid until the next
+                              worker_submit */
+    size_t n_conv;
 } worker_event;
 
 typedef struct worker worker;
@@ -103,6 +113,14 @@ void worker_cancel(worker *w);
  * start of every request. */
 void worker_set_params(worker *w, const sampler_params *p);
 
+/* Set the stop strings of the requests from the next one on (copied; n = 0: none; empty strings
+ * are ignored). The worker passes every generated text through a stop matcher (stop.h): a stop
+ * string is never shown, not even partly, and the reply ends with GEN_FINISH_STOP when one
+ * appears (its tokens stay in the conversation's tokens; the text excludes it). Returns 0, or
+ * -1 (nothing changed) for more than STOP_MAX_STRINGS strings or one of STOP_MAX_LEN bytes or
+ * more. */
+int worker_set_stops(worker *w, const char *const *stops, int n);
+
 /* Change the token limit (< 0: none) of the running request, effective at its next token;
  * a limit at or below the tokens generated so far stops it (finish GEN_FINISH_LENGTH). The
  * next worker_submit sets it from its request. */
@@ -111,5 +129,23 @@ void worker_set_n_predict(worker *w, int n_predict);
 /* Take the next pending event without blocking: returns 1 and fills *ev, or 0 when the queue
  * is empty (and the wake-up descriptor has been cleared). */
 int worker_next_event(worker *w, worker_event *ev);
+
+/* Hooks of the caller that run on the generator thread (they may use the engine there, and may
+ * block it: the next request waits). No engine knowledge of what they do (e.g. the app's KV
+ * prefix store). */
+typedef struct worker_hooks {
+    /* Before a request's prefill, with its prompt toks[0..n) (or, for set_conv, the
+     * conversation): may replace the contents of ENGINE_SEQ_DEFAULT (engine_seq_restore) with
+     * K/V that covers more of toks than it holds; the engine then keeps the longest common
+     * prefix and prefills only the rest. */
+    void (*restore)(void *ud, engine *e, const int32_t *toks, size_t n);
+    /* After the DONE event of a request that ran the model was posted: conv[0..n_conv) as in
+     * worker_event.conv, finish its gen_finish (e.g. to save the KV cache). */
+    void (*saved)(void *ud, engine *e, const int32_t *conv, size_t n_conv, int finish);
+    void *ud;
+} worker_hooks;
+
+/* Install hooks (NULL: none); they apply from the next request on. */
+void worker_set_hooks(worker *w, const worker_hooks *h);
 
 #endif

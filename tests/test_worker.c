@@ -66,6 +66,8 @@ typedef struct result {
     int n_text_events, n_stats_events;
     worker_event done;
     double last_decode_tps;
+    int max_stats_gen;    /* largest live n_generated seen */
+    int stats_gen_shrank; /* a STATS event reported fewer tokens than an earlier one */
 } result;
 
 /* Drain events until DONE (or timeout); after `cancel_after` bytes of text, cancel; after
@@ -89,6 +91,8 @@ static void run_until_done(worker *w, result *r, size_t cancel_after, size_t par
             } else if (ev.kind == WORKER_EV_STATS) {
                 r->n_stats_events++;
                 if (ev.stats.gen.decode_tps > 0) r->last_decode_tps = ev.stats.gen.decode_tps;
+                if (ev.stats.gen.n_generated < r->max_stats_gen) r->stats_gen_shrank = 1;
+                if (ev.stats.gen.n_generated > r->max_stats_gen) r->max_stats_gen = ev.stats.gen.n_generated;
                 assert_true(ev.stats.kv.bytes_used == (size_t)ev.stats.kv.n_tokens * ev.stats.kv.bytes_per_token);
             } else if (ev.kind == WORKER_EV_DONE) {
                 r->done = ev;
@@ -310,6 +314,240 @@ static void test_busy_and_reset(void **state)
     assert_true(r.done.stats.kv.bytes_reserved > 0);
 }
 
+/* A reply that runs past a context shift (n_ctx 64): the live token count keeps growing, the
+ * DONE conversation is what the sequence holds plus the last token sampled, and the next turn
+ * appends to it, reusing all of the cache. */
+static void test_context_shift(void **state)
+{
+    (void)state;
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 64;
+    ep.n_threads = 1;
+    kv_error err = {0};
+    engine *e = NULL;
+    assert_int_equal(engine_open(&ep, &e, &err), KV_OK);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &sp, &err);
+    assert_non_null(s);
+    worker *w = NULL;
+    assert_int_equal(worker_create(e, s, &w, &err), KV_OK);
+    static result r1, r2;
+    submit_text(w, "Once upon a time", 62, 1); /* a request makes at most n_ctx tokens */
+    run_until_done(w, &r1, 0, 0, NULL);
+    assert_int_equal(r1.done.status, KV_OK);
+    assert_int_equal(r1.done.finish, GEN_FINISH_LENGTH);
+    assert_int_equal(r1.done.stats.gen.n_generated, 62);
+    assert_true(r1.done.stats.gen.n_shifts >= 1);
+    assert_false(r1.stats_gen_shrank);
+    assert_true(r1.max_stats_gen >= 61); /* past the shift (at 59 generated) */
+    int nh = 0;
+    const int32_t *hist = engine_seq_tokens(e, ENGINE_SEQ_DEFAULT, &nh);
+    assert_int_equal(r1.done.n_conv, (size_t)nh + 1);
+    assert_memory_equal(r1.done.conv, hist, (size_t)nh * sizeof *hist);
+    size_t n_conv1 = r1.done.n_conv;
+    worker_segment seg = {" The cat", 8, 0};
+    worker_request rq = {.seg = &seg, .n_seg = 1, .n_predict = 8, .append = 1};
+    assert_int_equal(worker_submit(w, &rq, &err), KV_OK);
+    run_until_done(w, &r2, 0, 0, NULL);
+    assert_int_equal(r2.done.status, KV_OK);
+    assert_int_equal(r2.done.stats.gen.n_generated, 8);
+    assert_int_equal(r2.done.stats.gen.n_reused, (int)n_conv1 - 1);
+    assert_true(r2.done.stats.gen.n_prefilled >= 2 && r2.done.stats.gen.n_prefilled <= 4);
+    assert_true(r2.len > 0);
+    worker_destroy(w);
+    sampler_free(s);
+    engine_close(e);
+}
+
+/* A stop string spanning several tokens ends the reply (GEN_FINISH_STOP) and no byte of it is
+ * shown: the text is exactly what came before it. */
+static void test_stop_string(void **state)
+{
+    fixture *f = *state;
+    static result r0, r1;
+    submit_text(f->w, "Once upon a time", 40, 1);
+    run_until_done(f->w, &r0, 0, 0, NULL);
+    assert_true(r0.len > 40);
+    char stop[16];
+    memcpy(stop, r0.text + 20, 12);
+    stop[12] = 0;
+    int32_t *t = NULL;
+    size_t nt = 0;
+    kv_error err = {0};
+    assert_int_equal(engine_tokenize(f->e, stop, 12, 1, 0, &t, &nt, &err), KV_OK);
+    free(t);
+    assert_true(nt >= 2); /* several tokens */
+    const char *first = strstr(r0.text, stop);
+    assert_non_null(first);
+    size_t before = (size_t)(first - r0.text);
+    const char *stops[] = {"never appears in stories 12345", stop};
+    assert_int_equal(worker_set_stops(f->w, stops, 2), 0);
+    submit_text(f->w, "Once upon a time", 40, 1);
+    run_until_done(f->w, &r1, 0, 0, NULL);
+    assert_int_equal(r1.done.status, KV_OK);
+    assert_int_equal(r1.done.finish, GEN_FINISH_STOP);
+    assert_string_equal(gen_finish_name(GEN_FINISH_STOP), "stop string");
+    assert_int_equal(r1.len, before);
+    assert_memory_equal(r1.text, r0.text, before);
+    /* cleared: the whole reply again, nothing held back */
+    assert_int_equal(worker_set_stops(f->w, NULL, 0), 0);
+    submit_text(f->w, "Once upon a time", 40, 1);
+    run_until_done(f->w, &r1, 0, 0, NULL);
+    assert_int_equal(r1.done.finish, GEN_FINISH_LENGTH);
+    assert_int_equal(r1.len, r0.len);
+    assert_memory_equal(r1.text, r0.text, r0.len);
+    /* a stop string that is only a prefix of the reply's tail is released at the end */
+    char tail[8];
+    memcpy(tail, r0.text + r0.len - 3, 3);
+    memcpy(tail + 3, "\x01zz", 4);
+    tail[7] = 0;
+    const char *st2[] = {tail};
+    assert_int_equal(worker_set_stops(f->w, st2, 1), 0);
+    submit_text(f->w, "Once upon a time", 40, 1);
+    run_until_done(f->w, &r1, 0, 0, NULL);
+    assert_int_equal(r1.done.finish, GEN_FINISH_LENGTH);
+    assert_int_equal(r1.len, r0.len);
+    assert_memory_equal(r1.text, r0.text, r0.len);
+    assert_int_equal(worker_set_stops(f->w, NULL, 0), 0);
+}
+
+/* ---- /edit and /branch at the engine level (engine_seq_*: what the chat does for them) ---- */
+
+typedef struct toks_out {
+    int32_t t[1024];
+    int n;
+    char text[8192];
+    size_t len;
+} toks_out;
+
+static void tok_collect(void *ud, int32_t tok, int eog)
+{
+    toks_out *o = ud;
+    if (!eog && o->n < 1024) o->t[o->n++] = tok;
+}
+
+static int text_collect(void *ud, const char *t, size_t n, int32_t tok)
+{
+    (void)tok;
+    toks_out *o = ud;
+    if (o->len + n < sizeof o->text) memcpy(o->text + o->len, t, n), o->len += n;
+    return 0;
+}
+
+static engine *open_engine(void)
+{
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 512;
+    ep.n_threads = 1;
+    kv_error err = {0};
+    engine *e = NULL;
+    assert_int_equal(engine_open(&ep, &e, &err), KV_OK);
+    return e;
+}
+
+/* Generate n tokens on seq from prompt p (greedy unless temp > 0), collecting tokens and text. */
+static void gen_on(engine *e, sampler *s, int seq, const int32_t *p, size_t n, int n_predict, toks_out *o,
+                   gen_stats *st)
+{
+    memset(o, 0, sizeof *o);
+    sampler_reset(s);
+    gen_callbacks cb = {.on_text = text_collect, .on_token = tok_collect, .ud = o};
+    gen_opts go = {.n_predict = n_predict};
+    int finish = 0;
+    kv_error err = {0};
+    assert_int_equal(engine_generate_seq(e, seq, p, n, &go, s, &cb, st, &finish, &err), KV_OK);
+}
+
+static size_t cat_tokens(engine *e, int32_t *dst, size_t n, const char *text, int bos)
+{
+    int32_t *t = NULL;
+    size_t k = 0;
+    kv_error err = {0};
+    assert_int_equal(engine_tokenize(e, text, strlen(text), !bos, 0, &t, &k, &err), KV_OK);
+    memcpy(dst + n, t, k * sizeof *t);
+    free(t);
+    return n + k;
+}
+
+/* /edit: fork the conversation (the original stays a branch), then answer the edited last
+ * message on the conversation's sequence — the shared prefix is reused, and the greedy reply
+ * equals a fresh run of the edited conversation in a new engine. /branch: a fork at the
+ * branch point gets its own reply; both replies stay, each on its own sequence. */
+static void test_edit_and_branch(void **state)
+{
+    (void)state;
+    engine *e = open_engine();
+    kv_error err = {0};
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &sp, &err);
+    assert_non_null(s);
+    static int32_t conv[2048], edited[2048];
+    static toks_out r1, r2, r2e, fresh, rb;
+    gen_stats st;
+    /* turn 1 and turn 2 */
+    size_t n = cat_tokens(e, conv, 0, "Once upon a time", 1);
+    gen_on(e, s, ENGINE_SEQ_DEFAULT, conv, n, 16, &r1, &st);
+    memcpy(conv + n, r1.t, (size_t)r1.n * sizeof *conv);
+    n += (size_t)r1.n;
+    size_t n_before_user = n;
+    memcpy(edited, conv, n * sizeof *conv);
+    n = cat_tokens(e, conv, n, " The cat", 0);
+    gen_on(e, s, ENGINE_SEQ_DEFAULT, conv, n, 16, &r2, &st);
+    size_t n_orig_prompt = n;
+    /* /edit " The cat" → " The dog": keep the original as a branch, re-answer on S */
+    int orig = -1;
+    assert_int_equal(engine_seq_fork(e, ENGINE_SEQ_DEFAULT, -1, &orig, &err), KV_OK);
+    size_t ne = cat_tokens(e, edited, n_before_user, " The dog", 0);
+    gen_on(e, s, ENGINE_SEQ_DEFAULT, edited, ne, 16, &r2e, &st);
+    assert_true(st.n_reused >= (int)n_before_user); /* the shared prefix was not recomputed */
+    assert_true(st.n_prefilled <= (int)(ne - n_before_user) + 1);
+    /* a fresh run of the edited conversation in a new engine */
+    engine *e2 = open_engine();
+    gen_on(e2, s, ENGINE_SEQ_DEFAULT, edited, ne, 16, &fresh, &st);
+    assert_int_equal(st.n_reused, 0);
+    assert_int_equal(r2e.n, fresh.n);
+    assert_memory_equal(r2e.t, fresh.t, (size_t)fresh.n * sizeof *fresh.t);
+    assert_int_equal(r2e.len, fresh.len);
+    assert_memory_equal(r2e.text, fresh.text, fresh.len);
+    engine_close(e2);
+    /* the original exchange is still there, on its branch */
+    int no = 0;
+    const int32_t *to = engine_seq_tokens(e, orig, &no);
+    assert_int_equal(no, (int)n_orig_prompt + r2.n - 1); /* the last sampled token is not fed */
+    assert_memory_equal(to, conv, n_orig_prompt * sizeof *conv);
+    assert_memory_equal(to + n_orig_prompt, r2.t, (size_t)(r2.n - 1) * sizeof *r2.t);
+    /* /branch: an alternative reply to the edited message, sampled (seed 7), on a fork */
+    int br = -1;
+    assert_int_equal(engine_seq_fork(e, ENGINE_SEQ_DEFAULT, (int)ne, &br, &err), KV_OK);
+    sampler_params sp2 = sp;
+    sp2.temperature = 1.0f;
+    sp2.seed = 7;
+    sampler_set_params(s, &sp2);
+    gen_on(e, s, br, edited, ne, 16, &rb, &st);
+    assert_int_equal(st.n_reused, (int)ne - 1); /* nothing but the last prompt token recomputed */
+    int nb = 0, nd = 0;
+    const int32_t *tb = engine_seq_tokens(e, br, &nb);
+    const int32_t *td = engine_seq_tokens(e, ENGINE_SEQ_DEFAULT, &nd);
+    assert_int_equal(nb, (int)ne + rb.n - 1);
+    assert_int_equal(nd, (int)ne + r2e.n - 1);
+    assert_memory_equal(tb, edited, ne * sizeof *edited);
+    assert_memory_equal(td, edited, ne * sizeof *edited);
+    assert_memory_equal(tb + ne, rb.t, (size_t)(rb.n - 1) * sizeof *rb.t);
+    assert_memory_equal(td + ne, r2e.t, (size_t)(r2e.n - 1) * sizeof *r2e.t);
+    assert_int_equal(engine_seq_free(e, br), KV_OK);
+    assert_int_equal(engine_seq_free(e, orig), KV_OK);
+    sampler_free(s);
+    engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +555,8 @@ int main(void)
         cmocka_unit_test(test_append),               cmocka_unit_test(test_live_limit),
         cmocka_unit_test(test_cancel),               cmocka_unit_test(test_live_params),
         cmocka_unit_test(test_segments),             cmocka_unit_test(test_busy_and_reset),
+        cmocka_unit_test(test_context_shift),        cmocka_unit_test(test_stop_string),
+        cmocka_unit_test(test_edit_and_branch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -260,6 +260,7 @@ void ui_close(ui *u)
         g_screen = NULL;
     }
     pane_free(&u->pane);
+    sessions_free(u);
     free(u->help_text);
     free(u);
 }
@@ -395,6 +396,9 @@ static void on_key(ui *u, int k)
         u->dirty = 1;
         return;
     case KEY_F(1): ui_show_help(u, !u->help_visible); return;
+    case KEY_F(3):
+        if (u->cb.sessions) u->cb.sessions(u->cb.ud, UI_SESS_SHOW, 0, NULL);
+        return;
     case KEY_F(2):
         u->panel_visible = !u->panel_visible;
         if (u->panel_visible && panel_shown(u)) u->focus = FOCUS_PANEL;
@@ -552,6 +556,20 @@ void ui_handle_input(ui *u)
         wint_t wc;
         int r = get_wch(&wc);
         if (r == ERR) break;
+        if (u->sess.visible && !u->help_visible && !(r == KEY_CODE_YES && (wc == KEY_RESIZE || wc == KEY_F(1)))) {
+            if (r == OK && wc == 27) { /* Esc, and a key typed right after it: both count */
+                wint_t w2;
+                int r2 = get_wch(&w2);
+                sessions_key(u, 0, 27);
+                if (r2 == ERR) continue;
+                if (u->sess.visible) sessions_key(u, r2 == KEY_CODE_YES, w2);
+                else if (r2 == KEY_CODE_YES) on_key(u, (int)w2);
+                else on_char(u, w2);
+                continue;
+            }
+            sessions_key(u, r == KEY_CODE_YES, wc);
+            continue;
+        }
         if (r == KEY_CODE_YES) {
             on_key(u, (int)wc);
             continue;
@@ -637,8 +655,9 @@ static void draw_frame(ui *u)
     draw_stats(u, y_stats, W);
     int cy = y_in, cx = 0;
     input_draw(u, y_in, 0, in_h, W, &cy, &cx);
+    if (u->sess.visible) sessions_draw(u);
     if (u->help_visible) help_draw(u);
-    if (u->focus == FOCUS_INPUT && !u->help_visible) {
+    if (u->focus == FOCUS_INPUT && !u->help_visible && !u->sess.visible) {
         curs_set(1);
         move(cy, cx);
     } else {

@@ -49,6 +49,10 @@ typedef struct ui_callbacks {
     void (*stop)(void *ud);                         /* Esc / Ctrl-C while busy */
     void (*slider)(void *ud, int id, double value); /* a slider moved (already snapped and clamped) */
     void *ud;
+    /* The sessions view (F3): action UI_SESS_SHOW (F3 pressed: answer with ui_sessions_show),
+     * _SEARCH (text: the query so far), _OPEN / _DELETE (id), _RENAME (id, text: the new
+     * title), _NEW (start a new conversation). NULL: F3 does nothing. */
+    void (*sessions)(void *ud, int action, long long id, const char *text);
 } ui_callbacks;
 
 /* What the status bar shows. Strings are copied. */
@@ -128,5 +132,22 @@ void ui_set_busy(ui *u, int busy);
 void ui_show_help(ui *u, int on);
 /* A one-line message in the status bar for a few seconds. */
 void ui_flash(ui *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- sessions view (F3, /sessions): a list the controller fills; keys Enter open, / search,
+ * r rename, d delete (asks y/n), n new, Esc close ---- */
+enum ui_sessions_action { UI_SESS_SHOW = 0, UI_SESS_SEARCH, UI_SESS_OPEN, UI_SESS_RENAME, UI_SESS_DELETE, UI_SESS_NEW };
+
+typedef struct ui_session_row {
+    long long id;
+    const char *title, *model, *date; /* copied */
+    int n_messages, n_branches;
+    int current;                      /* the conversation on screen */
+} ui_session_row;
+
+/* Show the view with these rows (or refresh it: the selection stays on the same id); status is
+ * a line above the list ("" for the default hint). */
+void ui_sessions_show(ui *u, const ui_session_row *rows, size_t n, const char *status);
+void ui_sessions_hide(ui *u);
+int ui_sessions_visible(const ui *u);
 
 #endif

@@ -83,6 +83,23 @@ void input_draw(ui *u, int y, int x, int h, int w, int *cy, int *cx);
 void input_after_keys(void);
 void input_resize(int rows, int cols);
 
+/* ---- sessions view (sessions.c) ---------------------------------------------------------- */
+
+typedef struct sessions_view {
+    int visible;
+    ui_session_row *rows;  /* strings owned */
+    size_t n, sel, top;
+    int mode;              /* list, search, rename, confirm delete */
+    char query[256];
+    char edit[256];
+    char status[200];
+} sessions_view;
+
+/* A key while the view is shown (is_key: c is a KEY_* code). */
+void sessions_key(ui *u, int is_key, wint_t c);
+void sessions_draw(ui *u);
+void sessions_free(ui *u);
+
 /* ---- the ui object ---------------------------------------------------------------------- */
 
 enum ui_focus { FOCUS_INPUT = 0, FOCUS_PANEL, FOCUS_PANE };
@@ -107,6 +124,7 @@ struct ui {
     int busy;
     int help_visible, help_scroll;
     char *help_text;
+    sessions_view sess;
 
     int have_stats;
     gen_stats stats;

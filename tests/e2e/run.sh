@@ -10,6 +10,9 @@ pass=0
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# the tests never read or write the user's own config file, models, conversations or history
+export XDG_CONFIG_HOME="$tmp/xdg/config" XDG_DATA_HOME="$tmp/xdg/data" XDG_STATE_HOME="$tmp/xdg/state"
+unset KVCHAT_MODEL KVCHAT_DB
 
 ok() { pass=$((pass + 1)); echo "ok   - $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL - $1"; [ $# -gt 1 ] && echo "       $2"; }

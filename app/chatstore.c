@@ -1,0 +1,776 @@
+/* chatstore: the chat's conversations in the SQLite store — autosave, resume, the sessions list, /show cache, and the KV prefix store wired to the generator thread (restore before a prefill, save after a reply). */
+#include "chatstore.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/kv_cache.h"
+#include "engine/quant.h"
+
+#define N_NOTES 4
+
+typedef struct kv_stats_session {
+    uint64_t lookups, hits, restored_tokens, saves, saved_bytes, skipped, evicted, failures;
+    double restore_ms;
+} kv_stats_session;
+
+struct chatstore {
+    engine *e;
+    store *db;          /* UI thread */
+    store *kvdb;        /* generator thread (opened by the first hook call) */
+    int kv_open_failed;
+    char path[4096];
+    uint64_t budget;
+    char fp[33];
+    int64_t model_id;
+    char kv_type[16];
+    /* the current conversation (UI thread) */
+    int64_t conv;
+    size_t last_n_conv;      /* conversation tokens after the previous reply */
+    int64_t last_reply;      /* that reply's id and tokens (a continued reply adds to them) */
+    int last_reply_tokens;
+    /* shared with the generator thread */
+    pthread_mutex_t mu;
+    kv_stats_session st;
+    char notes[N_NOTES][640];
+    int n_notes;
+    int announce;
+};
+
+static void set_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_why(char *why, size_t cap, const char *fmt, ...)
+{
+    if (!why || !cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- paths, sizes, fingerprint ----------------------------------------------------------------- */
+
+static int mkdir_p(const char *dir, char *why, size_t why_cap)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0700) && errno != EEXIST) {
+            set_why(why, why_cap, "cannot create %s: %s", tmp, strerror(errno));
+            return -1;
+        }
+        *p = '/';
+    }
+    if (mkdir(tmp, 0700) && errno != EEXIST) {
+        set_why(why, why_cap, "cannot create %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_db_path(const char *opt, int create_dir, char *buf, size_t cap, char *why, size_t why_cap)
+{
+    if (!opt || !*opt) opt = getenv("KVCHAT_DB");
+    if (opt && *opt) {
+        if (strlen(opt) >= cap) {
+            set_why(why, why_cap, "the database path is too long");
+            return -1;
+        }
+        snprintf(buf, cap, "%s", opt);
+        return 0;
+    }
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    char dir[4096];
+    if (xdg && *xdg == '/') snprintf(dir, sizeof dir, "%s/kvchat", xdg);
+    else if (home && *home) snprintf(dir, sizeof dir, "%s/.local/share/kvchat", home);
+    else {
+        set_why(why, why_cap, "no place for the database: set HOME, XDG_DATA_HOME or KVCHAT_DB, or give --db PATH");
+        return -1;
+    }
+    if (create_dir && mkdir_p(dir, why, why_cap)) return -1;
+    if ((size_t)snprintf(buf, cap, "%s/kvchat.db", dir) >= cap) {
+        set_why(why, why_cap, "the database path is too long");
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_parse_cache_size(const char *s, uint64_t *bytes)
+{
+    if (!s || !isdigit((unsigned char)*s)) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno) return -1;
+    while (*end == ' ') end++;
+    unsigned long long mul = 1ull << 20; /* a bare number is MiB */
+    switch (toupper((unsigned char)*end)) {
+    case 0: break;
+    case 'B': mul = 1; end++; break;
+    case 'K': mul = 1ull << 10; end++; break;
+    case 'M': mul = 1ull << 20; end++; break;
+    case 'G': mul = 1ull << 30; end++; break;
+    case 'T': mul = 1ull << 40; end++; break;
+    default: return -1;
+    }
+    if (mul > 1 && *end && (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))) end += strlen(end);
+    if (*end || v > UINT64_MAX / mul) return -1;
+    *bytes = v * mul;
+    return 0;
+}
+
+void chatstore_fingerprint(const engine *e, char out[33])
+{
+    const gguf_file *g = engine_model(e)->gguf;
+    uint64_t sums[64] = {0};
+    uint64_t start = g->data_offset < g->size ? g->data_offset : g->size, len = g->size - start;
+    size_t piece = len < 4096 ? (size_t)len : 4096;
+    for (int i = 0; i < 64 && piece; i++) {
+        uint64_t off = start + (len - piece) * (uint64_t)i / 63;
+        sums[i] = kv_checksum64(g->map + off, piece);
+    }
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)engine_model_fingerprint(e),
+             (unsigned long long)kv_checksum64(sums, sizeof sums));
+}
+
+/* ---- open / close ---------------------------------------------------------------------------------- */
+
+chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, char *why, size_t why_cap)
+{
+    chatstore *cs = calloc(1, sizeof *cs);
+    if (!cs) {
+        set_why(why, why_cap, "out of memory");
+        return NULL;
+    }
+    cs->e = e;
+    cs->budget = cache_bytes;
+    snprintf(cs->path, sizeof cs->path, "%s", db_path);
+    pthread_mutex_init(&cs->mu, NULL);
+    store_error err = {0};
+    if (store_open(db_path, 0, &cs->db, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        chatstore_close(cs);
+        return NULL;
+    }
+    chatstore_fingerprint(e, cs->fp);
+    const model *m = engine_model(e);
+    const quant_traits *wt = quant_traits_of(m->weight_type);
+    if (store_model_register(cs->db, cs->fp, m->gguf->path, m->name, m->arch_name, wt ? wt->name : "", (int64_t)m->gguf->size,
+                             &cs->model_id, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        chatstore_close(cs);
+        return NULL;
+    }
+    const quant_traits *kt = quant_traits_of(kv_cache_type(engine_kv(e)));
+    snprintf(cs->kv_type, sizeof cs->kv_type, "%s", kt ? kt->name : "?");
+    return cs;
+}
+
+void chatstore_close(chatstore *cs)
+{
+    if (!cs) return;
+    store_close(cs->db);
+    store_close(cs->kvdb);
+    pthread_mutex_destroy(&cs->mu);
+    free(cs);
+}
+
+const char *chatstore_path(const chatstore *cs) { return cs->path; }
+int64_t chatstore_current(const chatstore *cs) { return cs->conv; }
+
+static void note(chatstore *cs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(chatstore *cs, const char *fmt, ...)
+{
+    pthread_mutex_lock(&cs->mu);
+    if (cs->n_notes < N_NOTES) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cs->notes[cs->n_notes++], sizeof cs->notes[0], fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&cs->mu);
+}
+
+int chatstore_take_note(chatstore *cs, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&cs->mu);
+    int have = cs->n_notes > 0;
+    if (have) {
+        snprintf(buf, cap, "%s", cs->notes[0]);
+        memmove(cs->notes[0], cs->notes[1], sizeof cs->notes[0] * (size_t)(cs->n_notes - 1));
+        cs->n_notes--;
+    }
+    pthread_mutex_unlock(&cs->mu);
+    return have;
+}
+
+void chatstore_announce_restore(chatstore *cs)
+{
+    pthread_mutex_lock(&cs->mu);
+    cs->announce = 1;
+    pthread_mutex_unlock(&cs->mu);
+}
+
+/* ---- KV hooks (generator thread) ----------------------------------------------------------------- */
+
+typedef struct kv_key_buf {
+    store_kv_key k;
+    uint64_t *hashes;
+} kv_key_buf;
+
+/* The store key of toks[0..n): the engine's chained block hashes, the whole-key hash. */
+static int make_key(chatstore *cs, const int32_t *toks, size_t n, kv_key_buf *kb)
+{
+    size_t nb = n / KV_BLOCK_SIZE;
+    kb->hashes = malloc((nb ? nb : 1) * sizeof *kb->hashes);
+    if (!kb->hashes) return -1;
+    kv_block_hashes(toks, (int)n, kb->hashes);
+    uint64_t h = nb ? kb->hashes[nb - 1] : KV_HASH_ROOT;
+    size_t tail = n - nb * KV_BLOCK_SIZE;
+    kb->k = (store_kv_key){
+        .model_id = cs->model_id, .kv_type = cs->kv_type, .tokens = toks, .n_tokens = n,
+        .block_size = KV_BLOCK_SIZE, .block_hashes = kb->hashes, .n_blocks = nb,
+        .key_hash = tail ? kv_hash_block(h, toks + nb * KV_BLOCK_SIZE, (int)tail) : h,
+    };
+    return 0;
+}
+
+/* The generator thread's own connection (a cache: synchronous = NORMAL); NULL when the KV
+ * store is off or cannot be opened (said once). */
+static store *kv_handle(chatstore *cs)
+{
+    if (!cs->budget || cs->kv_open_failed) return NULL;
+    if (cs->kvdb) return cs->kvdb;
+    store_error err = {0};
+    if (store_open(cs->path, STORE_OPEN_SYNC_NORMAL, &cs->kvdb, &err)) {
+        cs->kv_open_failed = 1;
+        note(cs, "KV prefix store off: %s", err.msg);
+        return NULL;
+    }
+    const char *delay = getenv("KVCHAT_TEST_KV_WRITE_DELAY_MS"); /* test knob: widen the write window */
+    if (delay && atoi(delay) > 0) {
+        store_set_kv_write_delay(cs->kvdb, atoi(delay));
+        store_set_kv_chunk_size(cs->kvdb, 4096);
+    }
+    store_kv_cleanup(cs->kvdb, NULL, NULL);
+    return cs->kvdb;
+}
+
+static void hook_restore(void *ud, engine *e, const int32_t *toks, size_t n)
+{
+    chatstore *cs = ud;
+    pthread_mutex_lock(&cs->mu);
+    int announce = cs->announce;
+    cs->announce = 0;
+    pthread_mutex_unlock(&cs->mu);
+    if (n < KV_BLOCK_SIZE) return;
+    int n_have = 0;
+    const int32_t *have = engine_history(e, &n_have);
+    size_t common = 0;
+    while (common < (size_t)n_have && common < n && have[common] == toks[common]) common++;
+    if (common + KV_BLOCK_SIZE > n) return; /* the cache already holds all but a partial block */
+    store *db = kv_handle(cs);
+    if (!db) return;
+    kv_key_buf kb;
+    if (make_key(cs, toks, n, &kb)) return;
+    double t0 = now_ms();
+    store_kv_hit hit;
+    store_error err = {0};
+    int rc = store_kv_find(db, &kb.k, &hit, &err);
+    free(kb.hashes);
+    pthread_mutex_lock(&cs->mu);
+    cs->st.lookups++;
+    pthread_mutex_unlock(&cs->mu);
+    if (rc) {
+        if (rc != STORE_ERR_NOTFOUND) note(cs, "KV prefix store: %s", err.msg);
+        else if (announce) note(cs, "no KV cache stored for this chat: the next reply prefills its history");
+        return;
+    }
+    if (hit.n_common <= common) return;
+    void *blob = NULL;
+    size_t len = 0;
+    if ((rc = store_kv_read(db, hit.id, &blob, &len, &err))) {
+        if (rc == STORE_ERR_CORRUPT) {
+            store_kv_drop(db, hit.id, NULL);
+            note(cs, "%s — not used, dropped; the chat prefills instead", err.msg);
+        } else if (rc != STORE_ERR_NOTFOUND) {
+            note(cs, "KV prefix store: %s", err.msg);
+        }
+        pthread_mutex_lock(&cs->mu);
+        cs->st.failures++;
+        pthread_mutex_unlock(&cs->mu);
+        return;
+    }
+    kv_error ke = {0};
+    rc = engine_seq_restore(e, ENGINE_SEQ_DEFAULT, blob, len, &ke);
+    free(blob);
+    double ms = now_ms() - t0;
+    if (rc) {
+        /* the engine's own checks: checksum, format version, model fingerprint, shape */
+        if (rc == KV_ERR_FORMAT || rc == KV_ERR_UNSUPPORTED) store_kv_drop(db, hit.id, NULL);
+        note(cs, "%s: KV prefix %lld not used: %s", cs->path, (long long)hit.id, ke.msg);
+        pthread_mutex_lock(&cs->mu);
+        cs->st.failures++;
+        pthread_mutex_unlock(&cs->mu);
+        return;
+    }
+    pthread_mutex_lock(&cs->mu);
+    cs->st.hits++;
+    cs->st.restored_tokens += hit.n_common;
+    cs->st.restore_ms += ms;
+    pthread_mutex_unlock(&cs->mu);
+    if (announce)
+        note(cs, "restored the KV cache of %zu tokens from the store in %.1f ms (%.1f MiB): the next reply prefills only "
+                 "the new message",
+             hit.n_common, ms, len / 1048576.0);
+}
+
+/* Save positions [0, n) of the default sequence under the key of toks[0..n). */
+static int save_prefix(chatstore *cs, store *db, engine *e, const int32_t *toks, size_t n, int kind,
+                       store_kv_put_result *res)
+{
+    kv_key_buf kb;
+    if (make_key(cs, toks, n, &kb)) return -1;
+    int rc = 0;
+    if (store_kv_has(db, &kb.k)) { /* unchanged since the last save: put only touches it */
+        store_error err = {0};
+        rc = store_kv_put(db, &kb.k, kind, "", 1, cs->budget, res, &err) ? -1 : 0;
+        free(kb.hashes);
+        return rc;
+    }
+    void *blob = NULL;
+    size_t len = 0;
+    kv_error ke = {0};
+    if (engine_seq_save(e, ENGINE_SEQ_DEFAULT, (int)n, &blob, &len, &ke)) {
+        note(cs, "KV cache not saved: %s", ke.msg);
+        free(kb.hashes);
+        return -1;
+    }
+    store_error err = {0};
+    if (store_kv_put(db, &kb.k, kind, blob, len, cs->budget, res, &err)) {
+        note(cs, "KV cache not saved: %s", err.msg);
+        rc = -1;
+    } else {
+        pthread_mutex_lock(&cs->mu);
+        if (res->stored) cs->st.saves++, cs->st.saved_bytes += len;
+        if (res->skipped) cs->st.skipped++;
+        cs->st.evicted += (uint64_t)res->n_evicted;
+        pthread_mutex_unlock(&cs->mu);
+    }
+    free(blob);
+    free(kb.hashes);
+    return rc;
+}
+
+static void hook_saved(void *ud, engine *e, const int32_t *conv, size_t n_conv, int finish)
+{
+    chatstore *cs = ud;
+    (void)conv;
+    (void)n_conv;
+    (void)finish;
+    store *db = kv_handle(cs);
+    if (!db) return;
+    kv_cache *kv = engine_kv(e);
+    /* only the clean part: K/V equal to what a fresh prefill computes (no context shift) */
+    int n = kv_seq_n_clean(kv, ENGINE_SEQ_DEFAULT);
+    const int32_t *toks = kv_seq_tokens(kv, ENGINE_SEQ_DEFAULT);
+    if (n < KV_BLOCK_SIZE || !toks) return;
+    store_kv_put_result res = {0};
+    if (save_prefix(cs, db, e, toks, (size_t)n, STORE_KV_SNAPSHOT, &res)) return;
+    if (res.shared_len >= KV_BLOCK_SIZE && res.shared_len < (size_t)n) {
+        /* a prefix this chat shares with another (a system prompt, a branch point): store it
+         * once on its own, for every chat that starts with it */
+        store_kv_put_result r2 = {0};
+        save_prefix(cs, db, e, toks, res.shared_len, STORE_KV_SHARED, &r2);
+    }
+}
+
+void chatstore_worker_hooks(chatstore *cs, worker_hooks *h)
+{
+    memset(h, 0, sizeof *h);
+    if (!cs || !cs->budget) return;
+    h->restore = hook_restore;
+    h->saved = hook_saved;
+    h->ud = cs;
+}
+
+/* ---- conversions ------------------------------------------------------------------------------ */
+
+void chatstore_params_from(store_params *out, const sampler_params *sp, int max_tokens)
+{
+    memset(out, 0, sizeof *out);
+    out->set = 1;
+    out->temperature = sp->temperature;
+    out->top_k = sp->top_k;
+    out->top_p = sp->top_p;
+    out->min_p = sp->min_p;
+    out->repeat_penalty = sp->repeat_penalty;
+    out->repeat_last_n = sp->repeat_last_n;
+    out->presence_penalty = sp->presence_penalty;
+    out->frequency_penalty = sp->frequency_penalty;
+    out->seed_set = sp->seed != SAMPLER_SEED_RANDOM;
+    out->seed = out->seed_set ? sp->seed : 0;
+    out->max_tokens = max_tokens;
+}
+
+void chatstore_params_to(const store_params *in, sampler_params *sp, int *max_tokens)
+{
+    sp->temperature = (float)in->temperature;
+    sp->top_k = in->top_k;
+    sp->top_p = (float)in->top_p;
+    sp->min_p = (float)in->min_p;
+    sp->repeat_penalty = (float)in->repeat_penalty;
+    sp->repeat_last_n = in->repeat_last_n;
+    sp->presence_penalty = (float)in->presence_penalty;
+    sp->frequency_penalty = (float)in->frequency_penalty;
+    sp->seed = in->seed_set ? in->seed : SAMPLER_SEED_RANDOM;
+    if (max_tokens) *max_tokens = in->max_tokens;
+}
+
+int chatstore_finish_of(int gen_finish)
+{
+    switch (gen_finish) {
+    case GEN_FINISH_EOG: return STORE_FINISH_EOG;
+    case GEN_FINISH_LENGTH: return STORE_FINISH_LENGTH;
+    case GEN_FINISH_CONTEXT: return STORE_FINISH_CONTEXT;
+    case GEN_FINISH_CANCELLED: return STORE_FINISH_STOPPED;
+    case GEN_FINISH_ERROR: return STORE_FINISH_ERROR;
+    case GEN_FINISH_STOP: return STORE_FINISH_STOP;
+    default: return STORE_FINISH_EOG;
+    }
+}
+
+/* ---- the current conversation (UI thread) ------------------------------------------------------ */
+
+void chatstore_new(chatstore *cs)
+{
+    cs->conv = 0;
+    cs->last_n_conv = 0;
+    cs->last_reply = 0;
+    cs->last_reply_tokens = 0;
+}
+
+static int ensure_conv(chatstore *cs, const char *system, const sampler_params *sp, int max_tokens, char *why,
+                       size_t why_cap)
+{
+    if (cs->conv) return 0;
+    store_params p;
+    chatstore_params_from(&p, sp, max_tokens);
+    store_error err = {0};
+    if (store_conv_create(cs->db, cs->model_id, system && *system ? system : NULL, &p, 0, &cs->conv, &err)) {
+        set_why(why, why_cap, "not saved: %s", err.msg);
+        cs->conv = 0;
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_user_message(chatstore *cs, int64_t parent, const char *text, size_t len, const char *system,
+                           const sampler_params *sp, int max_tokens, int64_t *id, char *why, size_t why_cap)
+{
+    *id = 0;
+    if (ensure_conv(cs, system, sp, max_tokens, why, why_cap)) return -1;
+    store_error err = {0};
+    store_params p;
+    chatstore_params_from(&p, sp, max_tokens);
+    store_conv_set_params(cs->db, cs->conv, &p, NULL); /* the latest settings, for resuming */
+    if (store_msg_add(cs->db, cs->conv, parent, STORE_ROLE_USER, text, len, 0, 0, NULL, id, &err)) {
+        set_why(why, why_cap, "message not saved: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_reply(chatstore *cs, int64_t parent, int64_t existing, int64_t user_id, const char *text, size_t len,
+                    int finish, const gen_stats *st, const sampler_params *sp, int max_tokens, uint64_t seed,
+                    const int32_t *conv, size_t n_conv, int64_t *id, char *why, size_t why_cap)
+{
+    *id = existing;
+    if (ensure_conv(cs, NULL, sp, max_tokens, why, why_cap)) return -1;
+    store_gen g;
+    memset(&g, 0, sizeof g);
+    g.set = 1;
+    chatstore_params_from(&g.params, sp, max_tokens);
+    g.params.seed_set = 1;
+    g.params.seed = seed;
+    g.finish = chatstore_finish_of(finish);
+    g.ttft_ms = st->ttft_ms;
+    g.prefill_tps = st->prefill_tps;
+    g.decode_tps = st->decode_tps;
+    g.n_prompt = st->n_prompt;
+    g.n_reused = st->n_reused;
+    g.n_prefilled = st->n_prefilled;
+    g.n_generated = st->n_generated;
+    store_error err = {0};
+    int n_tokens = st->n_generated;
+    if (existing > 0 && existing == cs->last_reply) n_tokens += cs->last_reply_tokens;
+    int rc = existing > 0 ? store_msg_update(cs->db, existing, text, len, n_tokens, &g, &err)
+                          : store_msg_add(cs->db, cs->conv, parent, STORE_ROLE_ASSISTANT, text, len, n_tokens, 0, &g, id,
+                                          &err);
+    if (rc) {
+        set_why(why, why_cap, "reply not saved: %s", err.msg);
+        return -1;
+    }
+    if (user_id > 0) {
+        int added = st->n_prompt - (int)cs->last_n_conv;
+        store_msg_set_tokens(cs->db, user_id, added > 0 ? added : 0, NULL);
+    }
+    cs->last_reply = *id;
+    cs->last_reply_tokens = n_tokens;
+    cs->last_n_conv = n_conv;
+    if (conv && n_conv && store_conv_set_context(cs->db, cs->conv, cs->model_id, *id, conv, n_conv, &err)) {
+        set_why(why, why_cap, "token context not saved: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_set_head(chatstore *cs, int64_t head, char *why, size_t why_cap)
+{
+    if (!cs->conv) return 0;
+    store_error err = {0};
+    if (store_conv_set_head(cs->db, cs->conv, head, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    cs->last_n_conv = 0;
+    cs->last_reply = 0;
+    return 0;
+}
+
+int chatstore_set_system(chatstore *cs, const char *system, char *why, size_t why_cap)
+{
+    if (!cs->conv) return 0;
+    store_error err = {0};
+    if (store_conv_set_system(cs->db, cs->conv, system && *system ? system : NULL, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_resolve(chatstore *cs, const char *spec, int64_t *id, char *why, size_t why_cap)
+{
+    store_error err = {0};
+    if (!spec || !*spec || !strcmp(spec, "last")) {
+        if (store_conv_last(cs->db, id, &err)) {
+            set_why(why, why_cap, "%s", err.msg);
+            return -1;
+        }
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(spec, &end, 10);
+    if (errno || *end || v <= 0) {
+        set_why(why, why_cap, "'%s' is not a conversation ID (a number, or 'last')", spec);
+        return -1;
+    }
+    store_conv c;
+    if (store_conv_get(cs->db, v, &c, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    store_conv_clear(&c);
+    *id = v;
+    return 0;
+}
+
+void chatstore_conv_free(chatstore_conv *c)
+{
+    for (size_t i = 0; i < c->n; i++) free(c->msgs[i].text);
+    free(c->msgs);
+    free(c->title);
+    free(c->system);
+    free(c->ctx);
+    memset(c, 0, sizeof *c);
+}
+
+int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, size_t why_cap)
+{
+    memset(out, 0, sizeof *out);
+    store_conv c;
+    store_error err = {0};
+    if (store_conv_get(cs->db, id, &c, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    store_msg *m = NULL;
+    size_t n = 0;
+    if (store_conv_path(cs->db, id, c.head_id, &m, &n, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        store_conv_clear(&c);
+        return -1;
+    }
+    out->id = id;
+    out->title = c.title;
+    c.title = NULL;
+    out->system = c.system_prompt;
+    c.system_prompt = NULL;
+    out->have_params = c.params.set;
+    if (c.params.set) chatstore_params_to(&c.params, &out->sp, &out->max_tokens);
+    out->msgs = calloc(n ? n : 1, sizeof *out->msgs);
+    size_t o = 0, bad = 0;
+    char first_problem[200] = "";
+    for (size_t i = 0; out->msgs && i < n; i++) {
+        if (m[i].role == STORE_ROLE_SYSTEM) continue;
+        chatstore_msg *d = &out->msgs[o++];
+        d->role = m[i].role;
+        d->text = m[i].content;
+        d->len = m[i].len;
+        m[i].content = NULL;
+        d->id = m[i].id;
+        d->finish = m[i].gen.set ? m[i].gen.finish : 0;
+        d->partial = m[i].partial;
+        snprintf(d->problem, sizeof d->problem, "%s", m[i].problem);
+        if (m[i].problem[0] && !bad++) snprintf(first_problem, sizeof first_problem, "%s", m[i].problem);
+    }
+    out->n = o;
+    store_msgs_free(m, n);
+    if (!out->msgs) {
+        store_conv_clear(&c);
+        chatstore_conv_free(out);
+        set_why(why, why_cap, "out of memory");
+        return -1;
+    }
+    size_t nl = 0;
+    if (c.model_id != cs->model_id && c.model_fingerprint[0])
+        nl += (size_t)snprintf(out->note + nl, sizeof out->note - nl,
+                               "this chat was with %s (%.16s…); it goes on with the model loaded now, whose KV cache "
+                               "it cannot reuse: the next reply prefills the history. ",
+                               c.model_name[0] ? c.model_name : "another model", c.model_fingerprint);
+    if (bad && nl < sizeof out->note)
+        snprintf(out->note + nl, sizeof out->note - nl, "%.300s: %zu message%s could not be read (%s); shown as "
+                 "[unreadable], nothing was changed.", cs->path, bad, bad > 1 ? "s" : "", first_problem);
+    if (c.ctx_tokens && c.ctx_model_id == cs->model_id && c.ctx_head_id == c.head_id && c.head_id && !bad) {
+        out->ctx = c.ctx_tokens;
+        out->n_ctx = c.n_ctx_tokens;
+        c.ctx_tokens = NULL;
+    }
+    cs->conv = id;
+    cs->last_n_conv = out->ctx ? out->n_ctx : 0;
+    cs->last_reply = 0;
+    cs->last_reply_tokens = 0;
+    store_conv_clear(&c);
+    return 0;
+}
+
+/* ---- sessions ----------------------------------------------------------------------------------- */
+
+int chatstore_list(chatstore *cs, const char *query, store_conv **rows, size_t *n, char *why, size_t why_cap)
+{
+    store_error err = {0};
+    if (store_conv_list(cs->db, query, rows, n, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_rename(chatstore *cs, int64_t id, const char *title, char *why, size_t why_cap)
+{
+    store_error err = {0};
+    if (store_conv_rename(cs->db, id, title, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int chatstore_delete(chatstore *cs, int64_t id, char *why, size_t why_cap)
+{
+    store_error err = {0};
+    if (store_conv_delete(cs->db, id, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    if (id == cs->conv) chatstore_new(cs);
+    return 0;
+}
+
+void chatstore_report(chatstore *cs, char *buf, size_t cap)
+{
+    store_kv_stats ks;
+    store_error err = {0};
+    int have = store_kv_stats_get(cs->db, &ks, &err) == STORE_OK;
+    pthread_mutex_lock(&cs->mu);
+    kv_stats_session s = cs->st;
+    pthread_mutex_unlock(&cs->mu);
+    struct stat sb;
+    double file_mib = stat(cs->path, &sb) == 0 ? sb.st_size / 1048576.0 : 0;
+    size_t o = 0;
+    if (!cs->budget)
+        o += (size_t)snprintf(buf + o, cap - o, "KV prefix store: off (--cache-size 0)");
+    else if (have)
+        o += (size_t)snprintf(buf + o, cap - o,
+                              "KV prefix store: %.1f MiB of %.0f MiB in %d prefixes (%d shared, %d models)%s · lifetime "
+                              "hits %llu",
+                              ks.bytes / 1048576.0, cs->budget / 1048576.0, ks.n_prefixes, ks.n_shared, ks.n_models,
+                              ks.n_writing ? " + some being written" : "", (unsigned long long)ks.hits);
+    else
+        o += (size_t)snprintf(buf + o, cap - o, "KV prefix store: %s", err.msg);
+    if (o < cap && cs->budget)
+        o += (size_t)snprintf(buf + o, cap - o,
+                              "\nthis session: %llu of %llu lookups hit (%.0f%%), %llu tokens restored in %.1f ms; %llu "
+                              "saved (%.1f MiB), %llu evicted%s%s",
+                              (unsigned long long)s.hits, (unsigned long long)s.lookups,
+                              s.lookups ? 100.0 * s.hits / s.lookups : 0.0, (unsigned long long)s.restored_tokens,
+                              s.restore_ms, (unsigned long long)s.saves, s.saved_bytes / 1048576.0,
+                              (unsigned long long)s.evicted, s.skipped ? ", some larger than the budget not stored" : "",
+                              s.failures ? ", some unusable prefixes dropped" : "");
+    if (o < cap)
+        snprintf(buf + o, cap - o, "\ndatabase: %s (%.1f MiB) · model %.16s… · KV type %s", cs->path, file_mib, cs->fp,
+                 cs->kv_type);
+}
+
+int chatstore_resume_model(const char *db_path, const char *spec, char *path, size_t cap, char *why, size_t why_cap)
+{
+    store *s = NULL;
+    store_error err = {0};
+    if (store_open(db_path, STORE_OPEN_READONLY, &s, &err)) {
+        set_why(why, why_cap, "%s", err.code == STORE_ERR_IO ? "no saved conversations yet" : err.msg);
+        return -1;
+    }
+    int64_t id = 0;
+    int rc = -1;
+    char *end;
+    if (!spec || !strcmp(spec, "last")) {
+        if (store_conv_last(s, &id, &err)) set_why(why, why_cap, "%s", err.msg);
+    } else if ((id = strtoll(spec, &end, 10)) <= 0 || *end) {
+        set_why(why, why_cap, "'%s' is not a conversation ID (a number, or 'last')", spec);
+        id = 0;
+    }
+    store_conv c;
+    if (id && store_conv_get(s, id, &c, &err) == STORE_OK) {
+        if (!c.model_path[0]) set_why(why, why_cap, "conversation %lld has no model on record: give one with -m", (long long)id);
+        else if (access(c.model_path, R_OK) != 0)
+            set_why(why, why_cap, "conversation %lld was with %s, which is gone (%s): give a model with -m", (long long)id,
+                    c.model_path, strerror(errno));
+        else if (strlen(c.model_path) >= cap) set_why(why, why_cap, "the model path is too long");
+        else {
+            snprintf(path, cap, "%s", c.model_path);
+            rc = 0;
+        }
+        store_conv_clear(&c);
+    } else if (id) {
+        set_why(why, why_cap, "%s", err.msg);
+    }
+    store_close(s);
+    return rc;
+}

@@ -1,0 +1,181 @@
+/* output: what the one-shot mode writes to stdout — plain text with control bytes made harmless, or JSON lines (one object per token, then a final stats object). */
+#include "app/output.h"
+
+#include <math.h>
+#include <string.h>
+
+void out_plain(FILE *f, const char *text, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = p[i];
+        if ((c >= 0x20 && c != 0x7f) || c == '\t' || c == '\n' || c == '\r') continue;
+        fwrite(p + start, 1, i - start, f);
+        /* U+2400 + c (U+2421 for DEL): E2 90 80+c / E2 90 A1 */
+        unsigned char pic[3] = {0xE2, 0x90, (unsigned char)(c == 0x7f ? 0xA1 : 0x80 + c)};
+        fwrite(pic, 1, 3, f);
+        start = i + 1;
+    }
+    fwrite(p + start, 1, len - start, f);
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes available): 1-4, 0 if invalid, or -k if
+ * the k available bytes are a valid but incomplete start of a sequence. */
+static int utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    int need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0) lo = 0xA0;      /* no overlongs */
+        if (c == 0xED) hi = 0x9F;      /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;      /* at most U+10FFFF */
+    } else return 0;
+    for (int k = 1; k < need; k++) {
+        if ((size_t)k >= n) return -k;
+        unsigned char b = s[k];
+        if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
+    }
+    return need;
+}
+
+/* Escaped body of a JSON string (no quotes). Returns how many bytes at the end were left
+ * unwritten because they start an incomplete character and `keep_tail` is set. */
+static size_t write_escaped(FILE *f, const unsigned char *s, size_t len, int keep_tail)
+{
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        if (c >= 0x80) {
+            int n = utf8_seq(s + i, len - i);
+            if (n < 0 && keep_tail) return len - i;
+            if (n <= 0) {
+                fputs("\\ufffd", f);
+                i++;
+            } else {
+                fwrite(s + i, 1, (size_t)n, f);
+                i += (size_t)n;
+            }
+            continue;
+        }
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\b': fputs("\\b", f); break;
+        case '\f': fputs("\\f", f); break;
+        default:
+            if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+            else fputc(c, f);
+        }
+        i++;
+    }
+    return 0;
+}
+
+void json_write_string(FILE *f, const char *s, size_t len)
+{
+    fputc('"', f);
+    write_escaped(f, (const unsigned char *)s, len, 0);
+    fputc('"', f);
+}
+
+void json_out_init(json_out *j, FILE *f)
+{
+    memset(j, 0, sizeof *j);
+    j->f = f;
+}
+
+void json_out_token(json_out *j, int32_t token, const char *text, size_t len)
+{
+    fprintf(j->f, "{\"token\": %d, \"text\": \"", (int)token);
+    /* the carried bytes and this text, as one string */
+    unsigned char buf[512];
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n_carry = j->n_carry;
+    j->n_carry = 0;
+    if (n_carry) {
+        /* complete the carried character from the start of text */
+        size_t take = len < sizeof buf - n_carry ? len : sizeof buf - n_carry;
+        memcpy(buf, j->carry, n_carry);
+        memcpy(buf + n_carry, s, take);
+        int n = utf8_seq(buf, n_carry + take);
+        if (n < 0) { /* still incomplete (all of text taken): carry it all on */
+            memcpy(j->carry, buf, n_carry + take);
+            j->n_carry = n_carry + take;
+            fputs("\"}\n", j->f);
+            fflush(j->f);
+            return;
+        }
+        if (n > 0) { /* the character completed by text */
+            write_escaped(j->f, buf, (size_t)n, 0);
+            s += (size_t)n - n_carry;
+            len -= (size_t)n - n_carry;
+        } else { /* text does not continue it: the carried bytes are invalid */
+            write_escaped(j->f, buf, n_carry, 0);
+        }
+    }
+    size_t left = write_escaped(j->f, s, len, 1);
+    if (left) {
+        memcpy(j->carry, s + len - left, left);
+        j->n_carry = left;
+    }
+    fputs("\"}\n", j->f);
+    fflush(j->f);
+}
+
+const char *json_finish_name(int finish)
+{
+    switch (finish) {
+    case GEN_FINISH_EOG: return "eog";
+    case GEN_FINISH_LENGTH: return "length";
+    case GEN_FINISH_CONTEXT: return "context";
+    case GEN_FINISH_CANCELLED: return "cancelled";
+    case GEN_FINISH_STOP: return "stop";
+    case GEN_FINISH_ERROR: return "error";
+    default: return gen_finish_name(finish);
+    }
+}
+
+static void num(FILE *f, const char *key, double v)
+{
+    if (isfinite(v)) fprintf(f, ", \"%s\": %.3f", key, v);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
+void json_out_done(json_out *j, const gen_stats *st, int finish, const char *error)
+{
+    if (j->n_carry) {
+        fputs("{\"token\": -1, \"text\": ", j->f);
+        json_write_string(j->f, j->carry, j->n_carry);
+        fputs("}\n", j->f);
+        j->n_carry = 0;
+    }
+    fputs("{\"done\": true, \"finish\": ", j->f);
+    const char *fn = json_finish_name(finish);
+    json_write_string(j->f, fn, strlen(fn));
+    if (st) {
+        fprintf(j->f, ", \"n_prompt\": %d, \"n_reused\": %d, \"n_prefilled\": %d, \"n_generated\": %d", st->n_prompt,
+                st->n_reused, st->n_prefilled, st->n_generated);
+        num(j->f, "ttft_ms", st->ttft_ms);
+        num(j->f, "prefill_tps", st->prefill_tps);
+        num(j->f, "decode_tps", st->decode_tps);
+        num(j->f, "itl_ms_mean", st->itl_ms_mean);
+        num(j->f, "itl_ms_max", st->itl_ms_max);
+    }
+    if (error) {
+        fputs(", \"error\": ", j->f);
+        json_write_string(j->f, error, strlen(error));
+    }
+    fputs("}\n", j->f);
+    fflush(j->f);
+}

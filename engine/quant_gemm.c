@@ -1,0 +1,1157 @@
+/* quant_gemm.c: matrix kernels — activations prepared once per matmul, GEMV for decode, packed-panel GEMM for prefill. */
+/*
+ * A matmul y = W·x quantizes its activation rows once (quant_act_prepare) to exactly the
+ * values quant_quantize_row gives for the weight type's vec_dot_type — so every result
+ * equals quant_vec_dot's up to float summation order — but lays them out for the kernels:
+ *
+ *   weights   activation layout (per group)                                   kernel
+ *   F32       x as is (f32)                                                   FMA
+ *   F16       x rounded to fp16, kept as f32 (the F16·F16 product of GGML)    F16C + FMA
+ *   Q4_0      4 blocks: x[0..15] of each, x[16..31] of each (int8), d_x per   VNNI u8·s8
+ *             lane, −8·Σq per block (int32)
+ *   Q8_0      4 blocks: x (int8), d_x per lane, −128·Σq per block             VNNI (w^0x80)·s8
+ *   Q4_K      256: x in the order sub-blocks 0,2,1,3,4,6,5,7 (the nibble order),
+ *             d_x, Σq per 32                                                  maddubs + dpwssd
+ *   Q6_K      256: x in order, d_x, Σq per 16                                 maddubs + dpwssd
+ *   others    the vec_dot_type row of quant_quantize_row                      quant_vec_dot
+ *
+ * The fast layouts need AVX-512 (F, BW, VL, VNNI, VBMI, BITALG) at build time (-march=native on
+ * this project's machines); without them every type uses the vec_dot_type row and
+ * quant_vec_dot_rows, so the API is the same everywhere.
+ *
+ * GEMV (decode): the weights stay in their GGUF layout (mmap'd, never copied); four rows are
+ * walked together so the activation loads are shared, blocks are gathered from their odd
+ * offsets with byte permutes (VBMI), and each 32-bit lane accumulates a few products of one
+ * block before the block's scale is applied in float.
+ *
+ * GEMM (prefill): each thread packs 16 weight rows at a time into a panel — unsigned 8-bit
+ * quants, 16 rows interleaved 4 bytes at a time, with the per-row scales as floats — so that one
+ * 64-byte load feeds 16 rows and each activation dword is broadcast to them (vpdpbusd with an
+ * embedded broadcast); panels stay in L2 while every token passes. Float weights pack to f32
+ * panels for an FMA kernel of the same shape.
+ */
+#include "engine/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512VBMI__) && defined(__F16C__) && defined(__FMA__)
+#define QG_AVX512 1
+#include <immintrin.h>
+#endif
+
+/* Activation layouts (see the table above). */
+enum act_kind { ACT_STD, ACT_F32, ACT_F16R, ACT_Q4_0, ACT_Q8_0, ACT_K4, ACT_K6 };
+
+static int act_kind(int wtype)
+{
+#if defined(QG_AVX512)
+    switch (wtype) {
+    case GGML_TYPE_F32: return ACT_F32;
+    case GGML_TYPE_F16: return ACT_F16R;
+    case GGML_TYPE_Q4_0: return ACT_Q4_0;
+    case GGML_TYPE_Q8_0: return ACT_Q8_0;
+    case GGML_TYPE_Q4_K: return ACT_K4;
+    case GGML_TYPE_Q6_K: return ACT_K6;
+    default: return ACT_STD;
+    }
+#else
+    (void)wtype;
+    return ACT_STD;
+#endif
+}
+
+#define ROUND64(x) (((x) + 63) & ~(size_t)63)
+
+/* Bytes per group of each layout. */
+#define Q4G_BYTES 256   /* 128 elements: xlo[64] xhi[64] dx[4 f32] (pad to 192) corr[16 i32] (lane 4b) */
+#define Q8G_BYTES 384   /* 128 elements: x[128] dx[4 f32] (pad to 256) corr[2][16 i32] (lanes 0, 8) */
+#define KG_BYTES 384    /* 256 elements: x[256], d (f32) at 256, Σq per 32 (K4, 8 × i16) or per 16 (K6,
+                           16 × i16) at 260; at 320 K4: Σq per 32 as f32[8], K6: −32·Σq per 16 as i32[16] */
+
+size_t quant_act_row_size(int wtype, int64_t n)
+{
+    const quant_traits *qt = quant_traits_of(wtype);
+    if (!qt || n < 0 || n % qt->block_size) return 0;
+    switch (act_kind(wtype)) {
+    case ACT_F32: case ACT_F16R: return ROUND64((size_t)n * 4);
+    case ACT_Q4_0: return (size_t)((n / 32 + 3) / 4) * Q4G_BYTES;
+    case ACT_Q8_0: return (size_t)((n / 32 + 3) / 4) * Q8G_BYTES;
+    case ACT_K4: case ACT_K6: return (size_t)(n / 256) * KG_BYTES;
+    default: return ROUND64(quant_row_size(qt->vec_dot_type, n));
+    }
+}
+
+#if defined(QG_AVX512)
+
+/* ---- activation preparation ------------------------------------------------------------ */
+
+/* One Q8_0 block exactly as quant_quantize_row(Q8_0): d = fp16(amax/127), q = round-half-even
+ * (x·127/amax). Returns d as float; q as 32 int8 at q, Σq in *sum. */
+static inline float q8_0_block(const float *x, int8_t *q, int *sum)
+{
+    __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    float d = amax / 127.0f;
+    uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, id)), qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, id));
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(qb));
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    return _cvtsh_ss(dh);
+}
+
+static void prep_q4_0(const float *x, int64_t n, uint8_t *act)
+{
+    int64_t nb = n / 32, ng = (nb + 3) / 4;
+    memset(act, 0, (size_t)ng * Q4G_BYTES);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *g = act + (b / 4) * Q4G_BYTES;
+        int j = (int)(b % 4), sum;
+        int8_t q[32];
+        float d = q8_0_block(x + 32 * b, q, &sum);
+        memcpy(g + 16 * j, q, 16);
+        memcpy(g + 64 + 16 * j, q + 16, 16);
+        ((float *)(g + 128))[j] = d;
+        ((int32_t *)(g + 192))[4 * j] = -8 * sum;
+    }
+}
+
+static void prep_q8_0(const float *x, int64_t n, uint8_t *act)
+{
+    int64_t nb = n / 32, ng = (nb + 3) / 4;
+    memset(act, 0, (size_t)ng * Q8G_BYTES);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *g = act + (b / 4) * Q8G_BYTES;
+        int j = (int)(b % 4), sum;
+        float d = q8_0_block(x + 32 * b, (int8_t *)g + 32 * j, &sum);
+        ((float *)(g + 128))[j] = d;
+        ((int32_t *)(g + 256))[8 * j] = -128 * sum;
+    }
+}
+
+/* K layouts: Q8_K values (quant_quantize_row), x reordered for Q4_K's nibble order. */
+static void prep_k(const float *x, int64_t n, uint8_t *act, int k6)
+{
+    static const int order4[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    block_q8_K blk;
+    for (int64_t b = 0; b < n / 256; b++) {
+        uint8_t *g = act + b * KG_BYTES;
+        quant_quantize_row(GGML_TYPE_Q8_K, x + 256 * b, &blk, 256);
+        memcpy(g + 256, &blk.d, 4);
+        int16_t *bs = (int16_t *)(g + 260);
+        if (k6) {
+            memcpy(g, blk.qs, 256);
+            memcpy(bs, blk.bsums, 32);
+            int32_t *corr = (int32_t *)(g + 320);
+            for (int s = 0; s < 16; s++) corr[s] = -32 * blk.bsums[s];
+        } else {
+            float *fs = (float *)(g + 320);
+            for (int s = 0; s < 8; s++) {
+                memcpy(g + 32 * s, blk.qs + 32 * order4[s], 32);
+                bs[s] = (int16_t)(blk.bsums[2 * s] + blk.bsums[2 * s + 1]);
+                fs[s] = (float)bs[s];
+            }
+        }
+    }
+}
+
+static void prep_f16r(const float *x, int64_t n, float *out)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) out[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+}
+
+/* ---- GEMV kernels -------------------------------------------------------------------------- */
+
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 1
+#endif
+#ifndef PFD
+#define PFD 4096
+#endif
+int g_pfd = 0;
+
+/* Byte / word permute indices of the kernels below (generated; see each kernel's comment). */
+static const uint8_t IDX_Q4_0_QS[64] __attribute__((aligned(64))) = {
+    2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+    20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+    38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,
+    56, 57, 58, 59, 60, 61, 62, 63, 120, 121, 122, 123, 124, 125, 126, 127,
+};
+static const uint8_t IDX_Q8_0_QS01[64] __attribute__((aligned(64))) = {
+    2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33,
+    36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,
+    52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67,
+};
+static const uint8_t IDX_Q8_0_QS23[64] __attribute__((aligned(64))) = {
+    6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+    22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37,
+    40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55,
+    56, 57, 58, 59, 60, 61, 62, 63, 120, 121, 122, 123, 124, 125, 126, 127,
+};
+static const uint8_t IDX_Q4_K_SC[4][64] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0},
+    {1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0},
+    {4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0},
+    {5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 5, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0, 7, 0},
+};
+static const uint16_t IDX_Q6_K_SC[4][32] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+
+/* Masks of the first `bytes` bytes of a 64-byte load starting at `off` within a group. */
+static inline __mmask64 bytes_mask(int64_t bytes, int64_t off)
+{
+    int64_t k = bytes - off;
+    if (k >= 64) return ~(__mmask64)0;
+    if (k <= 0) return 0;
+    return ((__mmask64)1 << k) - 1;
+}
+
+/* 16×16 f32 transpose: rows in[0..15] (16 floats each) → out[k] = element k of every row. */
+static inline void transpose16(__m512 v[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        v[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        v[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        v[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* Q4_0 / Q8_0 · prepared Q8_0 activation. The arithmetic is that of the scalar reference with
+ * the block scale fused: per row, acc = fma(d_w·d_x, Σ_block q_w·q_x, acc) block after block,
+ * so the result does not depend on the kernel (the next layer re-quantizes it, and a changed
+ * rounding there would show in the logits). The work is split in two passes over 16 rows:
+ *   1. each row is streamed on its own (one sequential stream is the fastest way through DRAM
+ *      on this class of machine) and its exact integer block sums and d_w·d_x products are
+ *      written to a small [16][blocks] buffer;
+ *   2. the buffers are transposed so one vector holds a block of all 16 rows, and the 16 fused
+ *      multiply-add chains run side by side.
+ * Q4_0 groups of 4 blocks (72 bytes): two overlapping loads, a byte permute gathers the quants,
+ * low/high nibbles meet x[0..15] / x[16..31] (lanes 4b..4b+3 = block b; the activation's
+ * −8·Σq_x sits in lane 4b). Q8_0 groups (136 bytes): three loads, two permutes, w^0x80 = w + 128
+ * made unsigned and corrected by −128·Σq_x (lanes 0..7 / 8..15 = first / second block). */
+#define GEMV_SEG 256   /* blocks per buffered segment of a row (rows longer than this take several) */
+
+static const uint32_t IDX_LANES_0_4_8_12[16] __attribute__((aligned(64))) = {0, 4, 8, 12, 0, 0, 0, 0,
+                                                                              0, 0, 0, 0, 0, 0, 0, 0};
+static const uint32_t IDX_LANES_0_8_16_24[16] __attribute__((aligned(64))) = {0, 8, 16, 24, 0, 0, 0, 0,
+                                                                               0, 0, 0, 0, 0, 0, 0, 0};
+static const uint16_t IDX_D4_Q4_0[32] __attribute__((aligned(64))) = {0, 9, 18, 27};
+static const uint16_t IDX_D4_Q8_0[32] __attribute__((aligned(64))) = {0, 17, 34, 51};
+
+/* Block sums and scale products of blocks [b0, b0 + nbs) of one row (b0 a multiple of 4). */
+static inline __attribute__((always_inline)) void q8blk_row(int q8, const uint8_t *row, int64_t nb, int64_t b0,
+                                                           int nbs, const uint8_t *act, float *bs, float *ds)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i iq = _mm512_load_si512(IDX_Q4_0_QS), i01 = _mm512_load_si512(IDX_Q8_0_QS01),
+                  i23 = _mm512_load_si512(IDX_Q8_0_QS23);
+    const __m512i il = _mm512_load_si512(q8 ? IDX_LANES_0_8_16_24 : IDX_LANES_0_4_8_12);
+    const __m512i id4 = _mm512_load_si512(q8 ? IDX_D4_Q8_0 : IDX_D4_Q4_0);
+    const int gbytes = q8 ? 136 : 72, abytes = q8 ? Q8G_BYTES : Q4G_BYTES, bbytes = q8 ? 34 : 18;
+    for (int j = 0; j < nbs; j += 4) {
+        int64_t g = (b0 + j) / 4;
+        const uint8_t *p = row + g * gbytes, *ag = act + g * abytes;
+        int full = g * 4 + 4 <= nb;
+        __mmask64 ma = ~(__mmask64)0, mb = ma, mc = ma;
+        if (!full) {
+            int64_t bytes = (nb - g * 4) * bbytes;
+            ma = bytes_mask(bytes, 0);
+            mb = bytes_mask(bytes, q8 ? 64 : 8);
+            mc = bytes_mask(bytes, 72);
+        }
+        __m512i sum4, A, B;
+#if PFD
+        _mm_prefetch((const char *)p + PFD, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + PFD + 64, _MM_HINT_T0);
+        if (q8) _mm_prefetch((const char *)p + PFD + 128, _MM_HINT_T0);
+#endif
+        if (!q8) {
+            A = full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(ma, p);
+            B = full ? _mm512_loadu_si512(p + 8) : _mm512_maskz_loadu_epi8(mb, p + 8);
+            __m512i q = _mm512_permutex2var_epi8(A, iq, B);
+            __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            __m512i sv = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_load_si512(ag + 192), lo, _mm512_load_si512(ag)),
+                                             hi, _mm512_load_si512(ag + 64));
+            sv = _mm512_add_epi32(sv, _mm512_shuffle_epi32(sv, _MM_PERM_CDAB));
+            sv = _mm512_add_epi32(sv, _mm512_shuffle_epi32(sv, _MM_PERM_BADC));
+            sum4 = _mm512_permutexvar_epi32(il, sv);
+        } else {
+            A = full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(ma, p);
+            B = full ? _mm512_loadu_si512(p + 64) : _mm512_maskz_loadu_epi8(mb, p + 64);
+            __m512i C = full ? _mm512_loadu_si512(p + 72) : _mm512_maskz_loadu_epi8(mc, p + 72);
+            __m512i q01 = _mm512_xor_si512(_mm512_permutex2var_epi8(A, i01, B), flip);
+            __m512i q23 = _mm512_xor_si512(_mm512_permutex2var_epi8(B, i23, C), flip);
+            __m512i s01 = _mm512_dpbusd_epi32(_mm512_load_si512(ag + 256), q01, _mm512_load_si512(ag));
+            __m512i s23 = _mm512_dpbusd_epi32(_mm512_load_si512(ag + 320), q23, _mm512_load_si512(ag + 64));
+            s01 = _mm512_add_epi32(s01, _mm512_shuffle_epi32(s01, _MM_PERM_CDAB));
+            s23 = _mm512_add_epi32(s23, _mm512_shuffle_epi32(s23, _MM_PERM_CDAB));
+            s01 = _mm512_add_epi32(s01, _mm512_shuffle_epi32(s01, _MM_PERM_BADC));
+            s23 = _mm512_add_epi32(s23, _mm512_shuffle_epi32(s23, _MM_PERM_BADC));
+            s01 = _mm512_add_epi32(s01, _mm512_shuffle_i32x4(s01, s01, _MM_PERM_CDAB));
+            s23 = _mm512_add_epi32(s23, _mm512_shuffle_i32x4(s23, s23, _MM_PERM_CDAB));
+            sum4 = _mm512_permutex2var_epi32(s01, il, s23);
+        }
+        __m128 d4 = _mm_cvtph_ps(_mm512_castsi512_si128(q8 ? _mm512_permutex2var_epi16(A, id4, B)
+                                                           : _mm512_permutexvar_epi16(id4, A)));
+        d4 = _mm_mul_ps(d4, _mm_load_ps((const float *)(ag + 128)));
+        _mm_storeu_ps(bs + j, _mm512_castps512_ps128(_mm512_cvtepi32_ps(sum4)));
+        _mm_storeu_ps(ds + j, d4);
+    }
+}
+
+static inline __attribute__((always_inline)) void gemv_q8blk(int q8, int64_t nb, int64_t nrows, const uint8_t *w,
+                                                            size_t stride, const uint8_t *act, float *out)
+{
+    float bs[16][GEMV_SEG] __attribute__((aligned(64))), ds[16][GEMV_SEG] __attribute__((aligned(64)));
+    for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+        int R = nrows - r0 < 16 ? (int)(nrows - r0) : 16;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += GEMV_SEG) {
+            int nbs = nb - b0 < GEMV_SEG ? (int)(nb - b0) : GEMV_SEG;
+            for (int r = 0; r < R; r++) q8blk_row(q8, w + (size_t)(r0 + r) * stride, nb, b0, nbs, act, bs[r], ds[r]);
+            for (int j = 0; j < nbs; j += 16) {
+                __m512 vb[16], vd[16];
+                for (int r = 0; r < 16; r++) {
+                    vb[r] = _mm512_load_ps(bs[r] + j);
+                    vd[r] = _mm512_load_ps(ds[r] + j);
+                }
+                transpose16(vb);
+                transpose16(vd);
+                int nj = nbs - j < 16 ? nbs - j : 16;
+                for (int k = 0; k < nj; k++) acc = _mm512_fmadd_ps(vd[k], vb[k], acc);
+            }
+        }
+        _mm512_mask_storeu_ps(out + r0, (__mmask16)((1u << R) - 1u), acc);
+    }
+}
+
+/* F16 · f32 (fp16-rounded) activation, R rows; tails masked. */
+static void gemv_f16(int64_t n, int R, const uint8_t *w, size_t stride, const float *x, float *out)
+{
+    __m512 acc[GEMV_ROWS], acc2[GEMV_ROWS];
+    for (int r = 0; r < GEMV_ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *p = w + (size_t)r * stride + 2 * i;
+            if (g_pfd) _mm_prefetch((const char *)p + g_pfd, _MM_HINT_T0);
+            __m512i v = _mm512_loadu_si512(p);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), x0, acc[r]);
+            acc2[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), x1, acc2[r]);
+        }
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 x0 = _mm512_maskz_loadu_ps(m, x + i);
+        for (int r = 0; r < R; r++) {
+            const uint16_t *p = (const uint16_t *)(w + (size_t)r * stride) + i;
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)), x0, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], acc2[r]));
+}
+
+static void gemv_f32(int64_t n, int R, const uint8_t *w, size_t stride, const float *x, float *out)
+{
+    __m512 acc[GEMV_ROWS], acc2[GEMV_ROWS];
+    for (int r = 0; r < GEMV_ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+        for (int r = 0; r < R; r++) {
+            const float *p = (const float *)(w + (size_t)r * stride) + i;
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p), x0, acc[r]);
+            acc2[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p + 16), x1, acc2[r]);
+        }
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 x0 = _mm512_maskz_loadu_ps(m, x + i);
+        for (int r = 0; r < R; r++) {
+            const float *p = (const float *)(w + (size_t)r * stride) + i;
+            acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), x0, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], acc2[r]));
+}
+
+/* The 12-byte Q4_K/Q5_K scale block as 16 bytes: sc[0..7] then m[0..7] (6-bit each). */
+static inline __m128i k4_unpack_scales(const uint8_t *s)
+{
+    uint32_t a, b, c;
+    memcpy(&a, s, 4);
+    memcpy(&b, s + 4, 4);
+    memcpy(&c, s + 8, 4);
+    return _mm_setr_epi32((int)(a & 0x3f3f3f3fu), (int)((c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u)),
+                          (int)(b & 0x3f3f3f3fu), (int)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)));
+}
+
+/* Q4_K · prepared Q8_K, R rows. Per super-block: two 64-byte loads of quants; the low nibbles of
+ * bytes 0..63 are sub-blocks 0 and 2, the high ones 1 and 3 (4..7 likewise from bytes 64..127);
+ * maddubs gives int16 pair sums, vpdpwssd multiplies them by the sub-block scale (a word vector
+ * built with one byte permute) and accumulates. The mins meet Σq per 32 of the activation. */
+static void gemv_q4_K(int64_t nb, int R, const uint8_t *w, size_t stride, const uint8_t *act, float *out)
+{
+    const __m512i is0 = _mm512_load_si512(IDX_Q4_K_SC[0]), is1 = _mm512_load_si512(IDX_Q4_K_SC[1]);
+    const __m512i is2 = _mm512_load_si512(IDX_Q4_K_SC[2]), is3 = _mm512_load_si512(IDX_Q4_K_SC[3]);
+    const __mmask64 even = 0x5555555555555555ULL;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[GEMV_ROWS];
+    __m128 accm[GEMV_ROWS];
+    for (int r = 0; r < GEMV_ROWS; r++) {
+        acc[r] = _mm512_setzero_ps();
+        accm[r] = _mm_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *ag = act + b * KG_BYTES;
+        __m512i x0 = _mm512_load_si512(ag), x1 = _mm512_load_si512(ag + 64);
+        __m512i x2 = _mm512_load_si512(ag + 128), x3 = _mm512_load_si512(ag + 192);
+        float dx;
+        memcpy(&dx, ag + 256, 4);
+        __m128i bs = _mm_loadu_si128((const __m128i *)(ag + 260));
+        for (int r = 0; r < R; r++) {
+            const block_q4_K *blk = (const block_q4_K *)(w + (size_t)r * stride) + b;
+            _mm_prefetch((const char *)blk + PFD, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + PFD + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + PFD + 128, _MM_HINT_T0);
+            __m128i sm = k4_unpack_scales(blk->scales);
+            __m512i smz = _mm512_castsi128_si512(sm);
+            __m512i q0 = _mm512_loadu_si512(blk->qs), q1 = _mm512_loadu_si512(blk->qs + 64);
+            __m512i s = _mm512_setzero_si512();
+            s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(_mm512_and_si512(q0, m4), x0),
+                                    _mm512_maskz_permutexvar_epi8(even, is0, smz));
+            s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), x1),
+                                    _mm512_maskz_permutexvar_epi8(even, is1, smz));
+            s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(_mm512_and_si512(q1, m4), x2),
+                                    _mm512_maskz_permutexvar_epi8(even, is2, smz));
+            s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), x3),
+                                    _mm512_maskz_permutexvar_epi8(even, is3, smz));
+            __m128i mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
+            float dd = dx * _cvtsh_ss(blk->d), dm = dx * _cvtsh_ss(blk->dmin);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dd), acc[r]);
+            accm[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), _mm_set1_ps(dm), accm[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        __m128 m = accm[r];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[r] = _mm512_reduce_add_ps(acc[r]) - _mm_cvtss_f32(m);
+    }
+}
+
+/* Q6_K · prepared Q8_K, R rows. Per half (128 elements): 64 bytes of low nibbles and 32 of high
+ * bit pairs give elements 0..63 (low nibbles) and 64..127 (high nibbles) in order; scales per
+ * 16 elements as word vectors; the −32 offset via Σ sc_j·Σq_j of the activation. */
+static void gemv_q6_K(int64_t nb, int R, const uint8_t *w, size_t stride, const uint8_t *act, float *out)
+{
+    const __m512i is0 = _mm512_load_si512(IDX_Q6_K_SC[0]), is1 = _mm512_load_si512(IDX_Q6_K_SC[1]);
+    const __m512i is2 = _mm512_load_si512(IDX_Q6_K_SC[2]), is3 = _mm512_load_si512(IDX_Q6_K_SC[3]);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i shl = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), shr = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    __m512 acc[GEMV_ROWS];
+    for (int r = 0; r < GEMV_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *ag = act + b * KG_BYTES;
+        float dx;
+        memcpy(&dx, ag + 256, 4);
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(ag + 260));
+        for (int r = 0; r < R; r++) {
+            const block_q6_K *blk = (const block_q6_K *)(w + (size_t)r * stride) + b;
+            _mm_prefetch((const char *)blk + PFD, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + PFD + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + PFD + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + PFD + 192, _MM_HINT_T0);
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
+            __m512i scz = _mm512_castsi256_si512(sc16);
+            __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m512i l = _mm512_loadu_si512(blk->ql + 64 * h);
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
+                __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+                __m512i ulo = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi64(hh, shl), m30));
+                __m512i uhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                              _mm512_and_si512(_mm512_srlv_epi64(hh, shr), m30));
+                __m512i xa = _mm512_load_si512(ag + 128 * h), xb = _mm512_load_si512(ag + 128 * h + 64);
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(ulo, xa),
+                                        _mm512_permutexvar_epi16(h ? is2 : is0, scz));
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(uhi, xb),
+                                        _mm512_permutexvar_epi16(h ? is3 : is1, scz));
+            }
+            __m256i c = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);
+            s = _mm512_sub_epi32(s, _mm512_zextsi256_si512(c));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dx * _cvtsh_ss(blk->d)), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* ---- weights packed at load: 16-row panels -----------------------------------------------------
+ * quant_pack rewrites a matrix of Q4_0 / Q8_0 / Q4_K / Q6_K rows, 16 rows (QUANT_PANEL_ROWS) at a
+ * time, so that one 64-byte vector holds the same 4 elements of all 16 rows (dword lane r =
+ * row r). One sequential stream then feeds 16 rows: a vector load (plus a nibble unpack) goes
+ * to vpdpbusd with an activation dword broadcast, and every 32-bit lane sums the products of one
+ * row exactly. The packed matrix is the size of the GGUF one (Q4_K: +2.8%) and keeps quants
+ * unsigned (the activation's −bias·Σq starts each sum, so Σ u·x − bias·Σx = Σ q·x exactly):
+ *
+ *   Q4_0, per block (288 B):    V[4] (lane r byte i: low nibble = element 4k+i, high = 16+4k+i),
+ *                               fp16 d[16]
+ *   Q8_0, per block (544 B):    V[8] (q ^ 0x80 = q + 128 of elements 4k..4k+3), fp16 d[16]
+ *   Q4_K, per super-block (2368 B): P[4][8] (pair c: low nibble = element 64c+4k+i (sub-block 2c),
+ *                               high = 64c+32+4k+i (2c+1)), u8 sc[8][16], u8 m[8][16], fp16 d[16],
+ *                               fp16 dmin[16]
+ *   Q6_K, per super-block (3360 B): L[8][4] (pair p: low 4 bits of sub-blocks 2p | 2p+1 << 4),
+ *                               H[4][4] (quad q: high 2 bits of sub-blocks 4q..4q+3 at bits 0,2,4,6),
+ *                               i8 sc[16][16], fp16 d[16]
+ *
+ * The per-row float arithmetic is fixed, whatever the number of threads or tokens: Q4_0 / Q8_0
+ * acc = fma(d_w·d_x, Σ_block, acc) block after block (the reference's order); K-quants take the
+ * exact integer sum of a super-block (Σ_j sc_j·Σq_w·q_x, Σ_j m_j·Σq_x) before one scaling. */
+
+#define PB_Q4_0 288
+#define PB_Q8_0 544
+#define PB_Q4_K 2368
+#define PB_Q6_K 3360
+
+/* Bytes of one 16-row panel of rows of n elements; 0 for types without a packed layout. */
+static size_t panel_bytes(int wtype, int64_t n)
+{
+    switch (wtype) {
+    case GGML_TYPE_Q4_0: return (size_t)(n / 32) * PB_Q4_0;
+    case GGML_TYPE_Q8_0: return (size_t)(n / 32) * PB_Q8_0;
+    case GGML_TYPE_Q4_K: return (size_t)(n / 256) * PB_Q4_K;
+    case GGML_TYPE_Q6_K: return (size_t)(n / 256) * PB_Q6_K;
+    default: return 0;
+    }
+}
+
+static inline __attribute__((always_inline)) void transpose16i(__m512i v[16])
+{
+    transpose16((__m512 *)v);
+}
+
+/* Unsigned quants of 64 consecutive elements (from e0) of each of 16 rows (rows >= nrows are
+ * zero), transposed: out[k] = elements e0+4k..e0+4k+3 of every row. */
+static inline __attribute__((always_inline)) void rows64(int wtype, const uint8_t *w, size_t stride, int nrows,
+                                                        int64_t e0, int64_t n, __m512i out[16])
+{
+    static const uint8_t idx_q4_0[64] __attribute__((aligned(64))) = {
+        2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+        20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+    };
+    static const uint8_t idx_q8_0[64] __attribute__((aligned(64))) = {
+        2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33,
+        36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67,
+    };
+    static const uint16_t sh_q4_0[32] __attribute__((aligned(64))) = {
+        0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4,
+    };
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    int two = e0 + 64 <= n; /* Q4_0 / Q8_0 rows of an odd block count end with half a chunk */
+    for (int r = 0; r < 16; r++) {
+        if (r >= nrows) {
+            out[r] = _mm512_setzero_si512();
+            continue;
+        }
+        const uint8_t *row = w + (size_t)r * stride;
+        switch (wtype) {
+        case GGML_TYPE_Q4_0: {
+            const uint8_t *p = row + (e0 / 32) * 18;
+            __m512i q = _mm512_permutexvar_epi8(_mm512_load_si512(idx_q4_0),
+                                                _mm512_maskz_loadu_epi8(((__mmask64)1 << (two ? 36 : 18)) - 1, p));
+            out[r] = _mm512_maskz_and_epi32(two ? 0xffff : 0x00ff, _mm512_srlv_epi16(q, _mm512_load_si512(sh_q4_0)), m4);
+            break;
+        }
+        case GGML_TYPE_Q8_0: {
+            const uint8_t *p = row + (e0 / 32) * 34;
+            __m512i A = _mm512_maskz_loadu_epi8(two ? ~(__mmask64)0 : ((__mmask64)1 << 34) - 1, p);
+            __m512i B = _mm512_maskz_loadu_epi8(two ? 0xf : 0, p + 64);
+            __m512i q = _mm512_xor_si512(_mm512_permutex2var_epi8(A, _mm512_load_si512(idx_q8_0), B),
+                                         _mm512_set1_epi8((char)0x80));
+            out[r] = _mm512_maskz_mov_epi32(two ? 0xffff : 0x00ff, q);
+            break;
+        }
+        case GGML_TYPE_Q4_K: {
+            const block_q4_K *blk = (const block_q4_K *)row + e0 / 256;
+            int c = (int)(e0 % 256) / 64;
+            __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * c));
+            __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+            out[r] = _mm512_and_si512(_mm512_srlv_epi64(qq, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), m4);
+            break;
+        }
+        default: { /* Q6_K: elements 64c..64c+63 of the super-block (ggml's element map) */
+            const block_q6_K *x = (const block_q6_K *)row + e0 / 256;
+            int c = (int)(e0 % 256) / 64, h = c / 2, hi = c % 2;
+            const __m256i m4y = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+            __m256i a, b;
+            if (!hi) {
+                a = _mm256_or_si256(_mm256_and_si256(l0, m4y), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+                b = _mm256_or_si256(_mm256_and_si256(l1, m4y),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            } else {
+                a = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4y),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+                b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4y),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            }
+            out[r] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+            break;
+        }
+        }
+    }
+    transpose16i(out);
+}
+
+/* One 16-row panel of rows [0, nrows) (nrows <= 16) of n elements into dst (panel_bytes). */
+static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, int64_t n, uint8_t *dst)
+{
+    __m512i v[16];
+    switch (wtype) {
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q8_0: {
+        int q8 = wtype == GGML_TYPE_Q8_0, pb = q8 ? PB_Q8_0 : PB_Q4_0;
+        for (int64_t e0 = 0; e0 < n; e0 += 64) {
+            rows64(wtype, w, stride, nrows, e0, n, v);
+            for (int h = 0; h < 2 && e0 + 32 * h < n; h++) {
+                uint8_t *pb_ = dst + (e0 / 32 + h) * pb;
+                if (q8)
+                    for (int k = 0; k < 8; k++) _mm512_storeu_si512(pb_ + 64 * k, v[8 * h + k]);
+                else
+                    for (int k = 0; k < 4; k++)
+                        _mm512_storeu_si512(pb_ + 64 * k, _mm512_or_si512(v[8 * h + k], _mm512_slli_epi16(v[8 * h + k + 4], 4)));
+            }
+        }
+        int64_t nb = n / 32;
+        for (int64_t b = 0; b < nb; b++) {
+            uint16_t *d = (uint16_t *)(dst + b * pb + (q8 ? 512 : 256));
+            for (int r = 0; r < 16; r++)
+                d[r] = r < nrows ? (q8 ? ((const block_q8_0 *)(w + (size_t)r * stride))[b].d
+                                       : ((const block_q4_0 *)(w + (size_t)r * stride))[b].d)
+                                 : 0;
+        }
+        break;
+    }
+    case GGML_TYPE_Q4_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            uint8_t *sb = dst + b * PB_Q4_K;
+            for (int c = 0; c < 4; c++) {
+                rows64(wtype, w, stride, nrows, 256 * b + 64 * c, n, v);
+                for (int k = 0; k < 8; k++)
+                    _mm512_storeu_si512(sb + 64 * (8 * c + k), _mm512_or_si512(v[k], _mm512_slli_epi16(v[k + 8], 4)));
+            }
+            uint8_t *sc = sb + 2048, *mn = sb + 2176;
+            uint16_t *d = (uint16_t *)(sb + 2304), *dmin = (uint16_t *)(sb + 2336);
+            for (int r = 0; r < 16; r++) {
+                uint8_t sm[16] = {0};
+                if (r < nrows) {
+                    const block_q4_K *blk = (const block_q4_K *)(w + (size_t)r * stride) + b;
+                    _mm_storeu_si128((__m128i *)sm, k4_unpack_scales(blk->scales));
+                    d[r] = blk->d;
+                    dmin[r] = blk->dmin;
+                } else {
+                    d[r] = dmin[r] = 0;
+                }
+                for (int j = 0; j < 8; j++) {
+                    sc[16 * j + r] = sm[j];
+                    mn[16 * j + r] = sm[8 + j];
+                }
+            }
+        }
+        break;
+    case GGML_TYPE_Q6_K:
+        for (int64_t b = 0; b < n / 256; b++) {
+            uint8_t *sb = dst + b * PB_Q6_K;
+            for (int c = 0; c < 4; c++) {
+                rows64(wtype, w, stride, nrows, 256 * b + 64 * c, n, v);
+                /* v[4i + k]: sub-block 4c+i, step k */
+                const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(3);
+                for (int k = 0; k < 4; k++) {
+                    for (int pp = 0; pp < 2; pp++) /* pairs 2c, 2c+1 */
+                        _mm512_storeu_si512(sb + 64 * (4 * (2 * c + pp) + k),
+                                           _mm512_or_si512(_mm512_and_si512(v[4 * (2 * pp) + k], m4),
+                                                           _mm512_slli_epi16(_mm512_and_si512(v[4 * (2 * pp + 1) + k], m4), 4)));
+                    __m512i h = _mm512_setzero_si512();
+                    for (int i = 0; i < 4; i++)
+                        h = _mm512_or_si512(h, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(v[4 * i + k], 4), m3), 2 * i));
+                    _mm512_storeu_si512(sb + 2048 + 64 * (4 * c + k), h);
+                }
+            }
+            int8_t *sc = (int8_t *)(sb + 3072);
+            uint16_t *d = (uint16_t *)(sb + 3328);
+            for (int r = 0; r < 16; r++) {
+                const block_q6_K *x = r < nrows ? (const block_q6_K *)(w + (size_t)r * stride) + b : NULL;
+                for (int j = 0; j < 16; j++) sc[16 * j + r] = x ? x->scales[j] : 0;
+                d[r] = x ? x->d : 0;
+            }
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+#define BCAST32(p) _mm512_set1_epi32(*(const int32_t *)(p))
+
+
+/* Q4_0 / Q8_0 panel · T tokens, blocks [b0, b1). Token t's activation row is act + t·as. */
+static inline __attribute__((always_inline)) void pgemm_q8blk(int q8, const uint8_t *panel, int64_t b0, int64_t b1,
+                                                             const uint8_t *act, size_t as, int T, __m512 *acc)
+{
+    const int pb = q8 ? PB_Q8_0 : PB_Q4_0, gb = q8 ? Q8G_BYTES : Q4G_BYTES;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *pq = panel + b * pb;
+        int bq = (int)(b & 3);
+        if (T == 1 && g_pfd)
+            for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)pq + g_pfd + l, _MM_HINT_T0);
+        const uint8_t *g[8];
+        __m512i isum[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            g[t] = act + (size_t)t * as + (b >> 2) * gb;
+            isum[t] = BCAST32(g[t] + (q8 ? 256 + 32 * bq : 192 + 16 * bq));
+        }
+        if (q8) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512i W = _mm512_loadu_si512(pq + 64 * k);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) isum[t] = _mm512_dpbusd_epi32(isum[t], W, BCAST32(g[t] + 32 * bq + 4 * k));
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i V = _mm512_loadu_si512(pq + 64 * k);
+                __m512i lo = _mm512_and_si512(V, m4), hi = _mm512_and_si512(_mm512_srli_epi16(V, 4), m4);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    isum[t] = _mm512_dpbusd_epi32(isum[t], lo, BCAST32(g[t] + 16 * bq + 4 * k));
+                    isum[t] = _mm512_dpbusd_epi32(isum[t], hi, BCAST32(g[t] + 64 + 16 * bq + 4 * k));
+                }
+            }
+        }
+        __m512 S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pq + (q8 ? 512 : 256))));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            float dx = ((const float *)(g[t] + 128))[bq];
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(S, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        }
+    }
+}
+
+/* Q4_K panel · T tokens, super-blocks [b0, b1). */
+static inline __attribute__((always_inline)) void pgemm_q4_K(const uint8_t *panel, int64_t b0, int64_t b1,
+                                                            const uint8_t *act, size_t as, int T, __m512 *acc)
+{
+    static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *sb = panel + b * PB_Q4_K;
+        const uint8_t *g[4];
+        __m512i A[4], B[4];
+        if (T == 1 && g_pfd)
+            for (int l = 0; l < PB_Q4_K; l += 64) _mm_prefetch((const char *)sb + g_pfd + l, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            g[t] = act + (size_t)t * as + b * KG_BYTES;
+            A[t] = B[t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i s0[4], s1[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) s0[t] = s1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512i P = _mm512_loadu_si512(sb + 64 * (8 * c + k));
+                __m512i lo = _mm512_and_si512(P, m4), hi = _mm512_and_si512(_mm512_srli_epi16(P, 4), m4);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    s0[t] = _mm512_dpbusd_epi32(s0[t], lo, BCAST32(g[t] + 32 * pos[2 * c] + 4 * k));
+                    s1[t] = _mm512_dpbusd_epi32(s1[t], hi, BCAST32(g[t] + 32 * pos[2 * c + 1] + 4 * k));
+                }
+            }
+            __m512i sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2048 + 16 * (2 * c))));
+            __m512i sc1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2048 + 16 * (2 * c + 1))));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                A[t] = _mm512_add_epi32(A[t], _mm512_add_epi32(_mm512_mullo_epi32(s0[t], sc0), _mm512_mullo_epi32(s1[t], sc1)));
+        }
+        /* Σ_j m_j·Σq_x(sub-block j): vpdpwssd of (m_2i, m_2i+1) pairs per row with the activation's
+         * (Σq_x 2i, Σq_x 2i+1) int16 pairs */
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m512i M = _mm512_or_si512(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2176 + 32 * i))),
+                _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2176 + 32 * i + 16))), 16));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) B[t] = _mm512_dpwssd_epi32(B[t], M, BCAST32(g[t] + 260 + 4 * i));
+        }
+        __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 2304)));
+        __m512 Dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 2336)));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float dx = *(const float *)(g[t] + 256);
+            __m512 v = _mm512_fmsub_ps(D, _mm512_cvtepi32_ps(A[t]), _mm512_mul_ps(Dm, _mm512_cvtepi32_ps(B[t])));
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(dx), v, acc[t]);
+        }
+    }
+}
+
+/* Q6_K panel · T tokens, super-blocks [b0, b1). */
+static inline __attribute__((always_inline)) void pgemm_q6_K(const uint8_t *panel, int64_t b0, int64_t b1,
+                                                            const uint8_t *act, size_t as, int T, __m512 *acc)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *sb = panel + b * PB_Q6_K;
+        const uint8_t *g[4];
+        __m512i A[4];
+        if (T == 1 && g_pfd)
+            for (int l = 0; l < PB_Q6_K; l += 64) _mm_prefetch((const char *)sb + g_pfd + l, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            g[t] = act + (size_t)t * as + b * KG_BYTES;
+            A[t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m512i s[4][4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) s[i][t] = BCAST32(g[t] + 320 + 4 * (4 * q + i));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m512i L0 = _mm512_loadu_si512(sb + 64 * (4 * (2 * q) + k));
+                __m512i L1 = _mm512_loadu_si512(sb + 64 * (4 * (2 * q + 1) + k));
+                __m512i H = _mm512_loadu_si512(sb + 2048 + 64 * (4 * q + k));
+                __m512i u[4];
+                u[0] = _mm512_or_si512(_mm512_and_si512(L0, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30));
+                u[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L0, 4), m4),
+                                       _mm512_and_si512(_mm512_slli_epi16(H, 2), m30));
+                u[2] = _mm512_or_si512(_mm512_and_si512(L1, m4), _mm512_and_si512(H, m30));
+                u[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L1, 4), m4),
+                                       _mm512_and_si512(_mm512_srli_epi16(H, 2), m30));
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++)
+                        s[i][t] = _mm512_dpbusd_epi32(s[i][t], u[i], BCAST32(g[t] + 16 * (4 * q + i) + 4 * k));
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sb + 3072 + 16 * (4 * q + i))));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) A[t] = _mm512_add_epi32(A[t], _mm512_mullo_epi32(s[i][t], sc));
+            }
+        }
+        __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 3328)));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float dx = *(const float *)(g[t] + 256);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(D, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(A[t]), acc[t]);
+        }
+    }
+}
+
+/* T tokens through elements [e0, e1) of one panel; adds to (accumulate) or sets the outputs. */
+static inline __attribute__((always_inline)) void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1,
+                                                       const uint8_t *act, size_t as, int T, float *out, size_t os,
+                                                       __mmask16 rows, int accumulate)
+{
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+        acc[t] = accumulate ? _mm512_maskz_loadu_ps(rows, out + (size_t)t * os) : _mm512_setzero_ps();
+    switch (wtype) {
+    case GGML_TYPE_Q4_0: pgemm_q8blk(0, panel, e0 / 32, e1 / 32, act, as, T, acc); break;
+    case GGML_TYPE_Q8_0: pgemm_q8blk(1, panel, e0 / 32, e1 / 32, act, as, T, acc); break;
+    case GGML_TYPE_Q4_K: pgemm_q4_K(panel, e0 / 256, e1 / 256, act, as, T, acc); break;
+    case GGML_TYPE_Q6_K: pgemm_q6_K(panel, e0 / 256, e1 / 256, act, as, T, acc); break;
+    default: break;
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(out + (size_t)t * os, rows, acc[t]);
+}
+
+/* Elements per k-chunk of a batch: that slice of the panel stays in L1 while the tokens pass. */
+#define KC 1024
+
+#define PT(W, T) ptile(W, panel, e0, e1, act + (size_t)t * as, as, T, out + (size_t)t * os, os, rows, e0 > 0)
+#define PGEMM(name, wt, TMAX)                                                                              \
+    static void name(const uint8_t *panel, int64_t n, const uint8_t *act, size_t as, int n_tokens, float *out, \
+                     size_t os, __mmask16 rows)                                                           \
+    {                                                                                                      \
+        int64_t kc = n_tokens == 1 ? n : KC;                                                               \
+        for (int64_t e0 = 0; e0 < n; e0 += kc) {                                                           \
+            int64_t e1 = n - e0 < kc ? n : e0 + kc;                                                        \
+            int t = 0;                                                                                     \
+            for (; t + (TMAX) <= n_tokens; t += (TMAX)) PT(wt, TMAX);                                          \
+            switch (n_tokens - t) {                                                                        \
+            case 1: PT(wt, 1); break;                                                                          \
+            case 2: if ((TMAX) > 2) PT(wt, 2 < (TMAX) ? 2 : 1); break;                                         \
+            case 3: if ((TMAX) > 3) PT(wt, 3 < (TMAX) ? 3 : 1); break;                                         \
+            case 4: if ((TMAX) > 4) PT(wt, 4 < (TMAX) ? 4 : 1); break;                                         \
+            case 5: if ((TMAX) > 5) PT(wt, 5 < (TMAX) ? 5 : 1); break;                                         \
+            case 6: if ((TMAX) > 6) PT(wt, 6 < (TMAX) ? 6 : 1); break;                                         \
+            case 7: if ((TMAX) > 7) PT(wt, 7 < (TMAX) ? 7 : 1); break;                                         \
+            default: break;                                                                                \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+PGEMM(pgemm_run_q4_0, GGML_TYPE_Q4_0, 8)
+PGEMM(pgemm_run_q8_0, GGML_TYPE_Q8_0, 8)
+PGEMM(pgemm_run_q4_K, GGML_TYPE_Q4_K, 4)
+PGEMM(pgemm_run_q6_K, GGML_TYPE_Q6_K, 4)
+
+/* ---- float weights: inner-product GEMM, no packing -------------------------------------------
+ * F32 / F16 rows are already contiguous along k, so a tile of FR rows × FT tokens keeps FR·FT
+ * vector accumulators of 16 partial sums each, loads each row chunk once (converting F16) and
+ * each token chunk once per step, and reduces the accumulators horizontally at the end (as
+ * llamafile's tinyBLAS does). The activation is f32 (F16: already rounded to fp16 values). */
+#define FR 4
+#define FT 6
+
+static inline __attribute__((always_inline)) void dot_tile(int f16, const uint8_t *w, size_t ws, const float *x,
+                                                          size_t xs, int64_t n, int R, int T, float *out, size_t os)
+{
+    __m512 acc[FR][FT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; k += 16) {
+        /* full steps need no mask; the compiler hoists the constant one out of the main loop */
+        __mmask16 m = n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1u);
+        __m512 wv[FR];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *row = w + (size_t)r * ws;
+            wv[r] = f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k))
+                        : _mm512_maskz_loadu_ps(m, (const float *)row + k);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + (size_t)t * xs + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) out[(size_t)t * os + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#define DOT_T(R)                                                                                         \
+    switch (T) {                                                                                          \
+    case 1: dot_tile(f16, w, ws, x, xs, n, R, 1, out, os); break;                                         \
+    case 2: dot_tile(f16, w, ws, x, xs, n, R, 2, out, os); break;                                         \
+    case 3: dot_tile(f16, w, ws, x, xs, n, R, 3, out, os); break;                                         \
+    case 4: dot_tile(f16, w, ws, x, xs, n, R, 4, out, os); break;                                         \
+    case 5: dot_tile(f16, w, ws, x, xs, n, R, 5, out, os); break;                                         \
+    case 6: dot_tile(f16, w, ws, x, xs, n, R, 6, out, os); break;                                         \
+    default: break;                                                                                       \
+    }
+
+static inline __attribute__((always_inline)) void dot_tile_any(int f16, const uint8_t *w, size_t ws, const float *x,
+                                                              size_t xs, int64_t n, int R, int T, float *out, size_t os)
+{
+    switch (R) {
+    case 1: DOT_T(1) break;
+    case 2: DOT_T(2) break;
+    case 3: DOT_T(3) break;
+    case 4: DOT_T(4) break;
+    default: break;
+    }
+}
+
+/* Rows are taken FR at a time; each block of rows meets every token in groups of FT, so the
+ * rows stay in L1 while the activations stream from L2. */
+static void gemm_dot_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
+                           int n_tokens, int64_t n, float *out, size_t os)
+{
+    for (int64_t r = 0; r < nrows; r += FR) {
+        int R = nrows - r < FR ? (int)(nrows - r) : FR;
+        for (int t = 0; t < n_tokens; t += FT) {
+            int T = n_tokens - t < FT ? n_tokens - t : FT;
+            const float *x = (const float *)(act + (size_t)t * as);
+            if (f16) dot_tile_any(1, w + (size_t)r * ws, ws, x, as / 4, n, R, T, out + (size_t)t * os + r, os);
+            else dot_tile_any(0, w + (size_t)r * ws, ws, x, as / 4, n, R, T, out + (size_t)t * os + r, os);
+        }
+    }
+}
+
+#endif /* QG_AVX512 */
+
+/* ---- public entry points ----------------------------------------------------------------- */
+
+void quant_act_prepare(int wtype, const float *x, int64_t n, void *act)
+{
+    const quant_traits *qt = quant_traits_of(wtype);
+    if (!qt || n < 0 || n % qt->block_size) return;
+    switch (act_kind(wtype)) {
+#if defined(QG_AVX512)
+    case ACT_F32: memcpy(act, x, (size_t)n * 4); return;
+    case ACT_F16R: prep_f16r(x, n, act); return;
+    case ACT_Q4_0: prep_q4_0(x, n, act); return;
+    case ACT_Q8_0: prep_q8_0(x, n, act); return;
+    case ACT_K4: prep_k(x, n, act, 0); return;
+    case ACT_K6: prep_k(x, n, act, 1); return;
+#endif
+    default:
+        if (qt->vec_dot_type == GGML_TYPE_F32) memcpy(act, x, (size_t)n * 4);
+        else quant_quantize_row(qt->vec_dot_type, x, act, n);
+        return;
+    }
+}
+
+void quant_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t stride, const void *act, float *out)
+{
+    const uint8_t *wb = w;
+    int kind = act_kind(wtype);
+    if (kind == ACT_STD) {
+        quant_vec_dot_rows(wtype, n, nrows, w, stride, act, out);
+        return;
+    }
+#if defined(QG_AVX512)
+    const quant_traits *qt = quant_traits_of(wtype);
+    if (!qt || n < 0 || n % qt->block_size) {
+        for (int64_t r = 0; r < nrows; r++) out[r] = NAN;
+        return;
+    }
+    if (kind == ACT_Q4_0 || kind == ACT_Q8_0) {
+        if (kind == ACT_Q4_0) gemv_q8blk(0, n / 32, nrows, wb, stride, act, out);
+        else gemv_q8blk(1, n / 32, nrows, wb, stride, act, out);
+        return;
+    }
+    for (int64_t r = 0; r < nrows; r += GEMV_ROWS) {
+        int R = nrows - r < GEMV_ROWS ? (int)(nrows - r) : GEMV_ROWS;
+        const uint8_t *wr = wb + (size_t)r * stride;
+        switch (kind) {
+        case ACT_F32: gemv_f32(n, R, wr, stride, act, out + r); break;
+        case ACT_F16R: gemv_f16(n, R, wr, stride, act, out + r); break;
+        case ACT_K4: gemv_q4_K(n / 256, R, wr, stride, act, out + r); break;
+        case ACT_K6: gemv_q6_K(n / 256, R, wr, stride, act, out + r); break;
+        default: break;
+        }
+    }
+#endif
+}
+
+
+size_t quant_pack_size(int wtype, int64_t n, int64_t nrows)
+{
+#if defined(QG_AVX512)
+    const quant_traits *qt = quant_traits_of(wtype);
+    if (!qt || n <= 0 || nrows <= 0 || n % qt->block_size) return 0;
+    return panel_bytes(wtype, n) * (size_t)((nrows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS);
+#else
+    (void)wtype;
+    (void)n;
+    (void)nrows;
+    return 0;
+#endif
+}
+
+void quant_pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, void *dst)
+{
+#if defined(QG_AVX512)
+    size_t pb = panel_bytes(wtype, n);
+    if (!quant_pack_size(wtype, n, nrows)) return;
+    for (int64_t r0 = 0; r0 < nrows; r0 += QUANT_PANEL_ROWS) {
+        int nr = nrows - r0 < QUANT_PANEL_ROWS ? (int)(nrows - r0) : QUANT_PANEL_ROWS;
+        pack_panel(wtype, (const uint8_t *)w + (size_t)r0 * w_stride, w_stride, nr, n,
+                   (uint8_t *)dst + (size_t)(r0 / QUANT_PANEL_ROWS) * pb);
+    }
+#else
+    (void)wtype;
+    (void)n;
+    (void)nrows;
+    (void)w;
+    (void)w_stride;
+    (void)dst;
+#endif
+}
+
+void quant_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
+                       size_t act_stride, int n_tokens, float *out, size_t out_stride)
+{
+#if defined(QG_AVX512)
+    size_t pb = panel_bytes(wtype, n);
+    for (int64_t r = row0; r < row0 + nrows; r += QUANT_PANEL_ROWS) {
+        int nr = row0 + nrows - r < QUANT_PANEL_ROWS ? (int)(row0 + nrows - r) : QUANT_PANEL_ROWS;
+        const uint8_t *panel = (const uint8_t *)packed + (size_t)(r / QUANT_PANEL_ROWS) * pb;
+        __mmask16 rows = (__mmask16)((1u << nr) - 1u);
+        float *o = out + (r - row0);
+        switch (wtype) {
+        case GGML_TYPE_Q4_0: pgemm_run_q4_0(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
+        case GGML_TYPE_Q8_0: pgemm_run_q8_0(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
+        case GGML_TYPE_Q4_K: pgemm_run_q4_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
+        case GGML_TYPE_Q6_K: pgemm_run_q6_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
+        default: break;
+        }
+    }
+#else
+    (void)wtype;
+    (void)n;
+    (void)row0;
+    (void)nrows;
+    (void)packed;
+    (void)act;
+    (void)act_stride;
+    (void)n_tokens;
+    (void)out;
+    (void)out_stride;
+#endif
+}
+
+void quant_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
+                size_t act_stride, int n_tokens, float *out, size_t out_stride)
+{
+    const uint8_t *ab = act;
+#if defined(QG_AVX512)
+    if ((wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16) && n_tokens > 1) {
+        gemm_dot_float(wtype == GGML_TYPE_F16, w, w_stride, nrows, ab, act_stride, n_tokens, n, out, out_stride);
+        return;
+    }
+#endif
+    for (int t = 0; t < n_tokens; t++)
+        quant_gemv(wtype, n, nrows, w, w_stride, ab + (size_t)t * act_stride, out + (size_t)t * out_stride);
+}

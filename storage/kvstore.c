@@ -1,0 +1,653 @@
+/* kvstore: the KV prefix store — opaque blobs keyed by model, KV type and token prefix (block hash chain), written and read in chunks with SQLite's incremental blob I/O, found by the longest shared prefix, deduplicated, evicted least recently used first. */
+#include "store_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STALE_WRITE_MS (3600 * 1000LL) /* a half-written prefix older than this is abandoned */
+#define MAX_CANDIDATES 32
+
+static int key_check(store *s, const store_kv_key *k, store_error *err)
+{
+    if (!k || k->model_id <= 0 || !k->kv_type || !k->tokens || k->n_tokens == 0 || k->block_size <= 0 ||
+        k->n_blocks != k->n_tokens / (size_t)k->block_size || (k->n_blocks && !k->block_hashes) ||
+        k->n_tokens > (size_t)1 << 28)
+        return st_set(s, err, STORE_ERR_INVALID, "KV prefix: invalid key");
+    return STORE_OK;
+}
+
+static uint8_t *encode(const int32_t *t, size_t n)
+{
+    uint8_t *b = malloc(n * 4 + 1);
+    if (!b) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)t[i];
+        b[4 * i] = (uint8_t)v;
+        b[4 * i + 1] = (uint8_t)(v >> 8);
+        b[4 * i + 2] = (uint8_t)(v >> 16);
+        b[4 * i + 3] = (uint8_t)(v >> 24);
+    }
+    return b;
+}
+
+/* Leading tokens a stored key (little-endian bytes) shares with q. */
+static size_t common_prefix(const uint8_t *stored, size_t n_stored, const int32_t *q, size_t nq)
+{
+    size_t n = n_stored < nq ? n_stored : nq, i = 0;
+    for (; i < n; i++) {
+        const uint8_t *p = stored + 4 * i;
+        int32_t v = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        if (v != q[i]) break;
+    }
+    return i;
+}
+
+/* Record a use of a prefix (a read counts as a hit). Best effort: a busy database only costs
+ * the LRU order. */
+static void touch(store *s, int64_t id, int hit)
+{
+    if (st_begin(s, NULL)) return;
+    sqlite3_stmt *st;
+    if (!st_prepare(s, "UPDATE kv_prefixes SET last_used = ?2, hits = hits + ?3 WHERE id = ?1", &st, NULL)) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, store_now_ms());
+        sqlite3_bind_int(st, 3, hit);
+        st_step_done(s, st, "", NULL);
+        sqlite3_finalize(st);
+    }
+    if (st_commit(s, NULL)) st_rollback(s);
+}
+
+/* The complete row with exactly the first n tokens of k (n a whole number of blocks, or
+ * k->n_tokens); 0 if none. */
+static int64_t exact_row(store *s, const store_kv_key *k, size_t n)
+{
+    uint64_t kh;
+    if (n == k->n_tokens) kh = k->key_hash;
+    else if (n % (size_t)k->block_size == 0 && n >= (size_t)k->block_size) kh = k->block_hashes[n / (size_t)k->block_size - 1];
+    else return 0;
+    sqlite3_stmt *st;
+    if (st_prepare(s,
+                   "SELECT id, tokens FROM kv_prefixes WHERE model_id = ?1 AND kv_type = ?2 AND n_tokens = ?3 AND "
+                   "key_hash = ?4 AND state = 1",
+                   &st, NULL))
+        return 0;
+    sqlite3_bind_int64(st, 1, k->model_id);
+    sqlite3_bind_text(st, 2, k->kv_type, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (int64_t)n);
+    sqlite3_bind_int64(st, 4, (int64_t)kh);
+    int64_t id = 0;
+    while (!id && sqlite3_step(st) == SQLITE_ROW) {
+        const uint8_t *t = sqlite3_column_blob(st, 1);
+        size_t bytes = (size_t)sqlite3_column_bytes(st, 1);
+        if (bytes == n * 4 && t && common_prefix(t, n, k->tokens, n) == n) id = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    return id;
+}
+
+int store_kv_has(store *s, const store_kv_key *k)
+{
+    if (key_check(s, k, NULL)) return 0;
+    return exact_row(s, k, k->n_tokens) != 0;
+}
+
+int store_kv_drop(store *s, int64_t id, store_error *err)
+{
+    int rc = st_begin(s, err);
+    if (rc) return rc;
+    sqlite3_stmt *st;
+    if (!(rc = st_prepare(s, "DELETE FROM kv_prefixes WHERE id = ?", &st, err))) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = st_step_done(s, st, "dropping a KV prefix", err);
+        sqlite3_finalize(st);
+    }
+    if (rc || (rc = st_commit(s, err))) {
+        st_rollback(s);
+        return rc;
+    }
+    return STORE_OK;
+}
+
+/* ---- find ------------------------------------------------------------------------------------- */
+
+int store_kv_find(store *s, const store_kv_key *q, store_kv_hit *hit, store_error *err)
+{
+    memset(hit, 0, sizeof *hit);
+    int rc = key_check(s, q, err);
+    if (rc) return rc;
+    if (q->n_blocks == 0) return st_set(s, err, STORE_ERR_NOTFOUND, "no stored KV prefix shares a block");
+    sqlite3_stmt *ex;
+    if ((rc = st_prepare(s,
+                         "SELECT 1 FROM kv_blocks b JOIN kv_prefixes p ON p.id = b.prefix_id WHERE b.hash = ?1 AND "
+                         "b.idx = ?2 AND p.model_id = ?3 AND p.kv_type = ?4 AND p.state = 1 LIMIT 1",
+                         &ex, err)))
+        return rc;
+    sqlite3_bind_int64(ex, 3, q->model_id);
+    sqlite3_bind_text(ex, 4, q->kv_type, -1, SQLITE_STATIC);
+    /* Chained hashes make "some prefix holds block i" monotone in i: binary search. */
+    size_t lo = 1, hi = q->n_blocks, best = 0;
+    while (lo <= hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        sqlite3_reset(ex);
+        sqlite3_bind_int64(ex, 1, (int64_t)q->block_hashes[mid - 1]);
+        sqlite3_bind_int64(ex, 2, (int64_t)(mid - 1));
+        int r = sqlite3_step(ex);
+        if (r == SQLITE_ROW) {
+            best = mid;
+            lo = mid + 1;
+        } else if (r == SQLITE_DONE) {
+            hi = mid - 1;
+        } else {
+            rc = st_fail(s, err, r, "looking up a KV prefix");
+            break;
+        }
+    }
+    sqlite3_finalize(ex);
+    if (rc) return rc;
+    if (!best) return st_set(s, err, STORE_ERR_NOTFOUND, "no stored KV prefix shares a block");
+    sqlite3_stmt *st;
+    if ((rc = st_prepare(s,
+                         "SELECT p.id, p.n_tokens, p.tokens, p.size, p.kind FROM kv_blocks b JOIN kv_prefixes p ON "
+                         "p.id = b.prefix_id WHERE b.hash = ?1 AND b.idx = ?2 AND p.model_id = ?3 AND p.kv_type = ?4 "
+                         "AND p.state = 1 ORDER BY p.n_tokens, p.id LIMIT ?5",
+                         &st, err)))
+        return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)q->block_hashes[best - 1]);
+    sqlite3_bind_int64(st, 2, (int64_t)(best - 1));
+    sqlite3_bind_int64(st, 3, q->model_id);
+    sqlite3_bind_text(st, 4, q->kv_type, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, MAX_CANDIDATES);
+    /* Prefer a prefix the query uses whole (the conversation's own snapshot, a shared system
+     * prompt) over a longer one it shares only the start of (another chat's), unless that one
+     * saves at least a further block of prefill. Ties go to the shorter (cheaper to read). */
+    store_kv_hit whole = {0}, part = {0};
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t n = (size_t)sqlite3_column_int64(st, 1);
+        const uint8_t *t = sqlite3_column_blob(st, 2);
+        if (!t || (size_t)sqlite3_column_bytes(st, 2) != n * 4) continue; /* a damaged key: never matches */
+        size_t c = common_prefix(t, n, q->tokens, q->n_tokens);
+        store_kv_hit *b = c == n ? &whole : &part;
+        if (c > b->n_common) {
+            b->id = sqlite3_column_int64(st, 0);
+            b->n_tokens = n;
+            b->n_common = c;
+            b->size = (size_t)sqlite3_column_int64(st, 3);
+            b->kind = sqlite3_column_int(st, 4);
+        }
+    }
+    if (r != SQLITE_DONE) rc = st_fail(s, err, r, "looking up a KV prefix");
+    sqlite3_finalize(st);
+    *hit = whole.id && part.n_common < whole.n_common + (size_t)q->block_size ? whole : part;
+    if (!rc && !hit->id) rc = st_set(s, err, STORE_ERR_NOTFOUND, "no stored KV prefix shares a block");
+    return rc;
+}
+
+/* ---- read ------------------------------------------------------------------------------------- */
+
+/* Read prefix id into a malloc'd buffer, checking every chunk; with hit, record the use. */
+static int kv_read(store *s, int64_t id, void **blob, size_t *len, int hit, store_error *err)
+{
+    *blob = NULL;
+    *len = 0;
+    /* one read transaction: a consistent snapshot even if another process evicts the row */
+    int rc = st_exec(s, "BEGIN", err);
+    if (rc) return rc;
+    sqlite3_stmt *st = NULL;
+    uint8_t *buf = NULL;
+    size_t size = 0;
+    if ((rc = st_prepare(s, "SELECT size, n_chunks, checksum, state, n_tokens, length(tokens) FROM kv_prefixes WHERE id = ?",
+                         &st, err)))
+        goto done;
+    sqlite3_bind_int64(st, 1, id);
+    int r = sqlite3_step(st);
+    if (r != SQLITE_ROW) {
+        rc = r == SQLITE_DONE ? st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld is gone (evicted)", (long long)id)
+                              : st_fail(s, err, r, "reading a KV prefix");
+        goto done;
+    }
+    int64_t isize = sqlite3_column_int64(st, 0), n_chunks = sqlite3_column_int64(st, 1);
+    uint64_t want = (uint64_t)sqlite3_column_int64(st, 2);
+    int state = sqlite3_column_int(st, 3);
+    int64_t n_tok = sqlite3_column_int64(st, 4), tok_bytes = sqlite3_column_int64(st, 5);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (state != 1) {
+        rc = st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld is still being written", (long long)id);
+        goto done;
+    }
+    if (isize <= 0 || isize > ((int64_t)1 << 40) || n_chunks <= 0 || tok_bytes != n_tok * 4) {
+        rc = st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: its row is damaged (size %lld, %lld chunks, %lld key bytes for %lld tokens)",
+                    (long long)id, (long long)isize, (long long)n_chunks, (long long)tok_bytes, (long long)n_tok);
+        goto done;
+    }
+    size = (size_t)isize;
+    if (!(buf = malloc(size))) {
+        rc = st_set(s, err, STORE_ERR_NOMEM, "KV prefix %lld: out of memory for %zu bytes", (long long)id, size);
+        goto done;
+    }
+    if ((rc = st_prepare(s, "SELECT id, idx, length(data), typeof(data) FROM kv_chunks WHERE prefix_id = ? ORDER BY idx",
+                         &st, err)))
+        goto done;
+    sqlite3_bind_int64(st, 1, id);
+    st_sum sum;
+    st_sum_init(&sum);
+    size_t off = 0, first = 0, odd_len = 0;
+    int64_t k = 0, odd = -1;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t rowid = sqlite3_column_int64(st, 0), idx = sqlite3_column_int64(st, 1);
+        size_t n = (size_t)sqlite3_column_int64(st, 2);
+        const char *type = (const char *)sqlite3_column_text(st, 3);
+        if (idx != k) {
+            rc = st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: chunk %lld of %lld is missing (truncated)",
+                        (long long)id, (long long)k, (long long)n_chunks);
+            goto done;
+        }
+        if (!type || strcmp(type, "blob") || n == 0 || off + n > size) {
+            rc = st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: chunk %lld holds %zu bytes of %s; %zu of %zu bytes fit",
+                        (long long)id, (long long)idx, n, type ? type : "?", size - (off < size ? off : size), size);
+            goto done;
+        }
+        sqlite3_blob *b = NULL;
+        int br = sqlite3_blob_open(s->db, "main", "kv_chunks", "data", rowid, 0, &b);
+        if (br == SQLITE_OK) br = sqlite3_blob_read(b, buf + off, (int)n, 0);
+        sqlite3_blob_close(b);
+        if (br != SQLITE_OK) {
+            rc = st_fail(s, err, br, "reading a KV chunk");
+            goto done;
+        }
+        st_sum_add(&sum, buf + off, n);
+        if (k == 0) first = n;
+        else if (odd < 0 && k < n_chunks - 1 && n != first) odd = k, odd_len = n;
+        else if (odd < 0 && k == n_chunks - 1 && n != size - first * (size_t)(n_chunks - 1)) odd = k, odd_len = n;
+        off += n;
+        k++;
+    }
+    if (r != SQLITE_DONE) {
+        rc = st_fail(s, err, r, "reading KV chunks");
+        goto done;
+    }
+    if (k != n_chunks || off != size) {
+        if (odd >= 0 && k == n_chunks)
+            rc = st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: chunk %lld holds %zu bytes, expected %zu (truncated)",
+                        (long long)id, (long long)odd, odd_len, odd < n_chunks - 1 ? first : size - first * (size_t)(n_chunks - 1));
+        else
+            rc = st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: %lld of %lld chunks, %zu of %zu bytes (truncated)",
+                        (long long)id, (long long)k, (long long)n_chunks, off, size);
+        goto done;
+    }
+    uint64_t got = st_sum_final(&sum);
+    if (got != want) {
+        rc = st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: checksum %016llx, expected %016llx (the blob changed)",
+                    (long long)id, (unsigned long long)got, (unsigned long long)want);
+        goto done;
+    }
+done:
+    sqlite3_finalize(st);
+    st_rollback(s); /* ends the read transaction */
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    if (hit) touch(s, id, 1);
+    *blob = buf;
+    *len = size;
+    return STORE_OK;
+}
+
+int store_kv_read(store *s, int64_t id, void **blob, size_t *len, store_error *err)
+{
+    return kv_read(s, id, blob, len, 1, err);
+}
+
+int store_kv_verify_all(store *s, void (*problem)(void *ud, const char *msg), void *ud, store_error *err);
+int store_kv_verify_all(store *s, void (*problem)(void *ud, const char *msg), void *ud, store_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = st_prepare(s, "SELECT id FROM kv_prefixes WHERE state = 1 ORDER BY id", &st, err);
+    if (rc) return rc;
+    int64_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            int64_t *ni = realloc(ids, nc * sizeof *ni);
+            if (!ni) break;
+            ids = ni;
+            cap = nc;
+        }
+        ids[n++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    for (size_t i = 0; i < n; i++) {
+        void *b;
+        size_t len;
+        store_error e = {0};
+        int r = kv_read(s, ids[i], &b, &len, 0, &e);
+        if (r == STORE_OK) free(b);
+        else if (r != STORE_ERR_NOTFOUND) problem(ud, e.msg);
+    }
+    free(ids);
+    return STORE_OK;
+}
+
+/* ---- eviction and cleanup ----------------------------------------------------------------------- */
+
+static int total_bytes(store *s, uint64_t *total, store_error *err)
+{
+    int64_t v = 0;
+    sqlite3_stmt *st;
+    int rc = st_prepare(s, "SELECT COALESCE(SUM(size), 0) FROM kv_prefixes", &st, err);
+    if (rc) return rc;
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    else rc = st_fail(s, err, r, "summing the KV store");
+    sqlite3_finalize(st);
+    *total = v > 0 ? (uint64_t)v : 0;
+    return rc;
+}
+
+int store_kv_evict(store *s, uint64_t budget, int *n_evicted, store_error *err)
+{
+    if (n_evicted) *n_evicted = 0;
+    int evicted = 0, rc = STORE_OK;
+    for (;;) {
+        uint64_t total;
+        if ((rc = total_bytes(s, &total, err)) || total <= budget) break;
+        sqlite3_stmt *st;
+        if ((rc = st_prepare(s, "SELECT id FROM kv_prefixes WHERE state = 1 ORDER BY last_used, id LIMIT 1", &st, err)))
+            break;
+        int64_t id = 0;
+        if (sqlite3_step(st) == SQLITE_ROW) id = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        if (!id) break; /* only rows being written are left */
+        if ((rc = store_kv_drop(s, id, err))) break;
+        evicted++;
+    }
+    if (evicted) {
+        /* give the freed pages back to the file system once they add up */
+        sqlite3_stmt *st;
+        int64_t freelist = 0, page = 4096;
+        if (!st_prepare(s, "PRAGMA freelist_count", &st, NULL)) {
+            if (sqlite3_step(st) == SQLITE_ROW) freelist = sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+        }
+        if (!st_prepare(s, "PRAGMA page_size", &st, NULL)) {
+            if (sqlite3_step(st) == SQLITE_ROW) page = sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+        }
+        if (freelist * page > (64 << 20)) sqlite3_exec(s->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+    }
+    if (n_evicted) *n_evicted = evicted;
+    return rc;
+}
+
+static int writer_gone(int64_t pid, int64_t created, int64_t now)
+{
+    if (now - created > STALE_WRITE_MS) return 1;
+    if (pid <= 0 || pid > 0x7fffffff) return 1;
+    if ((pid_t)pid == getpid()) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int store_kv_cleanup(store *s, int *n_removed, store_error *err)
+{
+    if (n_removed) *n_removed = 0;
+    sqlite3_stmt *st;
+    int rc = st_prepare(s, "SELECT id, writer_pid, created_at FROM kv_prefixes WHERE state = 0", &st, err);
+    if (rc) return rc;
+    int64_t ids[64];
+    int n = 0;
+    int64_t now = store_now_ms();
+    while (n < 64 && sqlite3_step(st) == SQLITE_ROW)
+        if (writer_gone(sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2), now)) ids[n++] = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    int removed = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        /* re-check inside the write lock: the row may have been completed meanwhile */
+        if ((rc = st_begin(s, err))) break;
+        if (!(rc = st_prepare(s, "DELETE FROM kv_prefixes WHERE id = ? AND state = 0", &st, err))) {
+            sqlite3_bind_int64(st, 1, ids[i]);
+            rc = st_step_done(s, st, "removing a half-written KV prefix", err);
+            if (!rc) removed += sqlite3_changes(s->db);
+            sqlite3_finalize(st);
+        }
+        if (rc || (rc = st_commit(s, err))) st_rollback(s);
+    }
+    if (n_removed) *n_removed = removed;
+    return rc;
+}
+
+/* ---- put -------------------------------------------------------------------------------------- */
+
+/* After storing (or finding) row self for key k: drop snapshot rows that are strict prefixes of
+ * k, touch shared ones, and find the longest whole-block prefix k shares with a row it
+ * diverges from (res->shared_len when no row holds exactly it). */
+static int relate(store *s, const store_kv_key *k, int64_t self, store_kv_put_result *res, store_error *err)
+{
+    if (k->n_blocks == 0) return STORE_OK;
+    sqlite3_stmt *st;
+    int rc = st_prepare(s,
+                        "SELECT p.id, p.kind, p.n_tokens, p.tokens FROM kv_prefixes p WHERE p.model_id = ?1 AND "
+                        "p.kv_type = ?2 AND p.state = 1 AND p.id != ?3 AND EXISTS (SELECT 1 FROM kv_blocks b WHERE "
+                        "b.prefix_id = p.id AND b.idx = 0 AND b.hash = ?4)",
+                        &st, err);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, k->model_id);
+    sqlite3_bind_text(st, 2, k->kv_type, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, self);
+    sqlite3_bind_int64(st, 4, (int64_t)k->block_hashes[0]);
+    typedef struct rel { int64_t id; int kind; size_t n; } rel;
+    rel *prefixes = NULL;
+    size_t n_pre = 0, cap = 0, max_shared = 0;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t n = (size_t)sqlite3_column_int64(st, 2);
+        const uint8_t *t = sqlite3_column_blob(st, 3);
+        if (!t || (size_t)sqlite3_column_bytes(st, 3) != n * 4) continue;
+        size_t c = common_prefix(t, n, k->tokens, k->n_tokens);
+        if (c == n && n < k->n_tokens) {
+            if (n_pre == cap) {
+                size_t nc = cap ? cap * 2 : 16;
+                rel *np = realloc(prefixes, nc * sizeof *np);
+                if (!np) continue;
+                prefixes = np;
+                cap = nc;
+            }
+            prefixes[n_pre++] = (rel){sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1), n};
+        } else if (c < n && c < k->n_tokens) {
+            size_t L = c / (size_t)k->block_size * (size_t)k->block_size;
+            if (L > max_shared) max_shared = L;
+        }
+    }
+    if (r != SQLITE_DONE) rc = st_fail(s, err, r, "relating KV prefixes");
+    sqlite3_finalize(st);
+    if (!rc && n_pre) {
+        if (!(rc = st_begin(s, err))) {
+            int64_t now = store_now_ms();
+            for (size_t i = 0; i < n_pre && !rc; i++) {
+                const char *sql = prefixes[i].kind == STORE_KV_SHARED || prefixes[i].n == max_shared
+                                      ? "UPDATE kv_prefixes SET kind = 1, last_used = ?2 WHERE id = ?1"
+                                      : "DELETE FROM kv_prefixes WHERE id = ?1 AND ?2 IS NOT NULL";
+                if (!(rc = st_prepare(s, sql, &st, err))) {
+                    sqlite3_bind_int64(st, 1, prefixes[i].id);
+                    sqlite3_bind_int64(st, 2, now);
+                    rc = st_step_done(s, st, "superseding a KV prefix", err);
+                    sqlite3_finalize(st);
+                    if (!rc && prefixes[i].kind != STORE_KV_SHARED && prefixes[i].n != max_shared) res->n_superseded++;
+                }
+            }
+            if (rc || (rc = st_commit(s, err))) st_rollback(s);
+        }
+    }
+    free(prefixes);
+    if (!rc && max_shared >= (size_t)k->block_size && !exact_row(s, k, max_shared)) res->shared_len = max_shared;
+    return rc;
+}
+
+int store_kv_put(store *s, const store_kv_key *k, int kind, const void *blob, size_t len, uint64_t budget,
+                 store_kv_put_result *res, store_error *err)
+{
+    memset(res, 0, sizeof *res);
+    int rc = key_check(s, k, err);
+    if (rc) return rc;
+    if (!blob || !len) return st_set(s, err, STORE_ERR_INVALID, "KV prefix: empty blob");
+    if (s->readonly) return st_set(s, err, STORE_ERR_READONLY, "opened read-only");
+    int64_t id = exact_row(s, k, k->n_tokens);
+    if (id) {
+        touch(s, id, 0);
+        res->id = id;
+        return relate(s, k, id, res, err);
+    }
+    if (budget && len > budget) {
+        res->skipped = 1;
+        return STORE_OK;
+    }
+    store_kv_cleanup(s, NULL, NULL);
+    int ev = 0;
+    if ((rc = store_kv_evict(s, budget ? budget - len : UINT64_MAX, &ev, err))) return rc;
+    res->n_evicted = ev;
+
+    uint8_t *keyb = encode(k->tokens, k->n_tokens);
+    if (!keyb) return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
+    size_t chunk = s->kv_chunk, n_chunks = (len + chunk - 1) / chunk;
+    int64_t now = store_now_ms();
+    sqlite3_stmt *st = NULL;
+    /* 1. the row, invisible to readers until it is complete (state 0) */
+    if (!(rc = st_begin(s, err)) &&
+        !(rc = st_prepare(s,
+                          "INSERT INTO kv_prefixes(model_id, kv_type, n_tokens, n_blocks, key_hash, tokens, kind, size, "
+                          "n_chunks, state, writer_pid, created_at, last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                          "0, ?10, ?11, ?11)",
+                          &st, err))) {
+        sqlite3_bind_int64(st, 1, k->model_id);
+        sqlite3_bind_text(st, 2, k->kv_type, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (int64_t)k->n_tokens);
+        sqlite3_bind_int64(st, 4, (int64_t)k->n_blocks);
+        sqlite3_bind_int64(st, 5, (int64_t)k->key_hash);
+        sqlite3_bind_blob(st, 6, keyb, (int)(k->n_tokens * 4), SQLITE_STATIC);
+        sqlite3_bind_int(st, 7, kind == STORE_KV_SHARED ? 1 : 0);
+        sqlite3_bind_int64(st, 8, (int64_t)len);
+        sqlite3_bind_int64(st, 9, (int64_t)n_chunks);
+        sqlite3_bind_int64(st, 10, (int64_t)getpid());
+        sqlite3_bind_int64(st, 11, now);
+        rc = st_step_done(s, st, "storing a KV prefix", err);
+        sqlite3_finalize(st);
+        st = NULL;
+        if (!rc) id = sqlite3_last_insert_rowid(s->db);
+        if (!rc) rc = st_commit(s, err);
+    }
+    free(keyb);
+    if (rc) {
+        st_rollback(s);
+        return rc;
+    }
+    /* 2. the chunks, one short transaction each: zeroblob, then incremental blob I/O */
+    st_sum sum;
+    st_sum_init(&sum);
+    const uint8_t *p = blob;
+    for (size_t c = 0; c < n_chunks && !rc; c++) {
+        size_t off = c * chunk, n = len - off < chunk ? len - off : chunk;
+        if ((rc = st_begin(s, err))) break;
+        if (!(rc = st_prepare(s, "INSERT INTO kv_chunks(prefix_id, idx, data) VALUES (?, ?, zeroblob(?))", &st, err))) {
+            sqlite3_bind_int64(st, 1, id);
+            sqlite3_bind_int64(st, 2, (int64_t)c);
+            sqlite3_bind_int64(st, 3, (int64_t)n);
+            rc = st_step_done(s, st, "storing a KV chunk", err);
+            sqlite3_finalize(st);
+            st = NULL;
+        }
+        if (!rc) {
+            sqlite3_blob *b = NULL;
+            int br = sqlite3_blob_open(s->db, "main", "kv_chunks", "data", sqlite3_last_insert_rowid(s->db), 1, &b);
+            if (br == SQLITE_OK) br = sqlite3_blob_write(b, p + off, (int)n, 0);
+            int cr = sqlite3_blob_close(b);
+            if (br == SQLITE_OK) br = cr;
+            if (br != SQLITE_OK) rc = st_fail(s, err, br, "writing a KV chunk");
+        }
+        if (!rc) rc = st_commit(s, err);
+        if (rc) st_rollback(s);
+        st_sum_add(&sum, p + off, n);
+        if (!rc && s->kv_delay_ms) {
+            struct timespec ts = {s->kv_delay_ms / 1000, (long)(s->kv_delay_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    /* 3. complete: checksum, block index, visible — unless another writer finished the same key */
+    int64_t other = 0;
+    if (!rc && !(rc = st_begin(s, err))) {
+        other = exact_row(s, k, k->n_tokens);
+        if (other) {
+            rc = st_prepare(s, "DELETE FROM kv_prefixes WHERE id = ?", &st, err);
+            if (!rc) {
+                sqlite3_bind_int64(st, 1, id);
+                rc = st_step_done(s, st, "dropping a duplicate KV prefix", err);
+                sqlite3_finalize(st);
+            }
+        } else {
+            rc = st_prepare(s, "UPDATE kv_prefixes SET state = 1, checksum = ?2, last_used = ?3 WHERE id = ?1 AND state = 0",
+                            &st, err);
+            if (!rc) {
+                sqlite3_bind_int64(st, 1, id);
+                sqlite3_bind_int64(st, 2, (int64_t)st_sum_final(&sum));
+                sqlite3_bind_int64(st, 3, store_now_ms());
+                rc = st_step_done(s, st, "completing a KV prefix", err);
+                sqlite3_finalize(st);
+                if (!rc && sqlite3_changes(s->db) != 1)
+                    rc = st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld was removed while being written", (long long)id);
+            }
+            if (!rc && !(rc = st_prepare(s, "INSERT OR IGNORE INTO kv_blocks(hash, idx, prefix_id) VALUES (?, ?, ?)", &st,
+                                         err))) {
+                for (size_t i = 0; i < k->n_blocks && !rc; i++) {
+                    sqlite3_reset(st);
+                    sqlite3_bind_int64(st, 1, (int64_t)k->block_hashes[i]);
+                    sqlite3_bind_int64(st, 2, (int64_t)i);
+                    sqlite3_bind_int64(st, 3, id);
+                    rc = st_step_done(s, st, "indexing a KV prefix", err);
+                }
+                sqlite3_finalize(st);
+            }
+        }
+        if (!rc) rc = st_commit(s, err);
+        if (rc) st_rollback(s);
+    }
+    if (rc) {
+        store_kv_drop(s, id, NULL); /* best effort; store_kv_cleanup catches what stays */
+        return rc;
+    }
+    res->id = other ? other : id;
+    res->stored = !other;
+    if (other) touch(s, other, 0);
+    if ((rc = relate(s, k, res->id, res, err))) return rc;
+    if (budget && !(rc = store_kv_evict(s, budget, &ev, err))) res->n_evicted += ev;
+    return rc;
+}
+
+int store_kv_stats_get(store *s, store_kv_stats *out, store_error *err)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st;
+    int rc = st_prepare(s,
+                        "SELECT COALESCE(SUM(size) FILTER (WHERE state = 1), 0), count(*) FILTER (WHERE state = 1), "
+                        "count(*) FILTER (WHERE state = 1 AND kind = 1), count(*) FILTER (WHERE state = 0), "
+                        "COALESCE(SUM(hits), 0), count(DISTINCT model_id) FROM kv_prefixes",
+                        &st, err);
+    if (rc) return rc;
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) {
+        out->bytes = (uint64_t)sqlite3_column_int64(st, 0);
+        out->n_prefixes = sqlite3_column_int(st, 1);
+        out->n_shared = sqlite3_column_int(st, 2);
+        out->n_writing = sqlite3_column_int(st, 3);
+        out->hits = (uint64_t)sqlite3_column_int64(st, 4);
+        out->n_models = sqlite3_column_int(st, 5);
+    } else rc = st_fail(s, err, r, "reading the KV store's size");
+    sqlite3_finalize(st);
+    return rc;
+}

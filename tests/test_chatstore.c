@@ -1,0 +1,497 @@
+/* test_chatstore: the KV prefix store with the real engine on stories260K — restored KV gives bitwise the logits of a fresh prefill, a resumed chat continues exactly as the uninterrupted one, a changed model never reuses KV, a shared prefix is stored once and reused, a corrupt blob is dropped and the chat goes on. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <poll.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/chatstore.h"
+#include "engine/generate.h"
+#include "engine/kv_cache.h"
+#include "engine/quant.h"
+#include "engine/worker.h"
+#include "storage/store.h"
+#include "tests/support/testutil.h"
+
+static char g_dir[256];
+
+static const char *tmp_path(const char *name)
+{
+    static char bufs[8][512];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
+    return b;
+}
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-chatstore-XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static engine *open_engine(const char *path, int kv_type)
+{
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = path ? path : tu_path("models/stories260K.gguf");
+    ep.n_ctx = 1024;
+    ep.n_threads = 1;
+    ep.kv_type = kv_type;
+    engine *e = NULL;
+    kv_error err = {0};
+    if (engine_open(&ep, &e, &err)) fail_msg("engine_open: %s", err.msg);
+    return e;
+}
+
+static int32_t *tokens_of(engine *e, const char *text, size_t *n)
+{
+    int32_t *t = NULL;
+    kv_error err = {0};
+    if (engine_tokenize(e, text, strlen(text), 0, 0, &t, n, &err)) fail_msg("tokenize: %s", err.msg);
+    return t;
+}
+
+static const char *story =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. "
+    "One day, she saw a big red ball under a tree. She ran to the ball and kicked it very hard. The ball flew over "
+    "the fence and into the garden of an old man. Lily was scared, but she knocked on the door and said sorry.";
+
+/* ---- bitwise: restore through SQLite vs a fresh prefill --------------------------------------------- */
+
+static void check_bitwise(int kv_type)
+{
+    engine *a = open_engine(NULL, kv_type);
+    size_t n;
+    int32_t *t = tokens_of(a, story, &n);
+    assert_true(n > 40);
+    int32_t *tx = malloc((n + 1) * sizeof *tx);
+    memcpy(tx, t, n * sizeof *t);
+    tx[n] = 300; /* the next token, whatever it is */
+    kv_error ke = {0};
+    gen_stats st;
+    assert_int_equal(engine_prefill_seq(a, ENGINE_SEQ_DEFAULT, t, n, NULL, &st, &ke), KV_OK);
+    /* the blob, through the store in small chunks */
+    void *blob;
+    size_t len;
+    assert_int_equal(engine_seq_save(a, ENGINE_SEQ_DEFAULT, -1, &blob, &len, &ke), KV_OK);
+    store *s = NULL;
+    store_error err = {0};
+    char name[32];
+    snprintf(name, sizeof name, "bitwise-%d.db", kv_type);
+    assert_int_equal(store_open(tmp_path(name), 0, &s, &err), STORE_OK);
+    store_set_kv_chunk_size(s, 3000);
+    int64_t model_id;
+    char fp[33];
+    chatstore_fingerprint(a, fp);
+    assert_int_equal(store_model_register(s, fp, "", "m", "", "", 0, &model_id, &err), STORE_OK);
+    uint64_t h[128];
+    int nb = kv_block_hashes(t, (int)n, h);
+    store_kv_key k = {.model_id = model_id, .kv_type = quant_traits_of(kv_type)->name, .tokens = t, .n_tokens = n,
+                      .block_size = KV_BLOCK_SIZE, .block_hashes = h, .n_blocks = (size_t)nb,
+                      .key_hash = n % KV_BLOCK_SIZE ? kv_hash_block(h[nb - 1], t + nb * KV_BLOCK_SIZE, (int)(n % KV_BLOCK_SIZE)) : h[nb - 1]};
+    store_kv_put_result r;
+    if (store_kv_put(s, &k, STORE_KV_SNAPSHOT, blob, len, 0, &r, &err)) fail_msg("put: %s", err.msg);
+    assert_true(r.stored);
+    free(blob);
+    /* the fresh path: feed the next token on top of the prefilled conversation */
+    if (engine_prefill_seq(a, ENGINE_SEQ_DEFAULT, tx, n + 1, NULL, &st, &ke)) fail_msg("prefill: %s", ke.msg);
+    assert_int_equal(st.n_prefilled, 1);
+    int n_vocab = engine_model(a)->hp.n_vocab;
+    float *la = malloc(sizeof(float) * (size_t)n_vocab);
+    memcpy(la, engine_logits(a), sizeof(float) * (size_t)n_vocab);
+    /* the resumed path: another engine, its KV from the store */
+    engine *b = open_engine(NULL, kv_type);
+    uint64_t hq[128];
+    int nbq = kv_block_hashes(tx, (int)n + 1, hq);
+    store_kv_key q = k;
+    q.tokens = tx;
+    q.n_tokens = n + 1;
+    q.block_hashes = hq;
+    q.n_blocks = (size_t)nbq;
+    store_kv_hit hit;
+    assert_int_equal(store_kv_find(s, &q, &hit, &err), STORE_OK);
+    assert_int_equal(hit.n_common, n);
+    assert_int_equal(store_kv_read(s, hit.id, &blob, &len, &err), STORE_OK);
+    assert_int_equal(engine_seq_restore(b, ENGINE_SEQ_DEFAULT, blob, len, &ke), KV_OK);
+    free(blob);
+    assert_int_equal(engine_prefill_seq(b, ENGINE_SEQ_DEFAULT, tx, n + 1, NULL, &st, &ke), KV_OK);
+    assert_int_equal(st.n_reused, n);
+    assert_int_equal(st.n_prefilled, 1);
+    assert_memory_equal(la, engine_logits(b), sizeof(float) * (size_t)n_vocab); /* bitwise */
+    /* and greedy decoding goes on identically for 48 tokens, logits bitwise at every step */
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sampler *sa = sampler_create(n_vocab, &sp, &ke), *sb = sampler_create(n_vocab, &sp, &ke);
+    for (int i = 0; i < 48; i++) {
+        int32_t ta, tb;
+        assert_int_equal(sampler_sample(sa, engine_logits(a), &ta, &ke), KV_OK);
+        assert_int_equal(sampler_sample(sb, engine_logits(b), &tb, &ke), KV_OK);
+        assert_int_equal(ta, tb);
+        int na = 0, nbb = 0;
+        const int32_t *ha = engine_seq_tokens(a, ENGINE_SEQ_DEFAULT, &na);
+        int32_t *next = malloc(sizeof(int32_t) * (size_t)(na + 1));
+        memcpy(next, ha, sizeof(int32_t) * (size_t)na);
+        next[na] = ta;
+        assert_int_equal(engine_prefill_seq(a, ENGINE_SEQ_DEFAULT, next, (size_t)na + 1, NULL, NULL, &ke), KV_OK);
+        engine_seq_tokens(b, ENGINE_SEQ_DEFAULT, &nbb);
+        assert_int_equal(na, nbb);
+        assert_int_equal(engine_prefill_seq(b, ENGINE_SEQ_DEFAULT, next, (size_t)na + 1, NULL, NULL, &ke), KV_OK);
+        free(next);
+        assert_memory_equal(engine_logits(a), engine_logits(b), sizeof(float) * (size_t)n_vocab);
+    }
+    sampler_free(sa);
+    sampler_free(sb);
+    free(la);
+    free(t);
+    free(tx);
+    store_close(s);
+    engine_close(a);
+    engine_close(b);
+}
+
+static void test_restore_bitwise_f16(void **state)
+{
+    (void)state;
+    check_bitwise(GGML_TYPE_F16);
+}
+
+static void test_restore_bitwise_f32(void **state)
+{
+    (void)state;
+    check_bitwise(GGML_TYPE_F32);
+}
+
+/* ---- a chat through the worker, as app/chat.c drives it ------------------------------------------- */
+
+typedef struct session {
+    engine *e;
+    sampler *s;
+    worker *w;
+    chatstore *cs;
+    int64_t last_id;        /* the head */
+    char reply[8192];
+    size_t len;
+    gen_stats st;
+    int finish, status;
+} session;
+
+static void session_open(session *x, const char *model_path, const char *db)
+{
+    memset(x, 0, sizeof *x);
+    x->e = open_engine(model_path, GGML_TYPE_F16);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    kv_error ke = {0};
+    x->s = sampler_create(engine_model(x->e)->hp.n_vocab, &sp, &ke);
+    assert_non_null(x->s);
+    assert_int_equal(worker_create(x->e, x->s, &x->w, &ke), KV_OK);
+    char why[700];
+    x->cs = chatstore_open(x->e, db, 64u << 20, why, sizeof why);
+    if (!x->cs) fail_msg("chatstore_open: %s", why);
+    worker_hooks h;
+    chatstore_worker_hooks(x->cs, &h);
+    worker_set_hooks(x->w, &h);
+}
+
+static void session_close(session *x)
+{
+    worker_destroy(x->w);
+    chatstore_close(x->cs);
+    sampler_free(x->s);
+    engine_close(x->e);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Run a request to DONE; on a reply, save it as chat.c does. */
+static void run(session *x, const worker_request *rq, int64_t user_id)
+{
+    kv_error ke = {0};
+    assert_int_equal(worker_submit(x->w, rq, &ke), KV_OK);
+    x->len = 0;
+    double end = now_ms() + 60000;
+    while (now_ms() < end) {
+        struct pollfd p = {.fd = worker_fd(x->w), .events = POLLIN};
+        poll(&p, 1, 50);
+        worker_event ev;
+        while (worker_next_event(x->w, &ev)) {
+            if (ev.kind == WORKER_EV_TEXT) {
+                assert_true(x->len + ev.len < sizeof x->reply);
+                memcpy(x->reply + x->len, ev.text, ev.len);
+                x->len += ev.len;
+                x->reply[x->len] = 0;
+            } else if (ev.kind == WORKER_EV_DONE) {
+                x->st = ev.stats.gen;
+                x->finish = ev.finish;
+                x->status = ev.status;
+                if (rq->n_seg || rq->append) {
+                    sampler_params sp = *sampler_get_params(x->s);
+                    int64_t id;
+                    char why[700];
+                    if (chatstore_reply(x->cs, x->last_id, 0, user_id, x->reply, x->len, ev.finish, &ev.stats.gen, &sp, 40,
+                                        ev.seed, ev.conv, ev.n_conv, &id, why, sizeof why))
+                        fail_msg("chatstore_reply: %s", why);
+                    x->last_id = id;
+                }
+                return;
+            }
+        }
+    }
+    fail_msg("no DONE within 60 s");
+}
+
+/* Send a user message in completion mode (append when the conversation is synced). */
+static void say(session *x, const char *text, int append)
+{
+    sampler_params sp = *sampler_get_params(x->s);
+    int64_t uid;
+    char why[700];
+    if (chatstore_user_message(x->cs, x->last_id, text, strlen(text), NULL, &sp, 40, &uid, why, sizeof why))
+        fail_msg("chatstore_user_message: %s", why);
+    x->last_id = uid;
+    worker_segment seg = {text, strlen(text), 0};
+    worker_request rq = {.seg = &seg, .n_seg = 1, .n_predict = 40, .append = append};
+    run(x, &rq, uid);
+}
+
+static void test_resume_continues_exactly(void **state)
+{
+    (void)state;
+    /* uninterrupted */
+    session a;
+    session_open(&a, NULL, tmp_path("straight.db"));
+    say(&a, "Once upon a time, there was a dragon", 0);
+    char first[8192];
+    snprintf(first, sizeof first, "%s", a.reply);
+    say(&a, " The dragon was sad because", 1);
+    char want[8192];
+    snprintf(want, sizeof want, "%s", a.reply);
+    assert_true(strlen(want) > 20);
+    session_close(&a);
+
+    /* the same chat, quit after the first reply, resumed in a new process (new engine) */
+    session b;
+    session_open(&b, NULL, tmp_path("resumed.db"));
+    say(&b, "Once upon a time, there was a dragon", 0);
+    assert_string_equal(b.reply, first);
+    session_close(&b);
+
+    session c;
+    session_open(&c, NULL, tmp_path("resumed.db"));
+    int64_t id;
+    char why[700];
+    assert_int_equal(chatstore_resolve(c.cs, "last", &id, why, sizeof why), 0);
+    chatstore_conv cv;
+    assert_int_equal(chatstore_load(c.cs, id, &cv, why, sizeof why), 0);
+    assert_int_equal(cv.n, 2);
+    assert_string_equal(cv.msgs[1].text, first);
+    assert_non_null(cv.ctx); /* the exact tokens */
+    c.last_id = cv.msgs[1].id;
+    worker_request open = {.reset_cache = 1, .set_conv = 1, .conv = cv.ctx, .n_conv = cv.n_ctx};
+    chatstore_announce_restore(c.cs);
+    run(&c, &open, 0);
+    assert_int_equal(c.status, KV_OK);
+    char note[700];
+    assert_true(chatstore_take_note(c.cs, note, sizeof note));
+    assert_non_null(strstr(note, "restored the KV cache of"));
+    size_t n_ctx = cv.n_ctx;
+    chatstore_conv_free(&cv);
+    say(&c, " The dragon was sad because", 1);
+    assert_string_equal(c.reply, want); /* exactly as the uninterrupted chat */
+    /* only the new message (and the last sampled token, never in the cache) was prefilled */
+    assert_true(c.st.n_reused >= (int)n_ctx - 1);
+    assert_true(c.st.n_prefilled <= c.st.n_prompt - (int)n_ctx + 1);
+    char rep[1600];
+    chatstore_report(c.cs, rep, sizeof rep);
+    assert_non_null(strstr(rep, "1 of 1 lookups hit"));
+    session_close(&c);
+}
+
+/* A copy of stories260K with one weight byte changed (the header and tensor table as before). */
+static const char *changed_model(void)
+{
+    const char *src = tu_path("models/stories260K.gguf");
+    const char *dst = tmp_path("changed.gguf");
+    size_t len;
+    char *b = tu_read_file(src, &len);
+    assert_non_null(b);
+    gguf_file *g = NULL;
+    kv_error ke = {0};
+    assert_int_equal(gguf_open(src, &g, &ke), KV_OK);
+    size_t off = (size_t)g->data_offset + 1; /* the first bytes of the tensor data */
+    gguf_close(g);
+    b[off] ^= 0x01;
+    FILE *f = fopen(dst, "wb");
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    fclose(f);
+    free(b);
+    return dst;
+}
+
+static void test_changed_model_never_reuses(void **state)
+{
+    (void)state;
+    const char *db = tmp_path("changed.db");
+    session a;
+    session_open(&a, NULL, db);
+    say(&a, "Once upon a time, there was a little girl named Lily who had a red ball", 0);
+    char fp1[33];
+    chatstore_fingerprint(a.e, fp1);
+    int32_t *conv = NULL;
+    size_t n_conv = 0;
+    {
+        int64_t id;
+        char why[700];
+        chatstore_conv cv;
+        assert_int_equal(chatstore_resolve(a.cs, "last", &id, why, sizeof why), 0);
+        assert_int_equal(chatstore_load(a.cs, id, &cv, why, sizeof why), 0);
+        conv = cv.ctx;
+        n_conv = cv.n_ctx;
+        cv.ctx = NULL;
+        chatstore_conv_free(&cv);
+    }
+    session_close(&a);
+    assert_non_null(conv);
+
+    session b;
+    session_open(&b, changed_model(), db);
+    char fp2[33];
+    chatstore_fingerprint(b.e, fp2);
+    assert_string_not_equal(fp1, fp2);
+    assert_int_equal(memcmp(fp1, fp2, 16), 0); /* the engine's header fingerprint alone cannot tell */
+    worker_request open = {.reset_cache = 1, .set_conv = 1, .conv = conv, .n_conv = n_conv};
+    run(&b, &open, 0);
+    int n = 0;
+    engine_seq_tokens(b.e, ENGINE_SEQ_DEFAULT, &n);
+    assert_int_equal(n, 0); /* nothing restored */
+    char rep[1600];
+    chatstore_report(b.cs, rep, sizeof rep);
+    assert_non_null(strstr(rep, "0 of 1 lookups hit"));
+    session_close(&b);
+    free(conv);
+}
+
+static long long db_int(const char *db, const char *sql)
+{
+    sqlite3 *d;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(d, sql, -1, &st, NULL), SQLITE_OK);
+    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    sqlite3_close(d);
+    return v;
+}
+
+static void test_shared_prefix_stored_once(void **state)
+{
+    (void)state;
+    const char *db = tmp_path("shared.db");
+    const char *sys = "You are a storyteller who tells short, happy stories about animals in the forest, with a "
+                      "kind ending and simple words.\n\n";
+    const char *asks[3] = {"Tell me about a fox", "Tell me about an owl and the moon", "What did the bear eat"};
+    for (int i = 0; i < 3; i++) {
+        session x; /* each chat in a fresh engine: the store is the only place the prefix can come from */
+        session_open(&x, NULL, db);
+        char text[600];
+        snprintf(text, sizeof text, "%s%s", sys, asks[i]);
+        say(&x, text, 0);
+        assert_int_equal(x.status, KV_OK);
+        if (i == 2) {
+            /* the third chat reused the system prompt's blocks from the store */
+            assert_true(x.st.n_reused >= 32);
+            char rep[1600];
+            chatstore_report(x.cs, rep, sizeof rep);
+            assert_non_null(strstr(rep, "1 of 1 lookups hit"));
+        }
+        session_close(&x);
+    }
+    /* one shared row, used by the third chat; the system prompt is not stored a third time */
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
+    assert_true(db_int(db, "SELECT hits FROM kv_prefixes WHERE kind = 1") >= 1);
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0"), 3);
+}
+
+static void test_corrupt_blob_chat_goes_on(void **state)
+{
+    (void)state;
+    const char *db = tmp_path("corrupt.db");
+    session a;
+    session_open(&a, NULL, db);
+    say(&a, "Once upon a time, there was a little girl named Lily who had a red ball", 0);
+    session_close(&a);
+    sqlite3 *d;
+    assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(d, "UPDATE kv_chunks SET data = CAST(substr(data, 1, 100) || x'ff' || substr(data, 102) AS BLOB)",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(d);
+    session b;
+    session_open(&b, NULL, db);
+    int64_t id;
+    char why[700];
+    chatstore_conv cv;
+    assert_int_equal(chatstore_resolve(b.cs, "last", &id, why, sizeof why), 0);
+    assert_int_equal(chatstore_load(b.cs, id, &cv, why, sizeof why), 0);
+    b.last_id = cv.msgs[cv.n - 1].id;
+    worker_request open = {.reset_cache = 1, .set_conv = 1, .conv = cv.ctx, .n_conv = cv.n_ctx};
+    run(&b, &open, 0);
+    chatstore_conv_free(&cv);
+    char note[700];
+    assert_true(chatstore_take_note(b.cs, note, sizeof note));
+    assert_non_null(strstr(note, "checksum"));
+    assert_non_null(strstr(note, "not used"));
+    say(&b, " She played all day", 1);
+    assert_int_equal(b.status, KV_OK);
+    assert_true(b.len > 0);
+    assert_int_equal(b.st.n_reused, 0); /* prefilled instead */
+    session_close(&b);
+    /* the corrupt prefix was dropped, a good one saved in its place */
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes"), 1);
+    store *s;
+    store_error err = {0};
+    assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
+    char *report;
+    int problems;
+    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
+    assert_int_equal(problems, 0);
+    free(report);
+    store_close(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restore_bitwise_f16),
+        cmocka_unit_test(test_restore_bitwise_f32),
+        cmocka_unit_test(test_resume_continues_exactly),
+        cmocka_unit_test(test_changed_model_never_reuses),
+        cmocka_unit_test(test_shared_prefix_stored_once),
+        cmocka_unit_test(test_corrupt_blob_chat_goes_on),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}

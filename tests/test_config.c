@@ -1,0 +1,255 @@
+/* test_config: settings precedence (default < file < environment < command line), INI warnings naming file and line, value checks, and the models directory lookup. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "app/config.h"
+#include "app/models.h"
+#include "engine/quant.h"
+
+typedef struct warnings {
+    char msg[16][700];
+    int n;
+} warnings;
+
+static void collect(void *ud, const char *msg)
+{
+    warnings *w = ud;
+    if (w->n < 16) snprintf(w->msg[w->n], sizeof w->msg[0], "%s", msg);
+    w->n++;
+}
+
+static char g_dir[256];
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-config-XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    unsetenv("KVCHAT_MODEL");
+    unsetenv("KVCHAT_DB");
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_defaults(void **st)
+{
+    (void)st;
+    kv_config c;
+    config_init(&c);
+    assert_string_equal(config_get(&c, CFG_TEMP), "0.8");
+    assert_string_equal(config_get(&c, CFG_TOP_K), "40");
+    assert_string_equal(config_get(&c, CFG_SEED), "random");
+    assert_string_equal(config_get(&c, CFG_KV_TYPE), "f16");
+    assert_null(config_get(&c, CFG_MODEL));
+    assert_int_equal(c.v[CFG_TEMP].source, CFG_SRC_DEFAULT);
+    engine_params ep;
+    sampler_params sp, want;
+    engine_params_default(&ep);
+    sampler_params_default(&sp);
+    sampler_params_default(&want);
+    int n_predict = 7;
+    config_apply(&c, &ep, &sp, &n_predict);
+    assert_memory_equal(&sp, &want, sizeof sp);
+    assert_int_equal(n_predict, -1);
+    config_free(&c);
+}
+
+static void test_file_values_and_warnings(void **st)
+{
+    (void)st;
+    const char *path = write_file("config.ini",
+                                  "# comment\n"
+                                  "model = ~/models/x.gguf\n"          /* 2: top level is fine */
+                                  "[sampling]\n"
+                                  "temp = 0.25   ; inline comment\n"    /* 4 */
+                                  "top-k = 12\n"                        /* 5: '-' = '_' */
+                                  "top_p = 1.5\n"                       /* 6: out of range */
+                                  "nonsense\n"                          /* 7: no '=' */
+                                  "colour = red\n"                      /* 8: unknown key */
+                                  "[model]\n"
+                                  "kv_type = Q8_0\n"                    /* 10 */
+                                  "threads = auto\n"                    /* 11 */
+                                  "seed = 42\n"                         /* 12: wrong section */
+                                  "[nope]\n"
+                                  "x = 1\n"                             /* 14 */
+                                  "[chat]\n"
+                                  "mouse = off\n"                       /* 16 */
+                                  "[storage]\n"
+                                  "cache_size = 2GiB\n"                /* 18 */
+                                  "db = \n");                           /* 19: empty */
+    setenv("HOME", "/home/someone", 1);
+    kv_config c;
+    config_init(&c);
+    warnings w = {0};
+    assert_int_equal(config_load_file(&c, path, collect, &w), 0);
+    assert_int_equal(c.file_found, 1);
+    assert_string_equal(config_get(&c, CFG_MODEL), "/home/someone/models/x.gguf");
+    assert_string_equal(config_get(&c, CFG_TEMP), "0.25");
+    assert_string_equal(config_get(&c, CFG_TOP_K), "12");
+    assert_string_equal(config_get(&c, CFG_TOP_P), "0.95");
+    assert_string_equal(config_get(&c, CFG_KV_TYPE), "q8_0");
+    assert_string_equal(config_get(&c, CFG_THREADS), "auto");
+    assert_string_equal(config_get(&c, CFG_SEED), "random");
+    assert_string_equal(config_get(&c, CFG_MOUSE), "false");
+    assert_string_equal(config_get(&c, CFG_CACHE_SIZE), "2GiB");
+    assert_null(config_get(&c, CFG_DB));
+    assert_int_equal(c.v[CFG_TEMP].source, CFG_SRC_FILE);
+    char where[600];
+    snprintf(where, sizeof where, "%s:4", path);
+    assert_string_equal(c.v[CFG_TEMP].where, where);
+    const int bad_lines[] = {6, 7, 8, 12, 14, 19};
+    assert_int_equal(w.n, 6);
+    for (int i = 0; i < 6; i++) {
+        char prefix[600];
+        snprintf(prefix, sizeof prefix, "%s:%d: ", path, bad_lines[i]);
+        assert_true(strncmp(w.msg[i], prefix, strlen(prefix)) == 0);
+    }
+    assert_non_null(strstr(w.msg[0], "top_p"));
+    assert_non_null(strstr(w.msg[3], "belongs in [sampling]"));
+    engine_params ep;
+    sampler_params sp;
+    engine_params_default(&ep);
+    sampler_params_default(&sp);
+    config_apply(&c, &ep, &sp, NULL);
+    assert_true(sp.temperature == 0.25f);
+    assert_int_equal(sp.top_k, 12);
+    assert_int_equal(ep.kv_type, GGML_TYPE_Q8_0);
+    assert_int_equal(ep.n_threads, 0);
+    config_free(&c);
+}
+
+static void test_long_line(void **st)
+{
+    (void)st;
+    char text[2000];
+    snprintf(text, sizeof text, "[model]\nmodel = /%0*d\nthreads = 3\n", 1500, 0);
+    const char *path = write_file("long.ini", text);
+    kv_config c;
+    config_init(&c);
+    warnings w = {0};
+    config_load_file(&c, path, collect, &w);
+    assert_int_equal(w.n, 1);
+    assert_non_null(strstr(w.msg[0], ":2: line longer than"));
+    assert_null(config_get(&c, CFG_MODEL));
+    assert_string_equal(config_get(&c, CFG_THREADS), "3");
+    config_free(&c);
+}
+
+static void test_precedence(void **st)
+{
+    (void)st;
+    const char *path = write_file("p.ini", "model = from-file\ndb = /file.db\n[sampling]\ntemp = 0.1\n");
+    kv_config c;
+    config_init(&c);
+    config_load_file(&c, path, collect, &(warnings){0});
+    assert_string_equal(config_get(&c, CFG_MODEL), "from-file");
+    setenv("KVCHAT_MODEL", "from-env", 1);
+    setenv("KVCHAT_DB", "", 1); /* empty: ignored */
+    config_load_env(&c, collect, &(warnings){0});
+    assert_string_equal(config_get(&c, CFG_MODEL), "from-env");
+    assert_int_equal(c.v[CFG_MODEL].source, CFG_SRC_ENV);
+    assert_string_equal(c.v[CFG_MODEL].where, "KVCHAT_MODEL");
+    assert_string_equal(config_get(&c, CFG_DB), "/file.db");
+    assert_int_equal(config_note_option(&c, "model", "from-cli"), CFG_MODEL);
+    assert_string_equal(config_get(&c, CFG_MODEL), "from-cli");
+    assert_int_equal(c.v[CFG_MODEL].source, CFG_SRC_CLI);
+    assert_int_equal(config_note_option(&c, "no-mouse", NULL), CFG_MOUSE);
+    assert_string_equal(config_get(&c, CFG_MOUSE), "false");
+    assert_int_equal(config_note_option(&c, "stats", NULL), -1);
+    assert_string_equal(config_get(&c, CFG_TEMP), "0.1");
+    /* --print-config names each source */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_print(&c, f, "/models/from-cli.gguf");
+    fclose(f);
+    assert_non_null(strstr(buf, "command line --model -> /models/from-cli.gguf"));
+    assert_non_null(strstr(buf, "; config file "));
+    assert_non_null(strstr(buf, "p.ini:4"));
+    assert_non_null(strstr(buf, "top_k              = 40"));
+    free(buf);
+    unsetenv("KVCHAT_MODEL");
+    unsetenv("KVCHAT_DB");
+    config_free(&c);
+}
+
+static void test_parsers(void **st)
+{
+    (void)st;
+    assert_int_equal(config_parse_bool("Yes"), 1);
+    assert_int_equal(config_parse_bool("off"), 0);
+    assert_int_equal(config_parse_bool("maybe"), -1);
+    kv_config c;
+    config_init(&c);
+    char why[300];
+    assert_int_equal(config_set(&c, CFG_N_CTX, "4", CFG_SRC_CLI, "-c", why, sizeof why), -1);
+    assert_non_null(strstr(why, "from 8"));
+    assert_int_equal(config_set(&c, CFG_SEED, "18446744073709551615", CFG_SRC_CLI, "", why, sizeof why), -1);
+    assert_int_equal(config_set(&c, CFG_CHAT_TEMPLATE, "chatml", CFG_SRC_FILE, "", why, sizeof why), 0);
+    assert_int_equal(config_set(&c, CFG_CHAT_TEMPLATE, "nope", CFG_SRC_FILE, "", why, sizeof why), -1);
+    assert_int_equal(config_key_from_name("Repeat-Penalty"), CFG_REPEAT_PENALTY);
+    assert_int_equal(config_key_from_name("nope"), -1);
+    config_free(&c);
+}
+
+static void test_models_resolve(void **st)
+{
+    (void)st;
+    char data[400], dir[500], out[1024];
+    snprintf(data, sizeof data, "%s/data", g_dir);
+    snprintf(dir, sizeof dir, "%s/kvchat/models", data);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && : > '%s/tiny.gguf'", dir, dir);
+    assert_int_equal(system(cmd), 0);
+    setenv("XDG_DATA_HOME", data, 1);
+    assert_int_equal(models_dir(out, sizeof out), 0);
+    assert_string_equal(out, dir);
+    assert_int_equal(models_resolve("tiny", out, sizeof out), 1);
+    assert_non_null(strstr(out, "/kvchat/models/tiny.gguf"));
+    assert_int_equal(models_resolve("tiny.gguf", out, sizeof out), 1);
+    assert_int_equal(models_resolve("./no/such.gguf", out, sizeof out), 0);
+    assert_string_equal(out, "./no/such.gguf");
+    assert_int_equal(models_resolve("absent", out, sizeof out), -1);
+    assert_non_null(strstr(out, "no model 'absent'"));
+    unsetenv("XDG_DATA_HOME");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_file_values_and_warnings),
+        cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_parsers),
+        cmocka_unit_test(test_models_resolve),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
