@@ -43,7 +43,7 @@ ASAN_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/%.o) $(TEST_COMMON:%.c=$(BUILD)/asan/%.o
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/asan/tests/%)
 DEPS_OK  := $(BUILD)/.deps-ok
 
-.PHONY: all deps run test unit e2e clean install uninstall lint-man bench-kv bench-resume
+.PHONY: all deps run test unit e2e clean install uninstall lint-man bench-kv bench-resume bench
 all: kvchat
 
 # --- dependencies -----------------------------------------------------------------------
@@ -98,6 +98,13 @@ unit: $(TESTS)
 
 e2e: kvchat
 	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat bash tests/e2e/run.sh
+
+# Speed against llama.cpp, not a test: writes TinyLlama-shaped synthetic models to
+# /tmp/kvchat-models when missing (kvchat gen-model), then runs kvchat bench and
+# ../shared/bench/llamacpp-bench.sh back to back and prints medians and ratios (tests/bench.sh;
+# BENCH_ROUNDS, BENCH_TYPES, BENCH_THREADS … tune it).
+bench: kvchat
+	@SHARED=$(SHARED) KVCHAT=./kvchat sh tests/bench.sh
 
 # KV cache benchmark, not a test: /regen TTFT after a 1,500-token conversation vs a fresh
 # prefill of it, prefix-cache reuse after a sequence is freed, decode t/s (tests/bench_kv.c).

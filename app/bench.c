@@ -156,10 +156,8 @@ static double run_once(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
     return n / dt;
 }
 
-extern int g_pfd;
 int bench_main(int argc, char **argv)
 {
-    if (getenv("PFD")) g_pfd = atoi(getenv("PFD"));
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},

@@ -227,7 +227,7 @@ int model_load(const char *path, model **out, kv_error *err)
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
         if (counts[t] > counts[m->weight_type]) m->weight_type = t;
     /* matrices are repacked once, here, into the layouts the matmul kernels read (engine/ops.c) */
-    if ((rc = op_weights_pack(m->gguf, m->output == m->tok_embd ? NULL : m->tok_embd, m->tok_embd, &m->packed, err)))
+    if ((rc = op_weights_pack(m->gguf, m->output == m->tok_embd ? NULL : m->tok_embd, &m->packed, err)))
         goto fail;
     *out = m;
     return KV_OK;

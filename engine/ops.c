@@ -1,4 +1,4 @@
-/* ops: numeric kernels of the forward pass; the per-type inner loops live in quant.c. */
+/* ops: numeric kernels of the forward pass — norms, RoPE, matmul (threads, weight packing), attention; the per-type loops live in quant*.c. */
 #include "ops.h"
 
 #include <math.h>
@@ -191,8 +191,7 @@ static int pack_kind(const gguf_tensor *w, size_t *bytes)
     return 2;
 }
 
-int op_weights_pack(gguf_file *f, const gguf_tensor *skip, const gguf_tensor *keep_rows, void **arena,
-                    kv_error *err)
+int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err)
 {
     *arena = NULL;
     size_t total = 0, bytes;
@@ -214,12 +213,11 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, const gguf_tensor *ke
         else memcpy(p + off, w->data, bytes);
         w->packed = p + off;
         off += (bytes + 63) & ~(size_t)63;
-        if (w != keep_rows) {
-            /* the mmap'd rows are not read again: give their pages back (the page cache keeps the file) */
-            uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-            uintptr_t b = ((uintptr_t)w->data + w->nbytes) & ~((uintptr_t)pg - 1);
-            if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
-        }
+        /* give the mmap'd rows' pages back (the page cache keeps the file): a tensor also read
+         * by rows (tied token embeddings) faults back only the rows it reads */
+        uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+        uintptr_t b = ((uintptr_t)w->data + w->nbytes) & ~((uintptr_t)pg - 1);
+        if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
     }
     *arena = p;
     return KV_OK;
@@ -322,8 +320,9 @@ static void attn_tile(const attn_job *j, int g, int t0, int t1, float *S, int ld
     /* S = scale · Q Kᵀ, 16 positions at a time: the K rows are transposed so each dimension of
      * the 16 positions is one vector, and every query row takes hd multiply-adds with a broadcast
      * q[d]. Products and sums are rounded separately and summed in the scalar loop's order
-     * (dimension by dimension, position by position for P·V): the results equal the plain C
-     * loops bit for bit, which keeps quantized models on the reference's activation roundings. */
+     * (dimension by dimension, position by position for P·V), and exp is correctly rounded:
+     * the results equal the plain C loops (tests/test_ops.c) but where glibc's expf is an ulp
+     * off, which keeps quantized models on the reference's activation roundings. */
     const int nch = (hd + 15) / 16;
     for (int p0 = 0; p0 < n_kv; p0 += 16) {
         int np = n_kv - p0 < 16 ? n_kv - p0 : 16;

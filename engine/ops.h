@@ -61,12 +61,11 @@ void op_attention(const float *q, const float *K, const float *V, float *out, in
  * them): types with a panel layout are packed for the panel kernels (quant_pack), other matrices
  * of 1 MiB or more are copied as they are (they stream faster from anonymous memory than from the
  * file mapping). Sets each tensor's `packed`, which op_matmul then reads. skip: a tensor no matmul
- * reads (untied token embeddings), or NULL. The mmap'd pages of every packed tensor but keep_rows
- * (a tensor also read by rows, e.g. tied token embeddings) are released (MADV_DONTNEED; the file
- * stays in the page cache), so resident memory holds one copy of the weights. *arena: free it
- * with op_weights_free (NULL when nothing was packed). KV_ERR_NOMEM. */
-int op_weights_pack(gguf_file *f, const gguf_tensor *skip, const gguf_tensor *keep_rows, void **arena,
-                    kv_error *err);
+ * reads (untied token embeddings), or NULL. The mmap'd pages of every packed tensor are released
+ * (MADV_DONTNEED; the file stays in the page cache; a tensor also read by rows, like tied token
+ * embeddings, faults back just the rows op_get_row reads), so resident memory holds one copy of
+ * the weights. *arena: free it with op_weights_free (NULL when nothing was packed). KV_ERR_NOMEM. */
+int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err);
 void op_weights_free(gguf_file *f, void *arena);
 
 /* Copy row `row` of a 2-D tensor (any supported type) into dst as f32 (ne[0] floats). */

@@ -118,6 +118,11 @@ void *tpool_scratch(tpool *p, int ith, size_t size)
 {
     if (!p || ith < 0 || ith >= p->n_threads) return NULL;
     if (p->scratch_size[ith] < size) {
+        /* grow geometrically from 256 KiB, so a job whose need creeps up (attention over a
+         * growing context) reallocates a handful of times per session, not every few tokens */
+        size_t grow = 2 * p->scratch_size[ith];
+        if (grow < ((size_t)256 << 10)) grow = (size_t)256 << 10;
+        if (size < grow) size = grow;
         free(p->scratch[ith]);
         size = (size + 63) & ~(size_t)63;
         p->scratch[ith] = aligned_alloc(64, size);

@@ -22,9 +22,10 @@ int tpool_size(const tpool *p);
 void tpool_run(tpool *p, tpool_fn fn, void *arg);
 
 /* Per-thread working memory owned by the pool: at least `size` bytes, 64-byte aligned, for
- * thread ith of the running job (only that thread may use it). Kept across jobs and grown when a
- * job asks for more, so steady-state jobs never allocate; freed by tpool_free. NULL when p is
- * NULL or out of memory. */
+ * thread ith of the running job (only that thread may use it). Kept across jobs and grown
+ * geometrically (from 256 KiB) when a job asks for more, so steady-state jobs never allocate;
+ * the contents do not survive a growth. Freed by tpool_free. NULL when p is NULL or out of
+ * memory. */
 void *tpool_scratch(tpool *p, int ith, size_t size);
 
 /* Split [0, n) into nth near-equal contiguous parts; part ith is [*lo, *hi). */

@@ -1082,6 +1082,223 @@ static void test_real_gguf_qwen2(void **state) {
     assert_true(n > 0);
 }
 
+/* ---- matrix kernels on prepared activations (engine/quant_gemm.c) ------------------------- */
+
+/* Reference for row r of a matmul: the scalar vec_dot on the vec_dot_type activation. */
+static float ref_row(int type, int64_t n, const void *w_row, const float *x) {
+    const quant_traits *tr = quant_traits_of(type);
+    void *xq = malloc((size_t)n * 4 + 1024);
+    if (tr->vec_dot_type == GGML_TYPE_F32) memcpy(xq, x, (size_t)n * 4);
+    else quant_quantize_row_ref(tr->vec_dot_type, x, xq, n);
+    float r = quant_vec_dot_ref(type, n, w_row, xq);
+    free(xq);
+    return r;
+}
+
+static double abs_dot(int type, int64_t n, const void *w_row, const float *x) {
+    float *wd = malloc((size_t)n * sizeof(float));
+    quant_dequantize_row(type, w_row, wd, n);
+    double a = 0;
+    for (int64_t i = 0; i < n; i++) a += fabs((double)wd[i] * x[i]);
+    free(wd);
+    return a;
+}
+
+/* The Q4_0 / Q5_0 / Q8_0 kernels promise the reference's float order with the scale fused:
+ * acc = fma(d_w·d_x, Σ_block q_w·q_x, acc) block by block. This is that, in plain C. */
+static float fused_row_q8blk(int type, int64_t n, const void *w_row, const float *x) {
+    int64_t nb = n / 32;
+    block_q8_0 *xq = malloc(sizeof(block_q8_0) * (size_t)nb);
+    quant_quantize_row_ref(GGML_TYPE_Q8_0, x, xq, n);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int isum = 0;
+        float dw;
+        if (type == GGML_TYPE_Q4_0) {
+            const block_q4_0 *w = (const block_q4_0 *)w_row + b;
+            for (int j = 0; j < 16; j++)
+                isum += ((w->qs[j] & 0x0f) - 8) * xq[b].qs[j] + ((w->qs[j] >> 4) - 8) * xq[b].qs[j + 16];
+            dw = fp16_to_fp32(w->d);
+        } else if (type == GGML_TYPE_Q5_0) {
+            const block_q5_0 *w = (const block_q5_0 *)w_row + b;
+            uint32_t qh;
+            memcpy(&qh, w->qh, 4);
+            for (int j = 0; j < 16; j++)
+                isum += (((w->qs[j] & 0x0f) | (int)(((qh >> j) & 1u) << 4)) - 16) * xq[b].qs[j] +
+                        (((w->qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16) * xq[b].qs[j + 16];
+            dw = fp16_to_fp32(w->d);
+        } else {
+            const block_q8_0 *w = (const block_q8_0 *)w_row + b;
+            for (int j = 0; j < 32; j++) isum += w->qs[j] * xq[b].qs[j];
+            dw = fp16_to_fp32(w->d);
+        }
+        float d = dw * fp16_to_fp32(xq[b].d);
+        acc = fmaf(d, (float)isum, acc);
+    }
+    free(xq);
+    return acc;
+}
+
+/* quant_gemv on GGUF rows, every supported type: each row equals the scalar reference to
+ * rounding order; Q4_0 / Q5_0 / Q8_0 bit for bit equal the fused reference order. Row counts around 16,
+ * lengths with a partial group of blocks, activations with outliers. */
+static void test_gemv_vs_ref(void **state) {
+    (void)state;
+    rng_seed(71);
+    static const int64_t lens[] = {256, 32 * 7, 2048 + 32 * 3, 4864};
+    static const int counts[] = {1, 5, 16, 17, 37};
+    enum { RMAX = 37, NMAX = 4864 };
+    float *x = malloc(NMAX * sizeof(float)), out[RMAX];
+    for (int t = 0; t < N_SUPPORTED; t++) {
+        int type = SUPPORTED[t];
+        const quant_traits *tr = quant_traits_of(type);
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            int64_t n = lens[li];
+            if (n % tr->block_size) continue;
+            size_t rs = quant_row_size(type, n);
+            uint8_t *w = malloc(rs * RMAX);
+            for (int r = 0; r < RMAX; r++) random_bytes_row(type, w + (size_t)r * rs, n);
+            fill_activation(x, n, (int)(li % 3));
+            void *act = aligned_alloc(64, quant_act_row_size(type, n) + 64);
+            assert_true(quant_act_row_size(type, n) % 64 == 0);
+            quant_act_prepare(type, x, n, act);
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+                int nrows = counts[ci];
+                for (int r = 0; r < RMAX; r++) out[r] = -12345.0f;
+                quant_gemv(type, n, nrows, w, rs, act, out);
+                for (int r = 0; r < RMAX; r++) {
+                    const void *wr = w + (size_t)r * rs;
+                    if (r >= nrows) { assert_true(out[r] == -12345.0f); continue; }
+                    float ref = ref_row(type, n, wr, x);
+                    double tol = 1e-5 * abs_dot(type, n, wr, x) + 1e-30;
+                    if (!(fabs((double)out[r] - ref) <= tol))
+                        fail_msg("%s gemv n=%lld nrows=%d row %d: %.9g vs scalar %.9g", tname(type), (long long)n,
+                                 nrows, r, (double)out[r], (double)ref);
+                    if ((type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0) &&
+                        quant_pack_size(type, n, 16) &&
+                        out[r] != fused_row_q8blk(type, n, wr, x))
+                        fail_msg("%s gemv n=%lld row %d: %a is not the fused reference order %a", tname(type),
+                                 (long long)n, r, (double)out[r], (double)fused_row_q8blk(type, n, wr, x));
+                }
+            }
+            free(act);
+            free(w);
+        }
+    }
+    free(x);
+}
+
+/* Packed panels (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K): quant_gemm_packed for 1..11 tokens, whole and
+ * partial panels, a row range starting at a later panel; every value within rounding of the scalar
+ * reference, Q4_0 / Q5_0 / Q8_0 bit-equal to the fused order, and the same bits for 1 token as for a
+ * batch (decode and prefill agree). */
+static void test_gemm_packed(void **state) {
+    (void)state;
+    rng_seed(73);
+    static const int ptypes[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    static const int64_t lens[] = {256, 32 * 9, 1024 + 256, 4864};
+    static const int toks[] = {1, 3, 8, 11};
+    enum { ROWS = 37, TMAX = 11, NMAX = 4864 };
+    float *x = malloc((size_t)NMAX * TMAX * sizeof(float));
+    float *out = malloc(sizeof(float) * ROWS * TMAX), *one = malloc(sizeof(float) * ROWS);
+    for (size_t ti = 0; ti < sizeof(ptypes) / sizeof(ptypes[0]); ti++) {
+        int type = ptypes[ti];
+        const quant_traits *tr = quant_traits_of(type);
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            int64_t n = lens[li];
+            if (n % tr->block_size) continue;
+            size_t ps = quant_pack_size(type, n, ROWS);
+            if (!ps) { print_message("%s: no packed layout in this build\n", tname(type)); continue; }
+            size_t rs = quant_row_size(type, n), as = quant_act_row_size(type, n);
+            uint8_t *w = malloc(rs * ROWS);
+            for (int r = 0; r < ROWS; r++) random_bytes_row(type, w + (size_t)r * rs, n);
+            void *packed = aligned_alloc(64, (ps + 63) & ~(size_t)63);
+            quant_pack(type, n, ROWS, w, rs, packed);
+            uint8_t *act = aligned_alloc(64, as * TMAX);
+            for (int t = 0; t < TMAX; t++) {
+                fill_activation(x + (size_t)t * n, n, t % 3);
+                quant_act_prepare(type, x + (size_t)t * n, n, act + (size_t)t * as);
+            }
+            for (size_t k = 0; k < sizeof(toks) / sizeof(toks[0]); k++) {
+                int T = toks[k];
+                for (int row0 = 0; row0 <= 16; row0 += 16) {
+                    int nrows = ROWS - row0;
+                    quant_gemm_packed(type, n, row0, nrows, packed, act, as, T, out, (size_t)nrows);
+                    for (int t = 0; t < T; t++) {
+                        const float *xt = x + (size_t)t * n;
+                        quant_gemm_packed(type, n, row0, nrows, packed, act + (size_t)t * as, as, 1, one, (size_t)nrows);
+                        for (int r = 0; r < nrows; r++) {
+                            const void *wr = w + (size_t)(row0 + r) * rs;
+                            float v = out[(size_t)t * nrows + r], ref = ref_row(type, n, wr, xt);
+                            double tol = 1e-5 * abs_dot(type, n, wr, xt) + 1e-30;
+                            if (!(fabs((double)v - ref) <= tol))
+                                fail_msg("%s packed n=%lld T=%d row %d tok %d: %.9g vs scalar %.9g", tname(type),
+                                         (long long)n, T, row0 + r, t, (double)v, (double)ref);
+                            if (v != one[r])
+                                fail_msg("%s packed n=%lld row %d tok %d: batch of %d gives %a, one token %a",
+                                         tname(type), (long long)n, row0 + r, t, T, (double)v, (double)one[r]);
+                            if ((type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0) &&
+                                v != fused_row_q8blk(type, n, wr, xt))
+                                fail_msg("%s packed n=%lld row %d: %a is not the fused reference order", tname(type),
+                                         (long long)n, row0 + r, (double)v);
+                        }
+                    }
+                }
+            }
+            free(act);
+            free(packed);
+            free(w);
+        }
+    }
+    free(x);
+    free(out);
+    free(one);
+}
+
+/* quant_gemm for batches of GGUF rows: F32 / F16 (inner-product kernel, tails of rows and
+ * tokens) and a type that falls back to per-token GEMV. */
+static void test_gemm_rows(void **state) {
+    (void)state;
+    rng_seed(79);
+    static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q5_K};
+    static const int64_t lens[] = {256, 64 + 7 * 16, 2048 + 5};
+    enum { ROWS = 11, TMAX = 13, NMAX = 2048 + 5 };
+    float *x = malloc((size_t)NMAX * TMAX * sizeof(float)), *out = malloc(sizeof(float) * ROWS * TMAX);
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        int type = types[ti];
+        const quant_traits *tr = quant_traits_of(type);
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            int64_t n = lens[li];
+            if (n % tr->block_size) continue;
+            size_t rs = quant_row_size(type, n), as = quant_act_row_size(type, n);
+            uint8_t *w = malloc(rs * ROWS);
+            for (int r = 0; r < ROWS; r++) random_bytes_row(type, w + (size_t)r * rs, n);
+            uint8_t *act = aligned_alloc(64, as * TMAX);
+            for (int t = 0; t < TMAX; t++) {
+                fill_activation(x + (size_t)t * n, n, 0);
+                quant_act_prepare(type, x + (size_t)t * n, n, act + (size_t)t * as);
+            }
+            for (int T = 2; T <= TMAX; T += 5) {
+                quant_gemm(type, n, ROWS, w, rs, act, as, T, out, ROWS);
+                for (int t = 0; t < T; t++)
+                    for (int r = 0; r < ROWS; r++) {
+                        const void *wr = w + (size_t)r * rs;
+                        const float *xt = x + (size_t)t * n;
+                        float v = out[t * ROWS + r], ref = ref_row(type, n, wr, xt);
+                        double tol = 1e-5 * abs_dot(type, n, wr, xt) + 1e-30;
+                        if (!(fabs((double)v - ref) <= tol))
+                            fail_msg("%s gemm n=%lld T=%d row %d tok %d: %.9g vs scalar %.9g", tname(type),
+                                     (long long)n, T, r, t, (double)v, (double)ref);
+                    }
+            }
+            free(act);
+            free(w);
+        }
+    }
+    free(x);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp16_known_values),
@@ -1107,6 +1324,9 @@ int main(void) {
         cmocka_unit_test(test_vec_dot_rows),
         cmocka_unit_test(test_vec_dot_extremes),
         cmocka_unit_test(test_q4_0_dot_vs_f32),
+        cmocka_unit_test(test_gemv_vs_ref),
+        cmocka_unit_test(test_gemm_packed),
+        cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_unsupported_types),
         cmocka_unit_test(test_real_gguf_llama),
         cmocka_unit_test(test_real_gguf_qwen2),
