@@ -7,7 +7,6 @@
  * times; the table gives mean ± sd and the median. Model loading is never timed. The decode
  * bandwidth is the bytes of weights a token reads (model_weight_bytes) × tokens per second.
  */
-#include <cblas.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -233,7 +232,6 @@ int bench_main(int argc, char **argv)
             rc = 1;
             break;
         }
-        openblas_set_num_threads(o.th[ti]);
         for (int pass = 0; pass < 2 && !rc; pass++) {
             int cnt = pass == 0 ? o.n_pp : o.n_tg;
             for (int i = 0; i < cnt && !rc; i++) {

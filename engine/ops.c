@@ -110,7 +110,8 @@ typedef struct matmul_job {
     int64_t n_in, n_out;
     size_t w_row_bytes, act_row_bytes;
     uint8_t *act;
-    tpool *pool;
+    const uint8_t *rows;        /* GGUF-layout rows: the mapped tensor or its copy (op_weights_pack) */
+    const void *panels;         /* the tensor packed in panels (op_weights_pack), or NULL */
     long chunk_rows, n_chunks;  /* work sharing: rows per chunk (a multiple of the panel height) */
     atomic_long next;           /* next chunk to take */
 } matmul_job;
@@ -125,21 +126,18 @@ static void matmul_prepare(void *arg, int ith, int nth)
 
 /* The rows are cut into chunks that the threads take in turn from a shared counter, so a
  * thread that the OS preempts (a busy machine) delays the matmul by one chunk, not by half of it.
- * Packed weights (op_weight_pack) run the panel kernels for decode and batches alike; GGUF rows
- * stream through quant_gemv (decode) or quant_gemm (batch). */
+ * Packed weights run the panel kernels for decode and batches alike; GGUF rows stream through
+ * quant_gemv (decode) or quant_gemm (batch). */
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
-    const uint8_t *wbase = j->w->data;
     (void)ith;
     (void)nth;
     for (long c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
         long lo = c * j->chunk_rows, hi = lo + j->chunk_rows < j->n_out ? lo + j->chunk_rows : j->n_out;
-        const uint8_t *w = wbase + (size_t)lo * j->w_row_bytes;
-        int panels = j->w->packed && quant_pack_size(j->w->type, j->n_in, j->n_out);
-        if (j->w->packed && !panels) w = (const uint8_t *)j->w->packed + (size_t)lo * j->w_row_bytes; /* row copy */
-        if (panels)
-            quant_gemm_packed(j->w->type, j->n_in, lo, hi - lo, j->w->packed, j->act, j->act_row_bytes, j->n_tokens,
+        const uint8_t *w = j->rows + (size_t)lo * j->w_row_bytes;
+        if (j->panels)
+            quant_gemm_packed(j->w->type, j->n_in, lo, hi - lo, j->panels, j->act, j->act_row_bytes, j->n_tokens,
                               j->y + lo, (size_t)j->n_out);
         else if (j->n_tokens == 1)
             quant_gemv(j->w->type, j->n_in, hi - lo, w, j->w_row_bytes, j->act, j->y + lo);
@@ -157,8 +155,10 @@ void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, voi
         .w_row_bytes = quant_row_size(w->type, n_in),
         .act_row_bytes = quant_act_row_size(w->type, n_in),
         .act = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63),
-        .pool = pool,
+        .rows = w->data,
     };
+    if (w->packed && quant_pack_size(w->type, n_in, n_out)) j.panels = w->packed;
+    else if (w->packed) j.rows = w->packed; /* a plain copy of the rows */
     /* about 8 chunks per thread, each at least 64 KiB of weights (whole panels for a batch) */
     int nth = tpool_size(pool);
     long rows = (long)((65536 + j.w_row_bytes - 1) / j.w_row_bytes), by_count = (long)(n_out / (8 * nth));
@@ -191,34 +191,96 @@ static int pack_kind(const gguf_tensor *w, size_t *bytes)
     return 2;
 }
 
+/* One piece of the packing work: rows [r0, r1) of tensor t into the arena at dst. */
+typedef struct pack_item {
+    gguf_tensor *t;
+    int kind;
+    int64_t r0, r1;
+    uint8_t *dst;
+} pack_item;
+
+typedef struct pack_job {
+    pack_item *items;
+    long n_items;
+    atomic_long next;
+    long page;
+} pack_job;
+
+/* Release the whole pages of [p, p + n) from the process (the page cache keeps the file). */
+static void drop_pages(const void *p, size_t n, long page)
+{
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+static void pack_worker(void *arg, int ith, int nth)
+{
+    pack_job *j = arg;
+    (void)ith;
+    (void)nth;
+    for (long i; (i = atomic_fetch_add(&j->next, 1)) < j->n_items;) {
+        const pack_item *it = &j->items[i];
+        const gguf_tensor *w = it->t;
+        size_t rs = quant_row_size(w->type, w->ne[0]);
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)it->r0 * rs;
+        if (it->kind == 1) quant_pack(w->type, w->ne[0], it->r1 - it->r0, src, rs, it->dst);
+        else memcpy(it->dst, src, (size_t)(it->r1 - it->r0) * rs);
+        /* the rows are not read from the mapping again (a tensor also read by rows, like tied
+         * token embeddings, faults back just the rows op_get_row reads) */
+        drop_pages(src, (size_t)(it->r1 - it->r0) * rs, j->page);
+    }
+}
+
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err)
 {
     *arena = NULL;
     size_t total = 0, bytes;
+    long n_items = 0;
+    const size_t piece = (size_t)1 << 20; /* about 1 MiB of source rows per work item */
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (&f->tensors[i] != skip && pack_kind(&f->tensors[i], &bytes)) total += (bytes + 63) & ~(size_t)63;
+        if (&f->tensors[i] != skip && pack_kind(&f->tensors[i], &bytes)) {
+            total += (bytes + 63) & ~(size_t)63;
+            n_items += (long)(f->tensors[i].nbytes / piece) + 1;
+        }
     if (!total) return KV_OK;
     size_t huge = (size_t)2 << 20, alloc = (total + huge - 1) & ~(huge - 1);
     uint8_t *p = aligned_alloc(huge, alloc);
-    if (!p) return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory for %zu MiB of repacked weights", f->path,
-                                total >> 20);
+    pack_item *items = malloc(sizeof *items * (size_t)n_items);
+    if (!p || !items) {
+        free(p);
+        free(items);
+        return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory for %zu MiB of repacked weights", f->path,
+                            total >> 20);
+    }
     madvise(p, alloc, MADV_HUGEPAGE);
-    long pg = sysconf(_SC_PAGESIZE);
+    /* cut every tensor into pieces of whole panels (packed) or rows (copied) */
     size_t off = 0;
+    long k = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *w = &f->tensors[i];
         int kind = w != skip ? pack_kind(w, &bytes) : 0;
         if (!kind) continue;
-        if (kind == 1) quant_pack(w->type, w->ne[0], w->ne[1], w->data, quant_row_size(w->type, w->ne[0]), p + off);
-        else memcpy(p + off, w->data, bytes);
+        int64_t rows = w->ne[1], unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
+        size_t rs = quant_row_size(w->type, w->ne[0]);
+        size_t unit_bytes = kind == 1 ? quant_pack_size(w->type, w->ne[0], QUANT_PANEL_ROWS) : rs;
+        int64_t step = (int64_t)(piece / (rs * (size_t)unit)) * unit;
+        if (step < unit) step = unit;
+        for (int64_t r0 = 0; r0 < rows && k < n_items; r0 += step) {
+            int64_t r1 = r0 + step < rows ? r0 + step : rows;
+            items[k++] = (pack_item){w, kind, r0, r1, p + off + (size_t)(r0 / unit) * unit_bytes};
+        }
         w->packed = p + off;
         off += (bytes + 63) & ~(size_t)63;
-        /* give the mmap'd rows' pages back (the page cache keeps the file): a tensor also read
-         * by rows (tied token embeddings) faults back only the rows it reads */
-        uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-        uintptr_t b = ((uintptr_t)w->data + w->nbytes) & ~((uintptr_t)pg - 1);
-        if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
     }
+    /* a pool of all CPUs for the load (zeroing the new pages and reading the file are the cost) */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    tpool *pool = tpool_create(ncpu > 1 ? (int)ncpu : 1);
+    pack_job job = {.items = items, .n_items = k, .page = sysconf(_SC_PAGESIZE)};
+    atomic_init(&job.next, 0);
+    tpool_run(pool, pack_worker, &job);
+    tpool_free(pool);
+    free(items);
     *arena = p;
     return KV_OK;
 }
@@ -312,11 +374,12 @@ typedef struct attn_job {
 static void attn_tile(const attn_job *j, int g, int t0, int t1, float *S, int ldS, float *KT)
 {
     const int hd = j->hd, G = j->n_head / j->n_head_kv, E = j->n_head * hd, EKV = j->n_head_kv * hd;
-    const int nrows = (t1 - t0) * G, n_kv = j->pos0 + t1;
+    const int nrows = (t1 - t0) * G;
 #define QROW(i) (j->q + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
 #define OROW(i) (j->out + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
 #define LEN(i) (j->pos0 + t0 + (i) / G + 1)
 #if defined(OPS_AVX512)
+    const int n_kv = j->pos0 + t1;
     /* S = scale · Q Kᵀ, 16 positions at a time: the K rows are transposed so each dimension of
      * the 16 positions is one vector, and every query row takes hd multiply-adds with a broadcast
      * q[d]. Products and sums are rounded separately and summed in the scalar loop's order

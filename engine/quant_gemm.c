@@ -14,21 +14,22 @@
  *   Q6_K      256: x in order, d_x, Σq per 16 (and −32·Σq per 16)              VNNI / maddubs
  *   others    the vec_dot_type row of quant_quantize_row                        quant_vec_dot
  *
- * Weights. Q4_0 / Q8_0 / Q4_K / Q6_K matrices are packed once at model load (quant_pack, called
- * by op_weights_pack) into 16-row panels where one 64-byte vector holds 4 elements of 16 rows
- * (layouts below): decode and prefill then run the same panel kernel — a vector load (and a
+ * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K matrices are packed once at model load (quant_pack,
+ * called by op_weights_pack) into 16-row panels where one 64-byte vector holds 4 elements of 16
+ * rows (layouts below): decode and prefill then run the same panel kernel — a vector load (and a
  * nibble unpack) feeds vpdpbusd with a broadcast activation dword, each 32-bit lane sums one
- * row exactly — with 1 token (decode: one sequential stream through memory) or up to 8 tokens
- * at a time (prefill: the panel slice stays in L1 while the tokens pass). F32 / F16 rows are
- * used as they are: GEMV streams one row at a time, GEMM is an inner-product kernel over tiles
- * of 4 rows × 6 tokens (no packing). Unpacked Q4_0 / Q8_0 / K-quant rows (quant_gemv on GGUF
- * rows) have GEMV kernels too, and every other type goes through quant_vec_dot_rows.
+ * row exactly — with 1 token (decode: one sequential stream through memory, prefetched ahead)
+ * or up to 8 tokens at a time (prefill: the panel slice stays in L1 while the tokens pass).
+ * quant_gemv on GGUF rows of these types packs 16 rows into a scratch panel and runs the same
+ * kernel. F32 / F16 rows are used as they are: GEMV streams one row at a time, GEMM is an
+ * inner-product kernel over tiles of 4 rows × 6 tokens (no packing). Every other type goes
+ * through quant_vec_dot_rows.
  *
- * Arithmetic. Integer parts are exact. For Q4_0 / Q8_0 the per-row float order is that of the
- * scalar reference with the block scale fused, acc = fma(d_w·d_x, Σ_block, acc) block after
- * block, in every kernel — packed or not, 1 token or 8, any number of threads — because the
- * next layer re-quantizes the output and a different rounding there shows up in the logits
- * (the golden tests against llama.cpp see it).
+ * Arithmetic. Integer parts are exact. For Q4_0 / Q5_0 / Q8_0 the per-row float order is that of
+ * the scalar reference with the block scale fused, acc = fma(d_w·d_x, Σ_block, acc) block after
+ * block, in every kernel — 1 token or 8, any number of threads — because the next layer
+ * re-quantizes the output and a different rounding there shows up in the logits (the golden
+ * tests against llama.cpp see it). K-quants sum a super-block exactly in integers first.
  *
  * The kernels need AVX-512 (F, BW, VL, VNNI, VBMI) and F16C/FMA at build time (-march=native on
  * this project's machines); without them quant_pack_size is 0, every type uses the vec_dot_type
@@ -860,13 +861,13 @@ void quant_act_prepare(int wtype, const float *x, int64_t n, void *act)
 
 void quant_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t stride, const void *act, float *out)
 {
-    const uint8_t *wb = w;
     int kind = act_kind(wtype);
     if (kind == ACT_STD) {
         quant_vec_dot_rows(wtype, n, nrows, w, stride, act, out);
         return;
     }
 #if defined(QG_AVX512)
+    const uint8_t *wb = w;
     const quant_traits *qt = quant_traits_of(wtype);
     if (!qt || n < 0 || n % qt->block_size) {
         for (int64_t r = 0; r < nrows; r++) out[r] = NAN;

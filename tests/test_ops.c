@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "app/tools.h"
+#include "engine/model.h"
 #include "engine/ops.h"
 #include "engine/quant.h"
 
@@ -151,10 +154,59 @@ static void test_matmul_threads(void **state) {
     free(scratch); free(x); free(y); free(y1); free(yt); free(packed); free(wf); free(data);
 }
 
+/* kvchat gen-model: a tiny model of each type is written, loads (weights packed for the kernels),
+ * has the type mix asked for, and runs a prefill and decode steps to finite logits. */
+static void test_gen_model(void **state) {
+    (void)state;
+    static const char *types[] = {"f16", "q8_0", "q4_0", "q4_k_m"};
+    static const int main_type[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+    char path[256];
+    snprintf(path, sizeof path, "%s/kvchat-test-gen-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        kv_error err = {0};
+        assert_int_equal(gen_model_write(path, "tiny", types[i], 0, 7, &err), KV_OK);
+        model *m = NULL;
+        if (model_load(path, &m, &err)) fail_msg("%s: %s", types[i], err.msg);
+        assert_int_equal(m->weight_type, main_type[i]);
+        assert_int_equal(m->hp.n_layer, 2);
+        assert_int_equal(m->hp.n_vocab, 1024);
+        if (i == 3) { /* llama-quantize's Q4_K_M: Q6_K output, attn_v / ffn_down where use_more_bits
+                       * (of 2 layers: the last) */
+            assert_int_equal(m->output->type, GGML_TYPE_Q6_K);
+            assert_int_equal(m->layers[0].wv->type, GGML_TYPE_Q4_K);
+            assert_int_equal(m->layers[1].wv->type, GGML_TYPE_Q6_K);
+            assert_int_equal(m->layers[1].w_down->type, GGML_TYPE_Q6_K);
+            assert_int_equal(m->layers[1].wq->type, GGML_TYPE_Q4_K);
+        }
+        kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, 64, GGML_TYPE_F16, &err);
+        forward_ctx *fc = forward_ctx_create(m, 16, 64, &err);
+        tpool *pool = tpool_create(2);
+        float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+        int32_t toks[12];
+        for (int t = 0; t < 12; t++) toks[t] = 3 + 37 * t;
+        assert_int_equal(model_forward(m, fc, kv, pool, toks, 12, logits, 0, &err), KV_OK);
+        for (int s = 0; s < 4; s++) {
+            for (int v = 0; v < m->hp.n_vocab; v++)
+                if (!isfinite(logits[v])) fail_msg("%s: logit %d is %g", types[i], v, (double)logits[v]);
+            assert_int_equal(model_forward(m, fc, kv, pool, &toks[s], 1, logits, 0, &err), KV_OK);
+        }
+        free(logits);
+        tpool_free(pool);
+        forward_ctx_free(fc);
+        kv_cache_free(kv);
+        model_free(m);
+    }
+    remove(path);
+    kv_error err = {0};
+    assert_int_not_equal(gen_model_write(path, "no-such-shape", "q4_0", 0, 1, &err), KV_OK);
+    assert_non_null(strstr(err.msg, "no-such-shape"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_matmul_threads),
+        cmocka_unit_test(test_gen_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
