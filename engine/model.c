@@ -269,7 +269,6 @@ struct forward_ctx {
     float *k, *v;   /* [n_batch][n_embd_kv] */
     float *att;     /* [n_batch][n_embd] attention output */
     float *hb, *hb2;/* [n_batch][n_ff] */
-    float *scores;  /* [n_head][n_ctx] */
     float *rope_cs; /* [n_batch][n_rot] */
     float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv] when the cache is not F32 */
     void *act;      /* activation conversion scratch */
@@ -303,7 +302,6 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
         !(fc->k = malloc(sizeof(float) * B * hp->n_embd_kv)) || !(fc->v = malloc(sizeof(float) * B * hp->n_embd_kv)) ||
         !(fc->att = malloc(sizeof(float) * B * hp->n_embd)) || !(fc->hb = malloc(sizeof(float) * B * hp->n_ff)) ||
         !(fc->hb2 = malloc(sizeof(float) * B * hp->n_ff)) ||
-        !(fc->scores = malloc(sizeof(float) * (size_t)hp->n_head * n_ctx)) ||
         !(fc->rope_cs = malloc(sizeof(float) * B * hp->n_rot)) ||
         !(fc->k_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) ||
         !(fc->v_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) || !(fc->act = malloc(act ? act : 1)))
@@ -319,7 +317,7 @@ void forward_ctx_free(forward_ctx *fc)
 {
     if (!fc) return;
     free(fc->x); free(fc->xb); free(fc->xb2); free(fc->q); free(fc->k); free(fc->v); free(fc->att);
-    free(fc->hb); free(fc->hb2); free(fc->scores); free(fc->rope_cs); free(fc->k_tmp); free(fc->v_tmp);
+    free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->k_tmp); free(fc->v_tmp);
     free(fc->act);
     free(fc);
 }

@@ -297,6 +297,8 @@ void op_weights_free(gguf_file *f, void *arena)
 #define OPS_AVX512 1
 #include <immintrin.h>
 
+#include "simd_util.h"
+
 /* exp of 8 doubles: n = round(x·log2 e), r = x − n·ln2 (|r| <= 0.35), Taylor to r^12
  * (relative error < 1e-14), scaled by 2^n. */
 static inline __m512d exp8d(__m512d x)
@@ -332,33 +334,6 @@ static inline __mmask16 mask16(int n)
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
-/* 16×16 f32 transpose in registers. */
-static inline void transpose16x16(__m512 v[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        v[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        v[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-        v[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-        v[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
-    }
-}
 #endif
 
 typedef struct attn_job {
@@ -395,7 +370,7 @@ static void attn_tile(const attn_job *j, int g, int t0, int t1, float *S, int ld
             for (int r = 0; r < 16; r++)
                 v[r] = r < np ? _mm512_maskz_loadu_ps(m, j->K + (size_t)(p0 + r) * EKV + g * hd + 16 * c)
                               : _mm512_setzero_ps();
-            transpose16x16(v);
+            simd_transpose16x16(v);
             int nd = hd - 16 * c < 16 ? hd - 16 * c : 16;
             for (int d = 0; d < nd; d++) _mm512_store_ps(KT + (size_t)(16 * c + d) * 16, v[d]);
         }

@@ -45,6 +45,8 @@
     defined(__AVX512VBMI__) && defined(__F16C__) && defined(__FMA__)
 #define QG_AVX512 1
 #include <immintrin.h>
+
+#include "engine/simd_util.h"
 #endif
 
 /* Activation layouts (see the table above). */
@@ -181,33 +183,6 @@ static void prep_f16r(const float *x, int64_t n, uint16_t *out)
 
 
 
-/* 16×16 f32 transpose: rows in[0..15] (16 floats each) → out[k] = element k of every row. */
-static inline void transpose16(__m512 v[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        v[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        v[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-        v[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-        v[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
-    }
-}
 
 /* F16 · fp16 activation, R rows (products and sums in f32, as GGML's F16·F16 dot); tails masked. */
 static void gemv_f16(int64_t n, int R, const uint8_t *w, size_t stride, const uint16_t *x, float *out)
@@ -317,7 +292,7 @@ static size_t panel_bytes(int wtype, int64_t n)
 
 static inline __attribute__((always_inline)) void transpose16i(__m512i v[16])
 {
-    transpose16((__m512 *)v);
+    simd_transpose16x16((__m512 *)v);
 }
 
 /* Unsigned quants of 64 consecutive elements (from e0) of each of 16 rows (rows >= nrows are
