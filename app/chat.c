@@ -24,16 +24,23 @@
 #include "engine/worker.h"
 #include "chatstore.h"
 #include "prompt.h"
+#include "ui/text.h"
 #include "ui/theme.h"
 #include "ui/ui.h"
 
-/* A message of the conversation, as the model sees it (raw bytes) and as the pane shows it. */
+/* A message of the conversation, as the model sees it (raw bytes) and as the pane shows it: a
+ * node of the conversation's tree. Messages that follow the same message are branches of each
+ * other (an edited message, a regenerated reply); the screen shows one path from the first
+ * message to a leaf. */
 typedef struct turn {
     int role; /* UI_ROLE_USER or UI_ROLE_ASSISTANT */
     char *text;
     size_t len, cap;
-    ui_msg *view;
-    int64_t id; /* its message in the store (0: not saved) */
+    ui_msg *view;  /* its view while on the shown path, else NULL */
+    int64_t id;    /* its message in the store (0: not saved) */
+    long parent;   /* index in chat.tree of the message it follows; -1: a first message */
+    int finish;    /* a finished reply's enum store_finish (its note when shown again); 0 */
+    int unreadable;/* a stored row that could not be read */
 } turn;
 
 enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
@@ -47,8 +54,11 @@ typedef struct chat {
     int max_tokens;      /* < 0: unlimited */
     int tmpl;            /* CHAT_TMPL_NONE: completion mode */
     char *system;        /* system prompt, NULL for none */
-    turn *turns;
-    size_t n_turns, cap_turns;
+    turn *tree;          /* every message of the conversation, parents before children */
+    size_t n_tree, cap_tree;
+    long *path;          /* the shown branch: tree indices from the first message on */
+    size_t n_turns, cap_path;
+    size_t editing;      /* > 0: the input holds an edit of path[editing - 1] (/edit, Up) */
     int busy, req;
     int synced;          /* the worker's conversation tokens match the turns: append to them */
     size_t reply;        /* index of the turn receiving the reply */
@@ -64,7 +74,8 @@ typedef struct chat {
     int n_stops;
 } chat;
 
-static const char *const commands[] = {"/help", "/set", "/show", "/clear", "/regen", "/undo", "/theme", "/sessions", "/quit", NULL};
+static const char *const commands[] = {"/help", "/set",  "/show",     "/clear", "/regen", "/undo", "/edit",
+                                        "/branch", "/theme", "/sessions", "/quit", NULL};
 static const char *const set_names[] = {"temp",   "top_k",       "top_p",         "min_p",           "repeat_penalty",
                                         "seed",   "max_tokens",  "system",        "repeat_last_n",   "presence_penalty",
                                         "frequency_penalty", "stop", NULL};
@@ -83,6 +94,7 @@ static const char help_text[] =
     "Left, Right\t(sliders) change the selected slider\n"
     "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
     "Up, Down\t(sliders) select; (chat) scroll; (input) history\n"
+    "Up (empty input)\tedit your last message (Esc cancels); Ctrl-P: history\n"
     "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
     "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
     "Ctrl-R\tsearch the message history\n"
@@ -105,8 +117,16 @@ static const char help_text[] =
     "/show cache\tthe KV prefix store: size, hit rate\n"
     "/sessions\tsaved conversations (also F3)\n"
     "/clear\tnew conversation (empties the KV cache)\n"
-    "/regen\tregenerate the last reply\n"
-    "/undo\tdrop the last exchange\n"
+    "/regen\ta new reply to your last message (the old one\n"
+    "\t  stays as a branch)\n"
+    "/undo\tdrop the last exchange (kept as a branch)\n"
+    "/edit [TEXT]\tedit your last message; the answer goes on a new\n"
+    "\t  branch, the original stays (Up on an empty input)\n"
+    "/branch\tan alternative reply, keeping this one\n"
+    "/branch N\tshow branch N of the last branch point (next,\n"
+    "\t  prev); the label says \"branch 2/3\"\n"
+    "/branch M:N\tbranch N of message M\n"
+    "/branch list\tthe branch points of the shown conversation\n"
     "/theme NAME\tswitch theme; /theme alone lists them\n"
     "/quit\tquit (also /exit)\n"
     "//text\tsend a message that starts with '/'\n"
@@ -177,34 +197,80 @@ static int text_append(char **buf, size_t *len, size_t *cap, const char *s, size
     return 0;
 }
 
-static turn *turn_add(chat *c, int role, const char *text, size_t len)
+/* The i-th message of the shown path (valid until the tree grows). */
+static turn *T(const chat *c, size_t i) { return &c->tree[c->path[i]]; }
+
+/* A new message in the tree after parent (-1: a first message); returns its index or -1. */
+static long tree_add(chat *c, long parent, int role, const char *text, size_t len)
 {
-    if (c->n_turns == c->cap_turns) {
-        size_t nc = c->cap_turns ? c->cap_turns * 2 : 16;
-        turn *nt = realloc(c->turns, nc * sizeof *nt);
-        if (!nt) return NULL;
-        c->turns = nt;
-        c->cap_turns = nc;
+    if (c->n_tree == c->cap_tree) {
+        size_t nc = c->cap_tree ? c->cap_tree * 2 : 16;
+        turn *nt = realloc(c->tree, nc * sizeof *nt);
+        if (!nt) return -1;
+        c->tree = nt;
+        c->cap_tree = nc;
     }
-    turn *t = &c->turns[c->n_turns];
+    turn *t = &c->tree[c->n_tree];
     memset(t, 0, sizeof *t);
     t->role = role;
-    if (text_append(&t->text, &t->len, &t->cap, text, len)) return NULL;
-    c->n_turns++;
-    return t;
+    t->parent = parent;
+    if (text_append(&t->text, &t->len, &t->cap, text, len)) return -1;
+    return (long)c->n_tree++;
 }
 
+static int path_push(chat *c, long node)
+{
+    if (c->n_turns == c->cap_path) {
+        size_t nc = c->cap_path ? c->cap_path * 2 : 16;
+        long *np = realloc(c->path, nc * sizeof *np);
+        if (!np) return -1;
+        c->path = np;
+        c->cap_path = nc;
+    }
+    c->path[c->n_turns++] = node;
+    return 0;
+}
+
+/* Append a message to the shown path (after its last message). NULL when out of memory. */
+static turn *turn_add(chat *c, int role, const char *text, size_t len)
+{
+    long parent = c->n_turns ? c->path[c->n_turns - 1] : -1;
+    long k = tree_add(c, parent, role, text, len);
+    if (k < 0) return NULL;
+    if (path_push(c, k)) {
+        free(c->tree[k].text);
+        c->n_tree--;
+        return NULL;
+    }
+    return &c->tree[k];
+}
+
+/* Take the last message off the shown path; it stays in the tree as a branch. */
 static void turn_drop_last(chat *c)
 {
     if (!c->n_turns) return;
-    turn *t = &c->turns[--c->n_turns];
+    turn *t = T(c, --c->n_turns);
     if (t->view) ui_msg_remove(c->u, t->view);
-    free(t->text);
+    t->view = NULL;
 }
 
+/* Take the last message off the path and out of the tree when nothing else refers to it (an
+ * empty reply that failed); otherwise as turn_drop_last. */
+static void turn_discard_last(chat *c)
+{
+    if (!c->n_turns) return;
+    long k = c->path[c->n_turns - 1];
+    turn_drop_last(c);
+    if ((size_t)k == c->n_tree - 1 && !c->tree[k].id) free(c->tree[--c->n_tree].text);
+}
+
+/* Forget the whole conversation (a new one, or another one opened). */
 static void turns_clear(chat *c)
 {
     while (c->n_turns) turn_drop_last(c);
+    for (size_t i = 0; i < c->n_tree; i++) free(c->tree[i].text);
+    c->n_tree = 0;
+    c->editing = 0;
 }
 
 /* ---- prompt building ----------------------------------------------------------------------------- */
@@ -217,13 +283,13 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
         c->pb.len = 0;
         c->pb.n_seg = 0;
         if (!with_user || !c->n_turns) return 0;
-        const turn *u = &c->turns[c->n_turns - 1];
+        const turn *u = T(c, c->n_turns - 1);
         const char *prev = "";
         size_t prev_len = 0;
         for (size_t i = c->n_turns - 1; i-- > 0;) /* the text the new one follows */
-            if (c->turns[i].len) {
-                prev = c->turns[i].text;
-                prev_len = c->turns[i].len;
+            if (T(c, i)->len) {
+                prev = T(c, i)->text;
+                prev_len = T(c, i)->len;
                 break;
             }
         if (prompt_build_append(prev, prev_len, u->text, u->len, &c->pb)) {
@@ -241,7 +307,7 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     size_t k = 0;
     if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
     for (size_t i = 0; i < c->n_turns; i++)
-        msgs[k++] = (prompt_msg){c->turns[i].role == UI_ROLE_USER ? "user" : "assistant", c->turns[i].text, c->turns[i].len};
+        msgs[k++] = (prompt_msg){T(c, i)->role == UI_ROLE_USER ? "user" : "assistant", T(c, i)->text, T(c, i)->len};
     int rc = prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
     free(msgs);
     return rc;
@@ -256,6 +322,8 @@ static void set_busy(chat *c, int busy, int req)
     ui_set_busy(c->u, busy);
 }
 
+static void refresh_labels(chat *c);
+
 /* Generate a reply to the conversation: into a new assistant turn, or (continue_last) onto
  * the last assistant turn. */
 static void start_reply(chat *c, int continue_last)
@@ -269,8 +337,8 @@ static void start_reply(chat *c, int continue_last)
         return;
     }
     turn *t;
-    if (continue_last && c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_ASSISTANT) {
-        t = &c->turns[c->n_turns - 1];
+    if (continue_last && c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) {
+        t = T(c, c->n_turns - 1);
         ui_msg_set_note(c->u, t->view, NULL, 0);
         ui_msg_set_state(c->u, t->view, t->len ? UI_MSG_STREAMING : UI_MSG_WAITING);
     } else {
@@ -281,10 +349,11 @@ static void start_reply(chat *c, int continue_last)
         }
         t->view = ui_msg_add(c->u, UI_ROLE_ASSISTANT, c->model_label, "", 0);
         ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
+        refresh_labels(c);
     }
-    c->reply = (size_t)(t - c->turns);
-    c->reply_user = !continue_last && c->reply > 0 && c->turns[c->reply - 1].role == UI_ROLE_USER
-                        ? c->turns[c->reply - 1].id : 0;
+    c->reply = c->n_turns - 1; /* the reply is always the path's last message */
+    c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
+                        ? T(c, c->reply - 1)->id : 0;
     worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
                          .append = append};
     kv_error ke = {0};
@@ -319,7 +388,7 @@ static void show_store_notes(chat *c)
 static int64_t parent_of(const chat *c, size_t i)
 {
     while (i-- > 0)
-        if (c->turns[i].id) return c->turns[i].id;
+        if (T(c, i)->id) return T(c, i)->id;
     return 0;
 }
 
@@ -337,7 +406,7 @@ static void save_user(chat *c, turn *t)
 static void save_reply(chat *c, size_t i, const worker_event *ev)
 {
     if (!c->cs || i >= c->n_turns) return;
-    turn *t = &c->turns[i];
+    turn *t = T(c, i);
     int64_t parent = parent_of(c, i);
     char why[700];
     if (chatstore_reply(c->cs, parent, t->id, c->reply_user, t->text, t->len, ev->finish, &ev->stats.gen, &c->sp,
@@ -370,11 +439,12 @@ static void on_done(chat *c, const worker_event *ev)
     c->last_seed = ev->seed;
     c->have_seed = 1;
     c->synced = 1;
-    turn *t = &c->turns[c->reply];
+    turn *t = T(c, c->reply);
     ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
+    t->finish = ev->status != KV_OK ? STORE_FINISH_ERROR : chatstore_finish_of(ev->finish);
     if (ev->status != KV_OK) {
         if (t->len) save_reply(c, c->reply, ev); /* the partial text, marked as an error */
-        if (t->len == 0 && c->reply == c->n_turns - 1) turn_drop_last(c);
+        if (t->len == 0 && c->reply == c->n_turns - 1) turn_discard_last(c);
         else ui_msg_set_note(c->u, t->view, "[error]", 1);
         if (ev->status == KV_ERR_CONTEXT)
             ui_notice(c->u, UI_ROLE_ERROR, "%s — /undo drops the last exchange, /clear starts over", ev->err.msg);
@@ -398,7 +468,7 @@ static void drain_events(chat *c)
         switch (ev.kind) {
         case WORKER_EV_TEXT:
             if (c->req == REQ_REPLY && c->reply < c->n_turns) {
-                turn *t = &c->turns[c->reply];
+                turn *t = T(c, c->reply);
                 text_append(&t->text, &t->len, &t->cap, ev.text, ev.len);
                 if (t->view) {
                     ui_msg_append(c->u, t->view, ev.text, ev.len);
@@ -414,6 +484,241 @@ static void drain_events(chat *c)
         default: break;
         }
     }
+}
+
+/* ---- branches ------------------------------------------------------------------------------------ */
+
+static const char *finish_note(int finish);
+static int need_idle(chat *c, const char *cmd);
+
+/* The label above message t: who wrote it, and "branch k/n" when it has siblings. */
+static void label_of(const chat *c, const turn *t, size_t k, size_t n, char *buf, size_t cap)
+{
+    const char *who = t->role == UI_ROLE_USER ? "you" : c->model_label;
+    if (n > 1) snprintf(buf, cap, "%s · branch %zu/%zu", who, k, n);
+    else snprintf(buf, cap, "%s", who);
+}
+
+/* For every tree node: its 1-based rank among its siblings (rank[i]) and their count
+ * (count[slot], slot = parent, or n_tree for first messages). One pass; NULL when out of memory. */
+static size_t *sibling_ranks(const chat *c, size_t **count)
+{
+    size_t *rank = malloc((c->n_tree ? c->n_tree : 1) * sizeof *rank);
+    *count = calloc(c->n_tree + 1, sizeof **count);
+    if (!rank || !*count) {
+        free(rank);
+        free(*count);
+        *count = NULL;
+        return NULL;
+    }
+    for (size_t i = 0; i < c->n_tree; i++) {
+        size_t slot = c->tree[i].parent < 0 ? c->n_tree : (size_t)c->tree[i].parent;
+        rank[i] = ++(*count)[slot];
+    }
+    return rank;
+}
+
+static size_t slot_of(const chat *c, long k) { return c->tree[k].parent < 0 ? c->n_tree : (size_t)c->tree[k].parent; }
+
+/* Put "branch k/n" on the shown messages that have siblings. */
+static void refresh_labels(chat *c)
+{
+    size_t *count, *rank = sibling_ranks(c, &count);
+    if (!rank) return;
+    for (size_t i = 0; i < c->n_turns; i++) {
+        turn *t = T(c, i);
+        if (!t->view) continue;
+        char label[160];
+        label_of(c, t, rank[c->path[i]], count[slot_of(c, c->path[i])], label, sizeof label);
+        ui_msg_set_label(c->u, t->view, label);
+    }
+    free(rank);
+    free(count);
+}
+
+/* Show the path's messages from position from on (their views are added at the end). */
+static void show_from(chat *c, size_t from)
+{
+    for (size_t i = from; i < c->n_turns; i++) {
+        turn *t = T(c, i);
+        t->view = ui_msg_add(c->u, t->role, t->role == UI_ROLE_USER ? "you" : c->model_label, t->text, t->len);
+        if (t->unreadable) ui_msg_set_note(c->u, t->view, "[unreadable]", 1);
+        else if (t->role == UI_ROLE_ASSISTANT && finish_note(t->finish))
+            ui_msg_set_note(c->u, t->view, finish_note(t->finish), t->finish == STORE_FINISH_ERROR);
+    }
+    refresh_labels(c);
+}
+
+/* Show node target in place of path position p, followed by its most recent continuation
+ * (the newest reply at every step), and make that the conversation's head. */
+static void switch_branch(chat *c, size_t p, long target)
+{
+    long *latest = malloc((c->n_tree ? c->n_tree : 1) * sizeof *latest);
+    if (!latest) {
+        ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < c->n_tree; i++) latest[i] = -1;
+    for (size_t i = 0; i < c->n_tree; i++)
+        if (c->tree[i].parent >= 0) latest[c->tree[i].parent] = (long)i;
+    while (c->n_turns > p) turn_drop_last(c);
+    for (long k = target; k >= 0; k = latest[k])
+        if (path_push(c, k)) break;
+    free(latest);
+    /* the pane shows the conversation in order again (notices go) */
+    for (size_t i = 0; i < c->n_turns; i++) T(c, i)->view = NULL;
+    ui_pane_clear(c->u);
+    if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
+    show_from(c, 0);
+    c->synced = 0; /* the next prompt is rendered again: the engine keeps the common prefix */
+    c->editing = 0;
+    save_head(c);
+}
+
+/* /branch: list the branch points, switch to branch N / next / prev of the last one, or (no
+ * argument) start an alternative reply to the last message and keep both. */
+static void cmd_branch(chat *c, const char *args)
+{
+    if (!need_idle(c, "/branch")) return;
+    if (!*args) {
+        if (!c->n_turns) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/branch: the conversation is empty — send a message first");
+            return;
+        }
+        if (T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c); /* stays as branch 1 */
+        c->synced = 0;
+        save_head(c);
+        start_reply(c, 0);
+        return;
+    }
+    size_t *count, *rank = sibling_ranks(c, &count);
+    if (!rank) {
+        ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
+        return;
+    }
+    if (!strcmp(args, "list")) {
+        char buf[2400];
+        size_t o = 0;
+        int any = 0;
+        for (size_t i = 0; i < c->n_turns && o < sizeof buf - 200; i++) {
+            size_t n = count[slot_of(c, c->path[i])];
+            if (n < 2) continue;
+            const turn *t = T(c, i);
+            char snip[200];
+            size_t cut = t->len < 40 ? t->len : 40;
+            while (cut > 0 && cut < t->len && ((unsigned char)t->text[cut] & 0xC0) == 0x80) cut--; /* whole chars */
+            size_t sl = ui_sanitize(t->text, cut, snip, sizeof snip - 1);
+            snip[sl] = 0;
+            for (char *q = snip; *q; q++)
+                if (*q == '\n') *q = ' ';
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "%smessage %zu (%s): branch %zu of %zu — \"%s%s\"",
+                                  any ? "\n" : "", i + 1, t->role == UI_ROLE_USER ? "you" : "reply",
+                                  rank[c->path[i]], n, snip, cut < t->len ? "…" : "");
+            any = 1;
+        }
+        if (any)
+            ui_notice(c->u, UI_ROLE_NOTICE, "%s\n/branch N shows branch N of the last one (or next, prev); "
+                                            "/branch MESSAGE:N of another", buf);
+        else
+            ui_notice(c->u, UI_ROLE_NOTICE, "no branches yet: /branch (or /regen) adds an alternative reply, /edit "
+                                            "(or Up on an empty input) an alternative message");
+        free(rank);
+        free(count);
+        return;
+    }
+    /* MESSAGE:N picks the branch point by its position on the path; N alone the last one */
+    long p = -1;
+    const char *colon = strchr(args, ':');
+    if (colon) {
+        char *end;
+        errno = 0;
+        long m = strtol(args, &end, 10);
+        if (errno || end != colon || m < 1 || (size_t)m > c->n_turns || count[slot_of(c, c->path[m - 1])] < 2) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/branch %s: message %.*s of the shown conversation has no branches "
+                                           "(/branch list shows which do)", args, (int)(colon - args), args);
+            free(rank);
+            free(count);
+            return;
+        }
+        p = m - 1;
+        args = colon + 1;
+    }
+    for (size_t i = c->n_turns; i-- > 0 && p < 0;)
+        if (count[slot_of(c, c->path[i])] > 1) p = (long)i;
+    if (p < 0) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/branch %s: this conversation has no branches (/branch list)", args);
+        free(rank);
+        free(count);
+        return;
+    }
+    long cur = c->path[p];
+    size_t n = count[slot_of(c, cur)], k = rank[cur], want = 0;
+    free(rank);
+    free(count);
+    if (!strcmp(args, "next")) want = k % n + 1;
+    else if (!strcmp(args, "prev")) want = (k + n - 2) % n + 1;
+    else {
+        char *end;
+        errno = 0;
+        long v = strtol(args, &end, 10);
+        if (errno || *end || v < 1 || (size_t)v > n) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/branch: '%s' is not one of the %zu branches of message %ld (1-%zu, next, "
+                                           "prev; list)", args, n, p + 1, n);
+            return;
+        }
+        want = (size_t)v;
+    }
+    if (want == k) {
+        ui_flash(c->u, "already showing branch %zu/%zu", k, n);
+        return;
+    }
+    long target = -1;
+    size_t seen = 0;
+    for (size_t i = 0; i < c->n_tree && target < 0; i++)
+        if (c->tree[i].parent == c->tree[cur].parent && ++seen == want) target = (long)i;
+    switch_branch(c, (size_t)p, target);
+    ui_flash(c->u, "branch %zu/%zu of message %ld", want, n, p + 1);
+}
+
+/* The path position of the last message the user wrote, or -1. */
+static long last_user_pos(const chat *c)
+{
+    for (size_t i = c->n_turns; i-- > 0;)
+        if (T(c, i)->role == UI_ROLE_USER) return (long)i;
+    return -1;
+}
+
+/* Send text as a new version of the user message at path position q: it follows the same
+ * message as the original (a sibling branch; the original and its replies stay), and is
+ * answered from the shared prefix. */
+static void edit_send(chat *c, size_t q, const char *text, size_t len)
+{
+    c->editing = 0;
+    while (c->n_turns > q) turn_drop_last(c);
+    turn *t = turn_add(c, UI_ROLE_USER, text, len);
+    if (!t) {
+        ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
+        return;
+    }
+    t->view = ui_msg_add(c->u, UI_ROLE_USER, "you", text, len);
+    c->synced = 0;
+    save_user(c, t);
+    start_reply(c, 0);
+}
+
+/* /edit [TEXT], Up on an empty input: edit the last message you wrote. */
+static int begin_edit(chat *c, const char *text)
+{
+    long q = last_user_pos(c);
+    if (q < 0) return 0;
+    if (text && *text) {
+        edit_send(c, (size_t)q, text, strlen(text));
+        return 1;
+    }
+    c->editing = (size_t)q + 1;
+    ui_input_edit(c->u, T(c, q)->text, T(c, q)->len, "edit> ");
+    ui_flash(c->u, "editing · Enter: answer on a new branch (the old one stays) · Esc: cancel");
+    return 1;
 }
 
 /* ---- slash commands ------------------------------------------------------------------------------ */
@@ -636,7 +941,7 @@ static void run_command(chat *c, const char *line)
         request_reset(c);
     } else if (!strcmp(cmd, "/regen")) {
         if (!need_idle(c, "/regen")) return;
-        if (c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+        if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
         c->synced = 0;
         if (!c->n_turns) {
             ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
@@ -650,12 +955,16 @@ static void run_command(chat *c, const char *line)
             ui_notice(c->u, UI_ROLE_ERROR, "/undo: the conversation is empty");
             return;
         }
-        if (c->turns[c->n_turns - 1].role == UI_ROLE_ASSISTANT) turn_drop_last(c);
-        if (c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_USER) turn_drop_last(c);
+        if (T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+        if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_USER) turn_drop_last(c);
         c->synced = 0;
         save_head(c); /* the exchange stays in the store as a branch */
         ui_flash(c->u, "dropped the last exchange");
-    } else if (!strcmp(cmd, "/theme")) cmd_theme(c, args);
+    } else if (!strcmp(cmd, "/edit")) {
+        if (!need_idle(c, "/edit")) return;
+        if (!begin_edit(c, args)) ui_notice(c->u, UI_ROLE_ERROR, "/edit: there is no message of yours to edit yet");
+    } else if (!strcmp(cmd, "/branch")) cmd_branch(c, args);
+    else if (!strcmp(cmd, "/theme")) cmd_theme(c, args);
     else if (!strcmp(cmd, "/sessions")) cb_sessions(c, UI_SESS_SHOW, 0, NULL);
     else {
         ui_notice(c->u, UI_ROLE_ERROR, "unknown command '%.40s' — /help lists the commands", cmd);
@@ -707,6 +1016,8 @@ static void cmd_theme(chat *c, const char *name)
 static int cb_submit(void *ud, const char *line)
 {
     chat *c = ud;
+    size_t editing = c->editing;
+    c->editing = 0;
     if (line[0] == '/' && line[1] != '/') {
         run_command(c, line);
         return 1;
@@ -715,6 +1026,12 @@ static int cb_submit(void *ud, const char *line)
     if (c->busy) {
         ui_flash(c->u, "a reply is streaming — Esc stops it");
         return 0;
+    }
+    if (editing) { /* the edited version of path[editing - 1] */
+        if (!*text) ui_flash(c->u, "edit cancelled (an empty message)");
+        else if (editing - 1 < c->n_turns && T(c, editing - 1)->role == UI_ROLE_USER)
+            edit_send(c, editing - 1, text, strlen(text));
+        return 1;
     }
     if (!*text) {
         if (c->tmpl == CHAT_TMPL_NONE && c->n_turns) start_reply(c, 1);
@@ -729,6 +1046,19 @@ static int cb_submit(void *ud, const char *line)
     save_user(c, t);
     start_reply(c, 0);
     return 1;
+}
+
+static int cb_edit_last(void *ud)
+{
+    chat *c = ud;
+    return !c->busy && begin_edit(c, NULL);
+}
+
+static void cb_edit_cancel(void *ud)
+{
+    chat *c = ud;
+    c->editing = 0;
+    ui_flash(c->u, "edit cancelled");
 }
 
 static void cb_quit(void *ud) { ((chat *)ud)->quit = 1; }
@@ -768,6 +1098,32 @@ static const char *finish_note(int finish)
     }
 }
 
+/* The tree of a stored conversation: its path and other branches merged in id order (a parent
+ * before its children), parents found by id (a system message's children are first messages);
+ * the path is the stored head's branch. */
+static void load_tree(chat *c, const chatstore_conv *cv)
+{
+    size_t i = 0, j = 0;
+    while (i < cv->n || j < cv->n_others) {
+        int from_path = j >= cv->n_others || (i < cv->n && cv->msgs[i].id < cv->others[j].id);
+        const chatstore_msg *m = from_path ? &cv->msgs[i++] : &cv->others[j++];
+        long parent = -1, lo = 0, hi = (long)c->n_tree; /* ids ascend: binary search */
+        while (lo < hi) {
+            long mid = lo + (hi - lo) / 2;
+            if (c->tree[mid].id < m->parent) lo = mid + 1;
+            else hi = mid;
+        }
+        if (m->parent && lo < (long)c->n_tree && c->tree[lo].id == m->parent) parent = lo;
+        int role = m->role == STORE_ROLE_USER ? UI_ROLE_USER : UI_ROLE_ASSISTANT;
+        long k = tree_add(c, parent, role, m->text, m->len);
+        if (k < 0) break;
+        c->tree[k].id = m->id;
+        c->tree[k].finish = m->finish;
+        c->tree[k].unreadable = m->problem[0] != 0;
+        if (from_path && path_push(c, k)) break;
+    }
+}
+
 /* Show conversation id and continue it: its messages (the current branch), system prompt and
  * parameters; the worker gets its exact tokens and restores their KV cache from the store. */
 static int open_conversation(chat *c, int64_t id)
@@ -792,19 +1148,10 @@ static int open_conversation(chat *c, int64_t id)
     }
     ui_notice(c->u, UI_ROLE_NOTICE, "Conversation %lld: %s", (long long)cv.id, cv.title && *cv.title ? cv.title : "(untitled)");
     if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
-    for (size_t i = 0; i < cv.n; i++) {
-        const chatstore_msg *m = &cv.msgs[i];
-        int role = m->role == STORE_ROLE_USER ? UI_ROLE_USER : UI_ROLE_ASSISTANT;
-        turn *t = turn_add(c, role, m->text, m->len);
-        if (!t) break;
-        t->id = m->id;
-        t->view = ui_msg_add(c->u, role, role == UI_ROLE_USER ? "you" : c->model_label, m->text, m->len);
-        if (m->problem[0]) ui_msg_set_note(c->u, t->view, "[unreadable]", 1);
-        else if (role == UI_ROLE_ASSISTANT && finish_note(m->finish))
-            ui_msg_set_note(c->u, t->view, finish_note(m->finish), m->finish == STORE_FINISH_ERROR);
-    }
+    load_tree(c, &cv);
+    show_from(c, 0);
     if (cv.note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", cv.note);
-    if (c->n_turns && c->turns[c->n_turns - 1].role == UI_ROLE_USER)
+    if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_USER)
         ui_notice(c->u, UI_ROLE_NOTICE, "the last message has no reply (the chat ended before it): /regen answers it");
     worker_request rq = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx};
     if (cv.ctx) chatstore_announce_restore(c->cs);
@@ -883,7 +1230,7 @@ static void cb_sessions(void *ud, int action, long long id, const char *text)
             break;
         }
         if (id == chatstore_current(c->cs))
-            for (size_t i = 0; i < c->n_turns; i++) c->turns[i].id = 0; /* the next message starts a new one */
+            for (size_t i = 0; i < c->n_tree; i++) c->tree[i].id = 0; /* the next message starts a new one */
         if (chatstore_delete(c->cs, id, why, sizeof why)) snprintf(status, sizeof status, "%.190s", why);
         else snprintf(status, sizeof status, "deleted conversation %lld", id);
         sessions_refresh(c, status);
@@ -1000,7 +1347,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         .help_text = help_text,
     };
     ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c,
-                       .sessions = cb_sessions};
+                       .sessions = cb_sessions, .edit_last = cb_edit_last, .edit_cancel = cb_edit_cancel};
     struct sigaction old[9];
     if (pipe2(g_sigpipe, O_NONBLOCK | O_CLOEXEC)) g_sigpipe[0] = g_sigpipe[1] = -1;
     g_signal = 0;
@@ -1075,8 +1422,9 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     restore_signals(old);
     if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
     g_sigpipe[0] = g_sigpipe[1] = -1;
-    for (size_t i = 0; i < c->n_turns; i++) free(c->turns[i].text); /* the views went with the ui */
-    free(c->turns);
+    for (size_t i = 0; i < c->n_tree; i++) free(c->tree[i].text); /* the views went with the ui */
+    free(c->tree);
+    free(c->path);
     free(c->system);
     for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
     prompt_buf_free(&c->pb);

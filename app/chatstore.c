@@ -596,10 +596,49 @@ void chatstore_conv_free(chatstore_conv *c)
 {
     for (size_t i = 0; i < c->n; i++) free(c->msgs[i].text);
     free(c->msgs);
+    for (size_t i = 0; i < c->n_others; i++) free(c->others[i].text);
+    free(c->others);
     free(c->title);
     free(c->system);
     free(c->ctx);
     memset(c, 0, sizeof *c);
+}
+
+/* The messages of conversation id that are not on out's path (the other branches). */
+static int load_others(chatstore *cs, int64_t id, chatstore_conv *out, store_error *err)
+{
+    store_msg *m = NULL;
+    size_t n = 0;
+    if (store_conv_messages(cs->db, id, &m, &n, err)) return -1;
+    out->others = calloc(n ? n : 1, sizeof *out->others);
+    if (!out->others) {
+        store_msgs_free(m, n);
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].role == STORE_ROLE_SYSTEM) continue;
+        /* a child's id is above its parent's, so the path is sorted by id */
+        size_t lo = 0, hi = out->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (out->msgs[mid].id < m[i].id) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < out->n && out->msgs[lo].id == m[i].id) continue;
+        chatstore_msg *d = &out->others[out->n_others++];
+        d->role = m[i].role;
+        d->text = m[i].content;
+        d->len = m[i].len;
+        m[i].content = NULL;
+        d->id = m[i].id;
+        d->parent = m[i].parent_id;
+        d->finish = m[i].gen.set ? m[i].gen.finish : 0;
+        d->partial = m[i].partial;
+        snprintf(d->problem, sizeof d->problem, "%s", m[i].problem);
+    }
+    store_msgs_free(m, n);
+    return 0;
 }
 
 int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, size_t why_cap)
@@ -636,6 +675,7 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
         d->len = m[i].len;
         m[i].content = NULL;
         d->id = m[i].id;
+        d->parent = m[i].parent_id;
         d->finish = m[i].gen.set ? m[i].gen.finish : 0;
         d->partial = m[i].partial;
         snprintf(d->problem, sizeof d->problem, "%s", m[i].problem);
@@ -643,6 +683,12 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     }
     out->n = o;
     store_msgs_free(m, n);
+    if (out->msgs && load_others(cs, id, out, &err)) {
+        set_why(why, why_cap, "%s", err.msg);
+        store_conv_clear(&c);
+        chatstore_conv_free(out);
+        return -1;
+    }
     if (!out->msgs) {
         store_conv_clear(&c);
         chatstore_conv_free(out);

@@ -81,6 +81,7 @@ typedef struct chatstore_msg {
     char *text;
     size_t len;
     int64_t id;
+    int64_t parent;      /* the message it follows (0: the first); siblings are branches */
     int finish;          /* store_finish of a reply */
     int partial;
     char problem[200];   /* "" or why the row could not be read */
@@ -94,6 +95,8 @@ typedef struct chatstore_conv {
     int max_tokens;
     chatstore_msg *msgs;    /* from the first message to the head */
     size_t n;
+    chatstore_msg *others;  /* the other branches' messages (not on the path), in id order */
+    size_t n_others;
     int32_t *ctx;           /* the exact tokens at the head for this model, or NULL */
     size_t n_ctx;
     char note[800];         /* for the user: another model, unreadable rows ("" if none) */

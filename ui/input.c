@@ -18,6 +18,9 @@ static struct {
     unsigned char q[64]; /* bytes readline reads next (one key) */
     int qn, qpos;
     char *restore;       /* a line the controller did not take, put back after readline resets */
+    int feeding;         /* inside input_feed: readline resets the line after a submit */
+    char *pending;       /* input_set's text while feeding: applied after the keys */
+    const char *pending_prompt;
     const char *const *commands, *const *set_names;
     char history_path[1024];
     FILE *null_out;
@@ -134,7 +137,8 @@ static char **complete(const char *text, int start, int end)
     (void)end;
     rl_attempted_completion_over = 1;
     if (rl_line_buffer[0] != '/') return NULL;
-    static const char *const show_names[] = {"params", NULL};
+    static const char *const show_names[] = {"params", "cache", NULL};
+    static const char *const branch_names[] = {"list", "next", "prev", NULL};
     if (start == 0) gen_list = in.commands;
     else {
         char first[32];
@@ -146,6 +150,7 @@ static char **complete(const char *text, int start, int end)
         if ((size_t)(p - rl_line_buffer) != (size_t)start) return NULL;
         if (!strcmp(first, "/set")) gen_list = in.set_names;
         else if (!strcmp(first, "/show")) gen_list = show_names;
+        else if (!strcmp(first, "/branch")) gen_list = branch_names;
         else if (!strcmp(first, "/theme")) {
             for (int i = 0; i < in.n_themes; i++) free(in.themes[i]);
             in.n_themes = ui_theme_names(in.themes, 63);
@@ -174,6 +179,10 @@ static void on_line(char *line)
     if (!line) { /* Ctrl-D on an empty line */
         if (u && u->cb.quit) u->cb.quit(u->cb.ud);
         return;
+    }
+    if (u && u->editing) { /* the edited line is sent: the prompt goes back */
+        u->editing = 0;
+        rl_set_prompt("> ");
     }
     int taken = u && u->cb.submit ? u->cb.submit(u->cb.ud, line) : 1;
     if (taken) {
@@ -230,6 +239,8 @@ void input_shutdown(void)
     clear_history();
     free(in.restore);
     in.restore = NULL;
+    free(in.pending);
+    in.pending = NULL;
     for (int i = 0; i < in.n_themes; i++) free(in.themes[i]);
     in.n_themes = 0;
     if (in.null_out) fclose(in.null_out);
@@ -240,6 +251,14 @@ void input_shutdown(void)
 
 void input_after_keys(void)
 {
+    if (in.pending) { /* set by the controller while readline was handling the line */
+        rl_set_prompt(in.pending_prompt ? in.pending_prompt : "> ");
+        rl_replace_line(in.pending, 0);
+        rl_point = rl_end;
+        free(in.pending);
+        in.pending = NULL;
+        if (in.u) ui_mark_dirty(in.u);
+    }
     if (!in.restore) return;
     rl_replace_line(in.restore, 0);
     rl_point = rl_end;
@@ -254,7 +273,9 @@ void input_feed(const char *bytes, size_t n)
         memcpy(in.q, bytes + i, k);
         in.qn = (int)k;
         in.qpos = 0;
+        in.feeding = 1;
         while (in.qpos < in.qn) rl_callback_read_char();
+        in.feeding = 0;
         i += k;
     }
     in.qn = in.qpos = 0;
@@ -280,6 +301,23 @@ void input_clear(void)
 {
     rl_replace_line("", 0);
     rl_point = rl_end = 0;
+    if (in.u) ui_mark_dirty(in.u);
+}
+
+void input_set(const char *text, size_t len, const char *prompt)
+{
+    char *dup = strndup(text ? text : "", len);
+    if (!dup) return;
+    if (in.feeding) { /* readline empties the line when the handler returns: set it after */
+        free(in.pending);
+        in.pending = dup;
+        in.pending_prompt = prompt;
+        return;
+    }
+    rl_set_prompt(prompt ? prompt : "> ");
+    rl_replace_line(dup, 0);
+    rl_point = rl_end;
+    free(dup);
     if (in.u) ui_mark_dirty(in.u);
 }
 

@@ -220,6 +220,22 @@ static void msg_append(ui_msg *m, const char *text, size_t len)
     }
 }
 
+/* The label, sanitized, cut to whole characters that fit. */
+static void set_label(ui_msg *m, const char *label)
+{
+    char tmp[sizeof m->label * 3];
+    size_t n = ui_sanitize(label, strnlen(label, sizeof m->label - 1), tmp, sizeof tmp);
+    size_t k = 0;
+    while (k < n) {
+        uint32_t cp;
+        size_t c = ui_utf8_decode(tmp + k, n - k, &cp);
+        if (k + c >= sizeof m->label) break;
+        k += c;
+    }
+    memcpy(m->label, tmp, k);
+    m->label[k] = 0;
+}
+
 ui_msg *ui_msg_add(ui *u, int role, const char *label, const char *text, size_t len)
 {
     pane *p = &u->pane;
@@ -233,20 +249,7 @@ ui_msg *ui_msg_add(ui *u, int role, const char *label, const char *text, size_t 
     ui_msg *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->role = role;
-    if (label) {
-        char tmp[sizeof m->label * 3];
-        size_t n = ui_sanitize(label, strnlen(label, sizeof m->label - 1), tmp, sizeof tmp);
-        /* keep whole characters only */
-        size_t k = 0;
-        while (k < n) {
-            uint32_t cp;
-            size_t c = ui_utf8_decode(tmp + k, n - k, &cp);
-            if (k + c >= sizeof m->label) break;
-            k += c;
-        }
-        memcpy(m->label, tmp, k);
-        m->label[k] = 0;
-    }
+    if (label) set_label(m, label);
     if (text && len) msg_append(m, text, len);
     p->msgs[p->n++] = m;
     if (!p->follow) p->new_below = 1;
@@ -266,6 +269,13 @@ void ui_msg_set_state(ui *u, ui_msg *m, int state)
 {
     if (!m) return;
     m->state = state;
+    ui_mark_dirty(u);
+}
+
+void ui_msg_set_label(ui *u, ui_msg *m, const char *label)
+{
+    if (!m || !label || !*label || !m->label[0]) return; /* a label line is kept, never added */
+    set_label(m, label);
     ui_mark_dirty(u);
 }
 

@@ -357,6 +357,12 @@ static void on_interrupt(ui *u)
         if (u->cb.stop) u->cb.stop(u->cb.ud);
         return;
     }
+    if (u->editing) { /* leave the edit: the message stays as it was */
+        u->editing = 0;
+        input_set("", 0, NULL);
+        if (u->cb.edit_cancel) u->cb.edit_cancel(u->cb.ud);
+        return;
+    }
     if (!input_empty()) {
         input_clear();
         return;
@@ -471,7 +477,10 @@ static void on_key(ui *u, int k)
     case KEY_RIGHT: input_command(rl_forward_char); break;
     case KEYX_CTRL_LEFT: input_command(rl_backward_word); break;
     case KEYX_CTRL_RIGHT: input_command(rl_forward_word); break;
-    case KEY_UP: input_command(rl_get_previous_history); break;
+    case KEY_UP:
+        if (input_empty() && !u->busy && !u->editing && u->cb.edit_last && u->cb.edit_last(u->cb.ud)) break;
+        input_command(rl_get_previous_history);
+        break;
     case KEY_DOWN: input_command(rl_get_next_history); break;
     case KEY_DC: input_command(rl_delete); break;
     case KEY_BACKSPACE: input_feed("\177", 1); break;
@@ -504,6 +513,7 @@ static void on_char(ui *u, wint_t c)
     if (c == 27) { /* Esc alone: stop a reply, close the help, go back to the input */
         if (u->busy && u->cb.stop) u->cb.stop(u->cb.ud);
         else if (u->focus != FOCUS_INPUT) u->focus = FOCUS_INPUT;
+        else if (u->editing) on_interrupt(u); /* leaves the edit */
         u->dirty = 1;
         return;
     }
@@ -547,6 +557,14 @@ static void on_char(ui *u, wint_t c)
         return;
     }
     feed_wchar(c);
+    u->dirty = 1;
+}
+
+void ui_input_edit(ui *u, const char *text, size_t len, const char *prompt)
+{
+    u->focus = FOCUS_INPUT;
+    u->editing = 1;
+    input_set(text, len, prompt);
     u->dirty = 1;
 }
 

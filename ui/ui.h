@@ -53,6 +53,12 @@ typedef struct ui_callbacks {
      * _SEARCH (text: the query so far), _OPEN / _DELETE (id), _RENAME (id, text: the new
      * title), _NEW (start a new conversation). NULL: F3 does nothing. */
     void (*sessions)(void *ud, int action, long long id, const char *text);
+    /* Up on an empty input (input focused, no reply streaming): return 1 if the controller took
+     * it (e.g. put the last message in the input with ui_input_edit), 0 for the history. NULL:
+     * always the history. */
+    int (*edit_last)(void *ud);
+    /* The input left ui_input_edit's mode without being sent (Esc / Ctrl-C cleared it). */
+    void (*edit_cancel)(void *ud);
 } ui_callbacks;
 
 /* What the status bar shows. Strings are copied. */
@@ -112,6 +118,8 @@ void ui_msg_append(ui *u, ui_msg *m, const char *text, size_t len);
 void ui_msg_set_state(ui *u, ui_msg *m, int state);
 /* A marker line under the message ("[stopped]"); NULL or "" removes it. error: error style. */
 void ui_msg_set_note(ui *u, ui_msg *m, const char *note, int error);
+/* Replace the label shown above a message ("you", the model's name; e.g. with "· branch 2/3"). */
+void ui_msg_set_label(ui *u, ui_msg *m, const char *label);
 void ui_msg_remove(ui *u, ui_msg *m);
 void ui_pane_clear(ui *u);
 size_t ui_pane_count(const ui *u);
@@ -129,6 +137,10 @@ void ui_set_kv(ui *u, const kv_cache_stats *kv);
 void ui_set_slider(ui *u, int id, double value);
 /* A request runs: Esc/Ctrl-C stop it, the status bar says so. */
 void ui_set_busy(ui *u, int busy);
+/* Replace the input's text with text[0..len) (cursor at the end) and show prompt instead of
+ * "> " (e.g. "edit> ", a string that outlives the edit; NULL keeps "> ") until the line is sent or cleared: Esc / Ctrl-C then
+ * empty it and call cb.edit_cancel. */
+void ui_input_edit(ui *u, const char *text, size_t len, const char *prompt);
 void ui_show_help(ui *u, int on);
 /* A one-line message in the status bar for a few seconds. */
 void ui_flash(ui *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

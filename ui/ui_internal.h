@@ -75,6 +75,8 @@ void input_command(int (*fn)(int, int));
 int input_empty(void);
 int input_starts_with_slash(void);
 void input_clear(void);
+/* Replace the line with text[0..len), cursor at the end; prompt NULL: "> ". */
+void input_set(const char *text, size_t len, const char *prompt);
 /* Rows the input wants at width w (prompt included), at most max_h. */
 int input_rows(int w, int max_h);
 /* Draw the prompt and the line; the cursor position goes to cy, cx. */
@@ -137,6 +139,7 @@ struct ui {
     double flash_until;
     double ctrl_c_at;         /* first Ctrl-C on an empty input (ms), 0 if none */
     int paste;                /* inside a bracketed paste */
+    int editing;              /* the input holds a message being edited (ui_input_edit) */
 
     int dirty;                /* redraw at the next ui_render */
     int dirty_stream;         /* redraw soon (throttled) */
