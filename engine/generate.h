@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gen_stats.h"
 #include "kv_error.h"
 #include "model.h"
 #include "sampler.h"
@@ -30,39 +31,6 @@ typedef struct engine_params {
 } engine_params;
 
 void engine_params_default(engine_params *p);
-
-/* Why a generation ended. */
-enum gen_finish {
-    GEN_FINISH_NONE = 0,
-    GEN_FINISH_EOG,       /* the model produced an end-of-generation token */
-    GEN_FINISH_LENGTH,    /* n_predict tokens were produced */
-    GEN_FINISH_CONTEXT,   /* the KV cache is full */
-    GEN_FINISH_CANCELLED, /* the caller asked to stop */
-    GEN_FINISH_ERROR,     /* see the kv_error */
-    GEN_FINISH_STOP,      /* a stop string appeared (on_text returned 2) */
-};
-const char *gen_finish_name(int finish);
-
-/* Timings of one request, milliseconds and tokens per second (wall clock, CLOCK_MONOTONIC). */
-typedef struct gen_stats {
-    int n_prompt;          /* prompt tokens of the request */
-    int n_reused;          /* of which were already in the KV cache (prefix reuse) */
-    int n_prefilled;       /* = n_prompt - n_reused */
-    int n_generated;       /* tokens sampled (including a final end-of-generation token) */
-    double ttft_ms;        /* request start → first token sampled (prefill + first sample) */
-    double prefill_ms;
-    double prefill_tps;    /* n_prefilled / prefill time */
-    double decode_ms;      /* time in single-token forward passes + sampling after the first token */
-    double decode_tps;     /* tokens per second after the first */
-    double itl_ms_mean;    /* inter-token latency: mean gap between consecutive tokens */
-    double itl_ms_max;
-    int n_reused_hash;     /* of n_reused, positions adopted from the prefix-hash table (blocks
-                              of other or freed sequences) rather than this sequence's own */
-    int n_truncated;       /* prompt tokens dropped to fit the context (gen_opts.truncate_prompt) */
-    int n_keep;            /* positions a context shift keeps (the resolved gen_opts.n_keep) */
-    int n_shifts;          /* context shifts during the request */
-    int n_discarded;       /* positions they dropped */
-} gen_stats;
 
 /* Callbacks of a generation; any may be NULL. on_text receives complete UTF-8 text as it is
  * produced (the piece(s) of `token`; token -1 for the final flush); returning 2 ends

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "engine/generate.h" /* gen_stats: the engine's public timing type */
+#include "engine/gen_stats.h" /* gen_stats: the engine's public timing type */
 #include "engine/kv_cache.h" /* kv_cache_stats */
 #include "theme.h"
 
