@@ -19,8 +19,11 @@
 
 typedef struct kv_stats_session {
     uint64_t lookups, hits, restored_tokens, saves, saved_bytes, skipped, evicted, failures;
+    uint64_t deltas, rebased;   /* saved as deltas over a shared prefix; others re-stored so */
     double restore_ms;
 } kv_stats_session;
+
+#define N_CONV_UNKNOWN ((size_t)-1)
 
 struct chatstore {
     engine *e;
@@ -34,7 +37,9 @@ struct chatstore {
     char kv_type[16];
     /* the current conversation (UI thread) */
     int64_t conv;
-    size_t last_n_conv;      /* conversation tokens after the previous reply */
+    size_t last_n_conv;      /* conversation tokens after the previous reply; N_CONV_UNKNOWN
+                                after the head moved (a branch): the next user message's token
+                                count is then not known (stored as 0) */
     int64_t last_reply;      /* that reply's id and tokens (a continued reply adds to them) */
     int last_reply_tokens;
     /* shared with the generator thread */
@@ -272,6 +277,13 @@ static store *kv_handle(chatstore *cs)
     return cs->kvdb;
 }
 
+static void count_failure(chatstore *cs)
+{
+    pthread_mutex_lock(&cs->mu);
+    cs->st.failures++;
+    pthread_mutex_unlock(&cs->mu);
+}
+
 static void hook_restore(void *ud, engine *e, const int32_t *toks, size_t n)
 {
     chatstore *cs = ud;
@@ -303,53 +315,86 @@ static void hook_restore(void *ud, engine *e, const int32_t *toks, size_t n)
         return;
     }
     if (hit.n_common <= common) return;
-    void *blob = NULL;
-    size_t len = 0;
-    if ((rc = store_kv_read(db, hit.id, &blob, &len, &err))) {
+    /* the blobs to restore, root first: a whole one, then the deltas resting on it */
+    store_kv_link links[STORE_KV_MAX_CHAIN];
+    int n_links = 1;
+    links[0] = (store_kv_link){.id = hit.id, .n_tokens = hit.n_tokens, .n_base = 0, .size = hit.size};
+    if (hit.base_id && (rc = store_kv_chain(db, hit.id, links, STORE_KV_MAX_CHAIN, &n_links, &err))) {
         if (rc == STORE_ERR_CORRUPT) {
             store_kv_drop(db, hit.id, NULL);
             note(cs, "%s — not used, dropped; the chat prefills instead", err.msg);
         } else if (rc != STORE_ERR_NOTFOUND) {
             note(cs, "KV prefix store: %s", err.msg);
         }
-        pthread_mutex_lock(&cs->mu);
-        cs->st.failures++;
-        pthread_mutex_unlock(&cs->mu);
+        count_failure(cs);
         return;
     }
-    kv_error ke = {0};
-    rc = engine_seq_restore(e, ENGINE_SEQ_DEFAULT, blob, len, &ke);
-    free(blob);
+    /* bases the sequence already holds (the shared system prompt of the chat before) are not
+     * read again: the first delta goes on top of them */
+    int first = 0;
+    while (first + 1 < n_links && links[first].n_tokens <= common) first++;
+    size_t bytes = 0;
+    for (int i = first; i < n_links; i++) {
+        void *blob = NULL;
+        size_t len = 0;
+        if ((rc = store_kv_read(db, links[i].id, &blob, &len, &err))) {
+            if (rc == STORE_ERR_CORRUPT) {
+                store_kv_drop(db, links[i].id, NULL); /* its deltas go with it */
+                note(cs, "%s — not used, dropped%s; the chat prefills instead", err.msg,
+                     i + 1 < n_links ? " with the deltas resting on it" : "");
+            } else if (rc != STORE_ERR_NOTFOUND) {
+                note(cs, "KV prefix store: %s", err.msg);
+            }
+            count_failure(cs);
+            return; /* what was restored so far is a valid prefix: the engine keeps what matches */
+        }
+        kv_error ke = {0};
+        rc = engine_seq_restore(e, ENGINE_SEQ_DEFAULT, blob, len, &ke);
+        free(blob);
+        if (rc == KV_ERR_INVALID && i == first && first > 0) {
+            /* the sequence's own copy of the base does not fit (e.g. after a context shift):
+             * from the root */
+            first = 0;
+            i = -1;
+            continue;
+        }
+        bytes += len;
+        if (rc) {
+            /* the engine's own checks: checksum, format version, model fingerprint, shape, base */
+            if (rc == KV_ERR_FORMAT || rc == KV_ERR_UNSUPPORTED || rc == KV_ERR_INVALID) store_kv_drop(db, links[i].id, NULL);
+            note(cs, "%s: KV prefix %lld not used: %s", cs->path, (long long)links[i].id, ke.msg);
+            count_failure(cs);
+            return;
+        }
+    }
     double ms = now_ms() - t0;
-    if (rc) {
-        /* the engine's own checks: checksum, format version, model fingerprint, shape */
-        if (rc == KV_ERR_FORMAT || rc == KV_ERR_UNSUPPORTED) store_kv_drop(db, hit.id, NULL);
-        note(cs, "%s: KV prefix %lld not used: %s", cs->path, (long long)hit.id, ke.msg);
-        pthread_mutex_lock(&cs->mu);
-        cs->st.failures++;
-        pthread_mutex_unlock(&cs->mu);
-        return;
-    }
     pthread_mutex_lock(&cs->mu);
     cs->st.hits++;
     cs->st.restored_tokens += hit.n_common;
     cs->st.restore_ms += ms;
     pthread_mutex_unlock(&cs->mu);
-    if (announce)
-        note(cs, "restored the KV cache of %zu tokens from the store in %.1f ms (%.1f MiB): the next reply prefills only "
+    if (announce) {
+        char how[160] = "";
+        if (n_links > 1)
+            snprintf(how, sizeof how, "; a shared prefix of %zu tokens%s + this chat's own %zu", links[n_links - 1].n_base,
+                     first ? " (already in the cache)" : "", hit.n_tokens - links[n_links - 1].n_base);
+        note(cs, "restored the KV cache of %zu tokens from the store in %.1f ms (%.1f MiB%s): the next reply prefills only "
                  "the new message",
-             hit.n_common, ms, len / 1048576.0);
+             hit.n_common, ms, bytes / 1048576.0, how);
+    }
 }
 
-/* Save positions [0, n) of the default sequence under the key of toks[0..n). */
-static int save_prefix(chatstore *cs, store *db, engine *e, const int32_t *toks, size_t n, int kind,
-                       store_kv_put_result *res)
+/* Save positions [a, n) of the default sequence under the key of toks[0..n): a whole blob (a =
+ * 0, base_id 0) or a delta over base_id, the shared row holding [0, a). Returns 0, the store's
+ * error code (noted, except a base gone meanwhile: the caller saves a whole blob), or -1. */
+static int save_prefix(chatstore *cs, store *db, engine *e, const int32_t *toks, size_t n, size_t a, int64_t base_id,
+                       int kind, store_kv_put_result *res)
 {
     kv_key_buf kb;
     if (make_key(cs, toks, n, &kb)) return -1;
     int rc = 0;
+    store_error err = {0};
     if (store_kv_has(db, &kb.k)) { /* unchanged since the last save: put only touches it */
-        store_error err = {0};
         rc = store_kv_put(db, &kb.k, kind, "", 1, cs->budget, res, &err) ? -1 : 0;
         free(kb.hashes);
         return rc;
@@ -357,18 +402,16 @@ static int save_prefix(chatstore *cs, store *db, engine *e, const int32_t *toks,
     void *blob = NULL;
     size_t len = 0;
     kv_error ke = {0};
-    if (engine_seq_save(e, ENGINE_SEQ_DEFAULT, (int)n, &blob, &len, &ke)) {
+    if (engine_seq_save_range(e, ENGINE_SEQ_DEFAULT, (int)a, (int)n, &blob, &len, &ke)) {
         note(cs, "KV cache not saved: %s", ke.msg);
         free(kb.hashes);
         return -1;
     }
-    store_error err = {0};
-    if (store_kv_put(db, &kb.k, kind, blob, len, cs->budget, res, &err)) {
-        note(cs, "KV cache not saved: %s", err.msg);
-        rc = -1;
+    if ((rc = store_kv_put_delta(db, &kb.k, kind, base_id, blob, len, cs->budget, res, &err))) {
+        if (!(rc == STORE_ERR_NOTFOUND && base_id)) note(cs, "KV cache not saved: %s", err.msg);
     } else {
         pthread_mutex_lock(&cs->mu);
-        if (res->stored) cs->st.saves++, cs->st.saved_bytes += len;
+        if (res->stored) cs->st.saves++, cs->st.saved_bytes += len, cs->st.deltas += base_id != 0;
         if (res->skipped) cs->st.skipped++;
         cs->st.evicted += (uint64_t)res->n_evicted;
         pthread_mutex_unlock(&cs->mu);
@@ -378,6 +421,15 @@ static int save_prefix(chatstore *cs, store *db, engine *e, const int32_t *toks,
     return rc;
 }
 
+static int rebase_blob(void *ud, const void *blob, size_t len, size_t n_base, void **out, size_t *out_len)
+{
+    (void)ud;
+    return kv_blob_rebase(blob, len, (int)n_base, out, out_len, NULL) == KV_OK ? 0 : -1;
+}
+
+/* After a reply: the conversation's clean prefix goes to the store, every position once — the
+ * part it shares with other stored prefixes (a system prompt, a branch point) as a shared row,
+ * the rest as a delta over it. */
 static void hook_saved(void *ud, engine *e, const int32_t *conv, size_t n_conv, int finish)
 {
     chatstore *cs = ud;
@@ -391,13 +443,38 @@ static void hook_saved(void *ud, engine *e, const int32_t *conv, size_t n_conv, 
     int n = kv_seq_n_clean(kv, ENGINE_SEQ_DEFAULT);
     const int32_t *toks = kv_seq_tokens(kv, ENGINE_SEQ_DEFAULT);
     if (n < KV_BLOCK_SIZE || !toks) return;
-    store_kv_put_result res = {0};
-    if (save_prefix(cs, db, e, toks, (size_t)n, STORE_KV_SNAPSHOT, &res)) return;
-    if (res.shared_len >= KV_BLOCK_SIZE && res.shared_len < (size_t)n) {
-        /* a prefix this chat shares with another (a system prompt, a branch point): store it
-         * once on its own, for every chat that starts with it */
+    kv_key_buf kb;
+    if (make_key(cs, toks, (size_t)n, &kb)) return;
+    store_kv_plan_result plan = {0};
+    store_error err = {0};
+    if (!store_kv_has(db, &kb.k) && store_kv_plan(db, &kb.k, &plan, &err)) memset(&plan, 0, sizeof plan);
+    free(kb.hashes);
+    int64_t base = plan.base_id;
+    size_t a = plan.n_base;
+    if (plan.shared_len > a && plan.shared_len < (size_t)n) {
+        /* shared with another stored prefix and not stored on its own yet: store it once (over
+         * the shared prefix below it, if any), for every chat that starts with it */
         store_kv_put_result r2 = {0};
-        save_prefix(cs, db, e, toks, res.shared_len, STORE_KV_SHARED, &r2);
+        if (!save_prefix(cs, db, e, toks, plan.shared_len, a, base, STORE_KV_SHARED, &r2) && r2.id && !r2.skipped) {
+            base = r2.id;
+            a = plan.shared_len;
+        }
+    }
+    store_kv_put_result res = {0};
+    int rc = save_prefix(cs, db, e, toks, (size_t)n, a, base, STORE_KV_SNAPSHOT, &res);
+    if (rc == STORE_ERR_NOTFOUND && base) { /* the base was evicted meanwhile: a whole blob then */
+        memset(&res, 0, sizeof res);
+        base = 0;
+        rc = save_prefix(cs, db, e, toks, (size_t)n, 0, 0, STORE_KV_SNAPSHOT, &res);
+    }
+    if (!rc && base) {
+        /* prefixes stored before the shared one existed (the chat this one diverged from) keep
+         * their copy of it: re-store them as deltas over it */
+        int n_rebased = 0;
+        store_kv_rebase(db, base, 8, rebase_blob, NULL, &n_rebased, NULL);
+        pthread_mutex_lock(&cs->mu);
+        cs->st.rebased += (uint64_t)n_rebased;
+        pthread_mutex_unlock(&cs->mu);
     }
 }
 
@@ -527,7 +604,7 @@ int chatstore_reply(chatstore *cs, int64_t parent, int64_t existing, int64_t use
         set_why(why, why_cap, "reply not saved: %s", err.msg);
         return -1;
     }
-    if (user_id > 0) {
+    if (user_id > 0 && cs->last_n_conv != N_CONV_UNKNOWN) {
         int added = st->n_prompt - (int)cs->last_n_conv;
         store_msg_set_tokens(cs->db, user_id, added > 0 ? added : 0, NULL);
     }
@@ -549,7 +626,7 @@ int chatstore_set_head(chatstore *cs, int64_t head, char *why, size_t why_cap)
         set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
-    cs->last_n_conv = 0;
+    cs->last_n_conv = N_CONV_UNKNOWN;
     cs->last_reply = 0;
     return 0;
 }
@@ -604,6 +681,20 @@ void chatstore_conv_free(chatstore_conv *c)
     memset(c, 0, sizeof *c);
 }
 
+/* A stored message as the chat shows it (its content moves to d). */
+static void take_msg(chatstore_msg *d, store_msg *m)
+{
+    d->role = m->role;
+    d->text = m->content;
+    d->len = m->len;
+    m->content = NULL;
+    d->id = m->id;
+    d->parent = m->parent_id;
+    d->finish = m->gen.set ? m->gen.finish : 0;
+    d->partial = m->partial;
+    snprintf(d->problem, sizeof d->problem, "%s", m->problem);
+}
+
 /* The messages of conversation id that are not on out's path (the other branches). */
 static int load_others(chatstore *cs, int64_t id, chatstore_conv *out, store_error *err)
 {
@@ -626,16 +717,7 @@ static int load_others(chatstore *cs, int64_t id, chatstore_conv *out, store_err
             else hi = mid;
         }
         if (lo < out->n && out->msgs[lo].id == m[i].id) continue;
-        chatstore_msg *d = &out->others[out->n_others++];
-        d->role = m[i].role;
-        d->text = m[i].content;
-        d->len = m[i].len;
-        m[i].content = NULL;
-        d->id = m[i].id;
-        d->parent = m[i].parent_id;
-        d->finish = m[i].gen.set ? m[i].gen.finish : 0;
-        d->partial = m[i].partial;
-        snprintf(d->problem, sizeof d->problem, "%s", m[i].problem);
+        take_msg(&out->others[out->n_others++], &m[i]);
     }
     store_msgs_free(m, n);
     return 0;
@@ -669,16 +751,7 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     char first_problem[200] = "";
     for (size_t i = 0; out->msgs && i < n; i++) {
         if (m[i].role == STORE_ROLE_SYSTEM) continue;
-        chatstore_msg *d = &out->msgs[o++];
-        d->role = m[i].role;
-        d->text = m[i].content;
-        d->len = m[i].len;
-        m[i].content = NULL;
-        d->id = m[i].id;
-        d->parent = m[i].parent_id;
-        d->finish = m[i].gen.set ? m[i].gen.finish : 0;
-        d->partial = m[i].partial;
-        snprintf(d->problem, sizeof d->problem, "%s", m[i].problem);
+        take_msg(&out->msgs[o++], &m[i]);
         if (m[i].problem[0] && !bad++) snprintf(first_problem, sizeof first_problem, "%s", m[i].problem);
     }
     out->n = o;
@@ -710,7 +783,7 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
         c.ctx_tokens = NULL;
     }
     cs->conv = id;
-    cs->last_n_conv = out->ctx ? out->n_ctx : 0;
+    cs->last_n_conv = out->ctx ? out->n_ctx : out->n ? N_CONV_UNKNOWN : 0;
     cs->last_reply = 0;
     cs->last_reply_tokens = 0;
     store_conv_clear(&c);
@@ -765,19 +838,20 @@ void chatstore_report(chatstore *cs, char *buf, size_t cap)
         o += (size_t)snprintf(buf + o, cap - o, "KV prefix store: off (--cache-size 0)");
     else if (have)
         o += (size_t)snprintf(buf + o, cap - o,
-                              "KV prefix store: %.1f MiB of %.0f MiB in %d prefixes (%d shared, %d models)%s · lifetime "
-                              "hits %llu",
-                              ks.bytes / 1048576.0, cs->budget / 1048576.0, ks.n_prefixes, ks.n_shared, ks.n_models,
+                              "KV prefix store: %.1f MiB of %.0f MiB in %d prefixes (%d shared, %d stored as deltas over "
+                              "a shared one, %d models)%s · lifetime hits %llu",
+                              ks.bytes / 1048576.0, cs->budget / 1048576.0, ks.n_prefixes, ks.n_shared, ks.n_delta, ks.n_models,
                               ks.n_writing ? " + some being written" : "", (unsigned long long)ks.hits);
     else
         o += (size_t)snprintf(buf + o, cap - o, "KV prefix store: %s", err.msg);
     if (o < cap && cs->budget)
         o += (size_t)snprintf(buf + o, cap - o,
                               "\nthis session: %llu of %llu lookups hit (%.0f%%), %llu tokens restored in %.1f ms; %llu "
-                              "saved (%.1f MiB), %llu evicted%s%s",
+                              "saved (%.1f MiB; %llu as deltas, %llu older ones re-stored as deltas), %llu evicted%s%s",
                               (unsigned long long)s.hits, (unsigned long long)s.lookups,
                               s.lookups ? 100.0 * s.hits / s.lookups : 0.0, (unsigned long long)s.restored_tokens,
                               s.restore_ms, (unsigned long long)s.saves, s.saved_bytes / 1048576.0,
+                              (unsigned long long)s.deltas, (unsigned long long)s.rebased,
                               (unsigned long long)s.evicted, s.skipped ? ", some larger than the budget not stored" : "",
                               s.failures ? ", some unusable prefixes dropped" : "");
     if (o < cap)

@@ -49,7 +49,8 @@ static int usage(const char *cmd, FILE *out)
     else
         fprintf(out, "Usage: kvchat check [--db PATH]\n"
                      "Check the database: SQLite's integrity_check and foreign keys, the search index,\n"
-                     "every message row and every stored KV prefix's checksum. Exit 0 when all is well.\n");
+                     "every message row, every stored KV prefix's checksum and every delta's base.\n"
+                     "Exit 0 when all is well.\n");
     fprintf(out, "\nThe database: --db PATH, else [storage] db in the config file or KVCHAT_DB, else\n"
                  "$XDG_DATA_HOME/kvchat/kvchat.db (~/.local/share/kvchat/kvchat.db).\n");
     return out == stdout ? SC_OK : SC_USAGE;

@@ -211,6 +211,11 @@ int engine_seq_save(engine *e, int seq, int n, void **blob, size_t *len, kv_erro
     return kv_seq_save(e->kv, seq, n, e->fingerprint, blob, len, err);
 }
 
+int engine_seq_save_range(engine *e, int seq, int a, int n, void **blob, size_t *len, kv_error *err)
+{
+    return kv_seq_save_range(e->kv, seq, a, n, e->fingerprint, blob, len, err);
+}
+
 int engine_seq_restore(engine *e, int seq, const void *blob, size_t len, kv_error *err)
 {
     return kv_seq_restore(e->kv, seq, blob, len, e->fingerprint, e->m->hp.n_vocab, err);

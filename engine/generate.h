@@ -166,9 +166,16 @@ int engine_prefill_seq(engine *e, int seq, const int32_t *tokens, size_t n, cons
  * kv_cache.h; versioned, checksummed, tagged with engine_model_fingerprint). The caller frees
  * it. The SQLite prefix store keys it by (engine_model_fingerprint, kv_prefix_hash(tokens, n)). */
 int engine_seq_save(engine *e, int seq, int n, void **blob, size_t *len, kv_error *err);
-/* Replace seq's contents with a blob; a corrupt blob, one of another model, KV type or shape
- * is an error (KV_ERR_FORMAT / KV_ERR_UNSUPPORTED / KV_ERR_CONTEXT) and seq is untouched.
- * Logits computed after a restore equal bitwise those of the saved sequence. */
+/* Serialize only positions [a, n) of seq (n < 0: to its end) as a delta over its first a
+ * tokens (kv_seq_save_range): a a multiple of KV_BLOCK_SIZE within seq's clean part, else
+ * KV_ERR_INVALID. The base [0, a) is saved once on its own (engine_seq_save(seq, a)) and
+ * shared by every delta that starts with it; restoring = the base, then the delta. */
+int engine_seq_save_range(engine *e, int seq, int a, int n, void **blob, size_t *len, kv_error *err);
+/* Restore a blob into seq. A whole blob replaces seq's contents; a delta needs seq to hold its
+ * base's tokens already (KV_ERR_INVALID otherwise) and replaces what follows them. A corrupt
+ * blob, one of another model, KV type or shape is an error (KV_ERR_FORMAT /
+ * KV_ERR_UNSUPPORTED / KV_ERR_CONTEXT) and seq is untouched. Logits computed after a restore
+ * equal bitwise those of the saved sequence. */
 int engine_seq_restore(engine *e, int seq, const void *blob, size_t len, kv_error *err);
 /* 64-bit identity of the model file: kv_checksum64 of its GGUF header, metadata and tensor
  * table (everything before the tensor data), mixed with the file size. */

@@ -1,4 +1,4 @@
-/* kv_cache: paged K/V blocks (all layers per block), per-sequence block tables, refcounts, copy-on-write, chained prefix hashes with an LRU of freed blocks, context shift, blobs, accounting. */
+/* kv_cache: paged K/V blocks (all layers per block), per-sequence block tables, refcounts, copy-on-write, chained prefix hashes with an LRU of freed blocks, context shift, blobs (whole, or deltas over a base the sequence already holds), accounting. */
 #include "kv_cache.h"
 
 #include <stdio.h>
@@ -719,36 +719,122 @@ int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope 
 /* ---- serialization --------------------------------------------------------------------- */
 
 #define BLOB_MAGIC "KVSQ"
-#define BLOB_VERSION 1
-#define BLOB_HEADER 48
+#define BLOB_VERSION 2
+#define BLOB_HEADER_V1 48
+#define BLOB_HEADER 64
 
-int kv_seq_save(const kv_cache *c, int seq, int n, uint64_t fingerprint, void **blob, size_t *len, kv_error *err)
+/* A blob's header, read and checked by blob_parse (any version this file reads). */
+typedef struct blob_hdr {
+    uint32_t version;
+    size_t header;           /* bytes before the tokens */
+    uint64_t fingerprint;
+    uint32_t type, n_layer, n_embd_kv, block_size;
+    uint32_t n, n_clean;     /* end position; clean positions of [0, n) */
+    uint32_t n_base;         /* positions [0, n_base) not in the blob (0: a whole one) */
+    uint64_t prefix_hash, base_hash;
+} blob_hdr;
+
+/* Chained hash of the full blocks of tokens[0..n) continuing from parent h. */
+static uint64_t chain_hash(uint64_t h, const int32_t *tokens, int n)
+{
+    for (int b = 0; (b + 1) * BS <= n; b++) h = kv_hash_block(h, tokens + b * BS, BS);
+    return h;
+}
+
+/* Size, magic, version, checksum; then the header's fields into *h. */
+static int blob_parse(const void *blob, size_t len, blob_hdr *h, kv_error *err)
+{
+    const uint8_t *b = blob;
+    memset(h, 0, sizeof *h);
+    if (!b || len < BLOB_HEADER_V1 + 8 || memcmp(b, BLOB_MAGIC, 4) != 0)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: not a kvchat KV blob (%zu bytes, bad magic or too short)", len);
+    h->version = rd32(b + 4);
+    if (h->version != 1 && h->version != BLOB_VERSION)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: format version %u, this kvchat reads versions 1 to %d",
+                            h->version, BLOB_VERSION);
+    h->header = h->version == 1 ? BLOB_HEADER_V1 : BLOB_HEADER;
+    if (len < h->header + 8)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes, shorter than its header)", len);
+    uint64_t want = rd64(b + len - 8), got = kv_checksum64(b, len - 8);
+    if (want != got)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (checksum %016llx, expected %016llx)",
+                            (unsigned long long)got, (unsigned long long)want);
+    h->fingerprint = rd64(b + 8);
+    h->type = rd32(b + 16);
+    h->n_layer = rd32(b + 20);
+    h->n_embd_kv = rd32(b + 24);
+    h->block_size = rd32(b + 28);
+    h->n = rd32(b + 32);
+    h->n_clean = rd32(b + 36);
+    h->prefix_hash = rd64(b + 40);
+    h->base_hash = KV_HASH_ROOT;
+    if (h->version >= 2) {
+        h->n_base = rd32(b + 48);
+        h->base_hash = rd64(b + 56);
+        if (rd32(b + 52) != 0)
+            return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (reserved header field is %u)", rd32(b + 52));
+    }
+    /* a delta's base is whole blocks of a clean prefix, and the blob covers the rest */
+    if (h->n_clean > h->n || h->n_base > h->n || (h->n_base && (h->n_base % BS || h->n_clean < h->n_base)))
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt header (%u positions, %u clean, base %u)", h->n,
+                            h->n_clean, h->n_base);
+    return KV_OK;
+}
+
+/* Bytes of a blob holding n_own positions of row_bytes-wide rows. */
+static size_t blob_size(size_t header, size_t n_own, size_t n_layer, size_t row_bytes)
+{
+    return header + 4 * n_own + n_layer * 2 * n_own * row_bytes + 8;
+}
+
+static void blob_write_header(uint8_t *b, uint64_t fingerprint, uint32_t type, uint32_t n_layer, uint32_t n_embd_kv,
+                              uint32_t n, uint32_t n_clean, uint64_t prefix_hash, uint32_t n_base, uint64_t base_hash)
+{
+    memcpy(b, BLOB_MAGIC, 4);
+    wr32(b + 4, BLOB_VERSION);
+    wr64(b + 8, fingerprint);
+    wr32(b + 16, type);
+    wr32(b + 20, n_layer);
+    wr32(b + 24, n_embd_kv);
+    wr32(b + 28, BS);
+    wr32(b + 32, n);
+    wr32(b + 36, n_clean);
+    wr64(b + 40, prefix_hash);
+    wr32(b + 48, n_base);
+    wr32(b + 52, 0);
+    wr64(b + 56, base_hash);
+}
+
+int kv_seq_save_range(const kv_cache *c, int seq, int a, int n, uint64_t fingerprint, void **blob, size_t *len,
+                      kv_error *err)
 {
     *blob = NULL;
     *len = 0;
     const kv_seq *s = get_seq(c, seq);
     if (!s) return kv_error_set(err, KV_ERR_INVALID, "KV cache: no sequence %d to save", seq);
     if (n < 0 || n > s->n_tokens) n = s->n_tokens;
-    size_t rows = (size_t)c->n_layer * 2 * (size_t)n * c->row_bytes;
-    size_t total = BLOB_HEADER + sizeof(int32_t) * (size_t)n + rows + 8;
+    if (a < 0 || a % BS || a > n)
+        return kv_error_set(err, KV_ERR_INVALID,
+                            "KV cache: cannot save positions [%d, %d) of sequence %d: the start must be a multiple of %d "
+                            "within [0, %d]",
+                            a, n, seq, BS, n);
+    if (a > s->n_clean)
+        return kv_error_set(err, KV_ERR_INVALID,
+                            "KV cache: cannot save sequence %d from position %d: only its first %d positions equal a "
+                            "fresh prefill (a context shift), so they cannot be a shared base",
+                            seq, a, s->n_clean);
+    size_t own = (size_t)(n - a);
+    size_t total = blob_size(BLOB_HEADER, own, (size_t)c->n_layer, c->row_bytes);
     uint8_t *b = malloc(total);
-    if (!b) return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory serializing %d positions (%zu MiB)", n, total >> 20);
+    if (!b) return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory serializing %zu positions (%zu MiB)", own, total >> 20);
     int n_clean = s->n_clean < n ? s->n_clean : n;
-    memcpy(b, BLOB_MAGIC, 4);
-    wr32(b + 4, BLOB_VERSION);
-    wr64(b + 8, fingerprint);
-    wr32(b + 16, (uint32_t)c->type);
-    wr32(b + 20, (uint32_t)c->n_layer);
-    wr32(b + 24, (uint32_t)c->n_embd_kv);
-    wr32(b + 28, BS);
-    wr32(b + 32, (uint32_t)n);
-    wr32(b + 36, (uint32_t)n_clean);
-    wr64(b + 40, kv_prefix_hash(s->tokens, n_clean));
+    blob_write_header(b, fingerprint, (uint32_t)c->type, (uint32_t)c->n_layer, (uint32_t)c->n_embd_kv, (uint32_t)n,
+                      (uint32_t)n_clean, kv_prefix_hash(s->tokens, n_clean), (uint32_t)a, kv_prefix_hash(s->tokens, a));
     uint8_t *p = b + BLOB_HEADER;
-    for (int i = 0; i < n; i++, p += 4) wr32(p, (uint32_t)s->tokens[i]);
+    for (int i = a; i < n; i++, p += 4) wr32(p, (uint32_t)s->tokens[i]);
     for (int l = 0; l < c->n_layer; l++)
         for (int kv = 0; kv < 2; kv++)
-            for (int bi = 0; bi * BS < n; bi++) {
+            for (int bi = a / BS; bi * BS < n; bi++) {
                 int r = n - bi * BS < BS ? n - bi * BS : BS;
                 memcpy(p, row_ptr(c, s->blocks[bi], l, kv, 0), c->row_bytes * (size_t)r);
                 p += c->row_bytes * (size_t)r;
@@ -759,21 +845,73 @@ int kv_seq_save(const kv_cache *c, int seq, int n, uint64_t fingerprint, void **
     return KV_OK;
 }
 
-int kv_blob_info(const void *blob, size_t len, int *n_tokens, uint64_t *prefix_hash, kv_error *err)
+int kv_seq_save(const kv_cache *c, int seq, int n, uint64_t fingerprint, void **blob, size_t *len, kv_error *err)
 {
-    const uint8_t *b = blob;
-    if (!b || len < BLOB_HEADER + 8 || memcmp(b, BLOB_MAGIC, 4) != 0)
-        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: not a kvchat KV blob (%zu bytes, bad magic or too short)", len);
-    uint32_t ver = rd32(b + 4);
-    if (ver != BLOB_VERSION)
-        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: format version %u, this kvchat reads version %d", ver,
-                            BLOB_VERSION);
-    uint64_t want = rd64(b + len - 8), got = kv_checksum64(b, len - 8);
-    if (want != got)
-        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (checksum %016llx, expected %016llx)",
-                            (unsigned long long)got, (unsigned long long)want);
-    if (n_tokens) *n_tokens = (int)rd32(b + 32);
-    if (prefix_hash) *prefix_hash = rd64(b + 40);
+    return kv_seq_save_range(c, seq, 0, n, fingerprint, blob, len, err);
+}
+
+int kv_blob_info(const void *blob, size_t len, int *n_tokens, uint64_t *prefix_hash, int *n_base, uint64_t *base_hash,
+                 kv_error *err)
+{
+    blob_hdr h;
+    int rc = blob_parse(blob, len, &h, err);
+    if (rc) return rc;
+    if (n_tokens) *n_tokens = (int)h.n;
+    if (prefix_hash) *prefix_hash = h.prefix_hash;
+    if (n_base) *n_base = (int)h.n_base;
+    if (base_hash) *base_hash = h.base_hash;
+    return KV_OK;
+}
+
+int kv_blob_rebase(const void *blob, size_t len, int n_base, void **out, size_t *out_len, kv_error *err)
+{
+    *out = NULL;
+    *out_len = 0;
+    blob_hdr h;
+    int rc = blob_parse(blob, len, &h, err);
+    if (rc) return rc;
+    if (h.type != GGML_TYPE_F32 && h.type != GGML_TYPE_F16 && h.type != GGML_TYPE_Q8_0)
+        return kv_error_set(err, KV_ERR_UNSUPPORTED, "KV blob: K/V type %u is not one this kvchat stores", h.type);
+    if (h.block_size != BS || h.n_layer < 1 || h.n_embd_kv < 1 || h.n_embd_kv > (1u << 20) || h.n_layer > 4096)
+        return kv_error_set(err, KV_ERR_UNSUPPORTED, "KV blob: shape %u layers x %u (block %u) is not one this kvchat reads",
+                            h.n_layer, h.n_embd_kv, h.block_size);
+    if (n_base < 0 || n_base % BS || (uint32_t)n_base < h.n_base || (uint32_t)n_base > h.n_clean)
+        return kv_error_set(err, KV_ERR_INVALID,
+                            "KV blob: cannot make a delta over the first %d positions of a blob of %u (base %u, %u clean; "
+                            "the base must be whole blocks of %d within the clean part)",
+                            n_base, h.n, h.n_base, h.n_clean, BS);
+    size_t rb = quant_row_size((int)h.type, h.n_embd_kv);
+    size_t own = h.n - h.n_base, keep = h.n - (uint32_t)n_base, cut = own - keep;
+    if (len != blob_size(h.header, own, h.n_layer, rb))
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes for %zu positions, expected %zu)", len, own,
+                            blob_size(h.header, own, h.n_layer, rb));
+    size_t total = blob_size(BLOB_HEADER, keep, h.n_layer, rb);
+    uint8_t *d = malloc(total);
+    if (!d) return kv_error_set(err, KV_ERR_NOMEM, "KV blob: out of memory (%zu MiB)", total >> 20);
+    const uint8_t *src = (const uint8_t *)blob + h.header;
+    int32_t *cut_toks = malloc(sizeof(int32_t) * (cut ? cut : 1));
+    if (!cut_toks) {
+        free(d);
+        return kv_error_set(err, KV_ERR_NOMEM, "KV blob: out of memory");
+    }
+    for (size_t i = 0; i < cut; i++) cut_toks[i] = (int32_t)rd32(src + 4 * i);
+    uint64_t base_hash = chain_hash(h.base_hash, cut_toks, (int)cut);
+    free(cut_toks);
+    blob_write_header(d, h.fingerprint, h.type, h.n_layer, h.n_embd_kv, h.n, h.n_clean, h.prefix_hash, (uint32_t)n_base,
+                      base_hash);
+    uint8_t *p = d + BLOB_HEADER;
+    memcpy(p, src + 4 * cut, 4 * keep);
+    p += 4 * keep;
+    const uint8_t *rows = src + 4 * own;
+    for (uint32_t l = 0; l < h.n_layer; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            memcpy(p, rows + cut * rb, keep * rb);
+            p += keep * rb;
+            rows += own * rb;
+        }
+    wr64(p, kv_checksum64(d, (size_t)(p - d)));
+    *out = d;
+    *out_len = total;
     return KV_OK;
 }
 
@@ -782,58 +920,72 @@ int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t 
 {
     kv_seq *s = get_seq(c, seq);
     if (!s) return kv_error_set(err, KV_ERR_INVALID, "KV cache: no sequence %d to restore into", seq);
-    int rc = kv_blob_info(blob, len, NULL, NULL, err);
+    blob_hdr h;
+    int rc = blob_parse(blob, len, &h, err);
     if (rc) return rc;
     const uint8_t *b = blob;
-    uint64_t fp = rd64(b + 8);
-    uint32_t type = rd32(b + 16), nl = rd32(b + 20), ne = rd32(b + 24), bs = rd32(b + 28);
-    uint32_t n = rd32(b + 32), n_clean = rd32(b + 36);
-    if (fp != fingerprint)
+    uint32_t n = h.n, n_clean = h.n_clean, a = h.n_base, own = n - a;
+    if (h.fingerprint != fingerprint)
         return kv_error_set(err, KV_ERR_UNSUPPORTED, "KV blob: made with another model (fingerprint %016llx, this model %016llx)",
-                            (unsigned long long)fp, (unsigned long long)fingerprint);
-    if ((int)type != c->type || (int)nl != c->n_layer || (int)ne != c->n_embd_kv || bs != BS) {
-        const quant_traits *qt = quant_traits_of((int)type);
+                            (unsigned long long)h.fingerprint, (unsigned long long)fingerprint);
+    if ((int)h.type != c->type || (int)h.n_layer != c->n_layer || (int)h.n_embd_kv != c->n_embd_kv || h.block_size != BS) {
+        const quant_traits *qt = quant_traits_of((int)h.type);
         return kv_error_set(err, KV_ERR_UNSUPPORTED,
                             "KV blob: holds %s K/V of %u layers x %u (block %u), this cache %s of %d x %d (block %d)",
-                            qt ? qt->name : "?", nl, ne, bs, quant_traits_of(c->type)->name, c->n_layer, c->n_embd_kv, BS);
+                            qt ? qt->name : "?", h.n_layer, h.n_embd_kv, h.block_size, quant_traits_of(c->type)->name,
+                            c->n_layer, c->n_embd_kv, BS);
     }
     if (n > (uint32_t)c->n_ctx)
         return kv_error_set(err, KV_ERR_CONTEXT, "KV blob: %u positions do not fit the context of %d", n, c->n_ctx);
-    size_t want = BLOB_HEADER + 4 * (size_t)n + (size_t)nl * 2 * n * c->row_bytes + 8;
-    if (len != want || n_clean > n)
-        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes for %u positions, expected %zu)", len, n, want);
-    int32_t *toks = malloc(sizeof(int32_t) * (n ? n : 1));
+    size_t want = blob_size(h.header, own, (size_t)c->n_layer, c->row_bytes);
+    if (len != want)
+        return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes for %u positions, expected %zu)", len, own, want);
+    const uint8_t *tp = b + h.header;
+    int32_t *toks = malloc(sizeof(int32_t) * (own ? own : 1));
     if (!toks) return kv_error_set(err, KV_ERR_NOMEM, "KV blob: out of memory");
-    for (uint32_t i = 0; i < n; i++) {
-        toks[i] = (int32_t)rd32(b + BLOB_HEADER + 4 * i);
+    for (uint32_t i = 0; i < own; i++) {
+        toks[i] = (int32_t)rd32(tp + 4 * i);
         if (toks[i] < 0 || (n_vocab > 0 && toks[i] >= n_vocab)) {
             free(toks);
             return kv_error_set(err, KV_ERR_FORMAT, "KV blob: token %d at position %u is outside the vocabulary (%d)",
-                                (int)rd32(b + BLOB_HEADER + 4 * i), i, n_vocab);
+                                (int)rd32(tp + 4 * i), a + i, n_vocab);
         }
     }
-    if (kv_prefix_hash(toks, (int)n_clean) != rd64(b + 40)) {
+    /* the clean full blocks chain on from the base's hash (a is whole blocks, n_clean >= a) */
+    if (chain_hash(h.base_hash, toks, (int)(n_clean - a)) != h.prefix_hash) {
         free(toks);
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (prefix hash does not match its tokens)");
     }
-    /* Fill a scratch sequence, then hand its table to seq: a failure (no free block) leaves seq
-     * as it was. */
+    /* A delta continues the sequence's own clean prefix of exactly the blob's base tokens. */
+    if (a > 0) {
+        uint64_t have = s->n_tokens >= (int)a ? kv_prefix_hash(s->tokens, (int)a) : KV_HASH_ROOT;
+        if (s->n_tokens < (int)a || s->n_clean < (int)a || have != h.base_hash) {
+            free(toks);
+            return kv_error_set(err, KV_ERR_INVALID,
+                                "KV blob: a delta over the first %u positions (prefix hash %016llx), but sequence %d "
+                                "holds %d positions (%d clean%s): restore its base first",
+                                a, (unsigned long long)h.base_hash, seq, s->n_tokens, s->n_clean,
+                                s->n_tokens >= (int)a && s->n_clean >= (int)a ? ", other tokens" : "");
+        }
+    }
+    /* Fill a scratch sequence — sharing seq's first a positions (refcounts, no copy) — then hand
+     * its table to seq: a failure (no free block) leaves seq as it was. */
     int tmp = -1;
-    if ((rc = kv_seq_new(c, &tmp, err)) || (rc = kv_seq_reserve(c, tmp, (int)n, err))) {
-        if (kv_seq_valid(c, tmp)) kv_seq_free(c, tmp);
+    if ((rc = kv_seq_fork(c, seq, (int)a, &tmp, err)) || (rc = kv_seq_reserve(c, tmp, (int)own, err))) {
+        if (tmp >= 0 && kv_seq_valid(c, tmp)) kv_seq_free(c, tmp);
         free(toks);
         return rc;
     }
     kv_seq *t = &c->seq[tmp];
-    const uint8_t *p = b + BLOB_HEADER + 4 * (size_t)n;
+    const uint8_t *p = tp + 4 * (size_t)own;
     for (int l = 0; l < c->n_layer; l++)
         for (int kv = 0; kv < 2; kv++)
-            for (int bi = 0; bi * BS < (int)n; bi++) {
+            for (int bi = (int)a / BS; bi * BS < (int)n; bi++) {
                 int r = (int)n - bi * BS < BS ? (int)n - bi * BS : BS;
                 memcpy(row_ptr(c, t->blocks[bi], l, kv, 0), p, c->row_bytes * (size_t)r);
                 p += c->row_bytes * (size_t)r;
             }
-    if (n) commit(c, t, toks, (int)n, (int)n_clean);
+    if (own) commit(c, t, toks, (int)own, (int)n_clean);
     free(toks);
     s = &c->seq[seq];
     seq_release_from(c, s, 0);

@@ -191,27 +191,51 @@ int kv_block_hashes(const int32_t *tokens, int n, uint64_t *out);
 uint64_t kv_checksum64(const void *data, size_t n);
 
 /* ---- serialization ---- */
-/* Serialize positions [0, n) of seq (n < 0: all) into a malloc'd blob. Format version 1,
- * little-endian, owned by the engine:
- *   0  char[4] "KVSQ"          4  u32 version = 1       8  u64 model fingerprint (caller's)
+/* Serialize positions [a, n) of seq (n < 0 or past its end: all; a = 0: the whole prefix)
+ * into a malloc'd blob (*len bytes). A blob with a > 0 is a "delta": it holds only its own
+ * positions and restores on top of a sequence that already holds the first a tokens (its
+ * "base", e.g. a system prompt shared by many chats, saved once as a blob of [0, a)). Format
+ * version 2, little-endian, owned by the engine:
+ *   0  char[4] "KVSQ"          4  u32 version = 2       8  u64 model fingerprint (caller's)
  *   16 u32 ggml type           20 u32 n_layer           24 u32 n_embd_kv
- *   28 u32 block size          32 u32 n_tokens          36 u32 n_clean
- *   40 u64 prefix hash (kv_prefix_hash of the clean full blocks)
- *   48 i32 tokens[n_tokens]
- *      per layer: K rows [n_tokens][row bytes], then V rows [n_tokens][row bytes]
+ *   28 u32 block size          32 u32 n_tokens (the end position n: the sequence's length
+ *                                  after a restore)      36 u32 n_clean (of [0, n))
+ *   40 u64 prefix hash (kv_prefix_hash of the clean full blocks of tokens [0, n_clean))
+ *   48 u32 n_base = a          52 u32 0 (reserved)
+ *   56 u64 base hash (kv_prefix_hash of tokens [0, a); KV_HASH_ROOT when a = 0)
+ *   64 i32 tokens[n - a] (positions a .. n-1)
+ *      per layer: K rows [n - a][row bytes], then V rows [n - a][row bytes]
  *   end-8 u64 kv_checksum64 of every byte before it
- * KV_ERR_INVALID (seq), KV_ERR_NOMEM. */
+ * Version 1 blobs (no fields 48..63, tokens from offset 48, always a = 0) still restore.
+ * Errors: KV_ERR_INVALID (seq; a not a multiple of KV_BLOCK_SIZE within [0, n]; a past the
+ * clean part — after a context shift the first a positions are no base), KV_ERR_NOMEM. */
+int kv_seq_save_range(const kv_cache *c, int seq, int a, int n, uint64_t fingerprint, void **blob, size_t *len,
+                      kv_error *err);
+/* kv_seq_save_range from 0: a whole blob of positions [0, n). */
 int kv_seq_save(const kv_cache *c, int seq, int n, uint64_t fingerprint, void **blob, size_t *len, kv_error *err);
-/* Replace seq's contents with a blob from kv_seq_save. Everything is checked before the
- * sequence is touched: size, magic, version, checksum (KV_ERR_FORMAT "corrupt"), type, shape,
- * block size and fingerprint equal to this cache's / the caller's (KV_ERR_UNSUPPORTED),
- * n_tokens <= n_ctx (KV_ERR_CONTEXT), token ids in [0, n_vocab) (KV_ERR_FORMAT). Rows are
- * copied bytewise, so the restored sequence computes bitwise the same logits. */
+/* Make seq hold what the blob describes. A whole blob (base 0) replaces seq's contents; a delta
+ * over a base of a positions requires seq to hold at least a tokens, clean, whose chained
+ * prefix hash equals the blob's base hash (else KV_ERR_INVALID "restore its base first"):
+ * seq is truncated to a and the blob's positions appended (the base blocks stay shared as they
+ * were; the new ones are fresh blocks). Everything is checked before the sequence is touched:
+ * size, magic, version, checksum, header consistency, the tokens' prefix hash (KV_ERR_FORMAT
+ * "corrupt"), type, shape, block size and fingerprint equal to this cache's / the caller's
+ * (KV_ERR_UNSUPPORTED), n_tokens <= n_ctx and free blocks (KV_ERR_CONTEXT), token ids in
+ * [0, n_vocab) (KV_ERR_FORMAT); on any error seq is unchanged. Rows are copied bytewise, so the
+ * restored sequence computes bitwise the same logits as the saved one. */
 int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t fingerprint, int n_vocab,
                    kv_error *err);
-/* Read the header of a blob without restoring it (checks size, magic, version, checksum):
- * its token count and prefix hash. */
-int kv_blob_info(const void *blob, size_t len, int *n_tokens, uint64_t *prefix_hash, kv_error *err);
+/* Read the header of a blob without restoring it (checks size, magic, version, checksum,
+ * header consistency): its end position n_tokens, prefix hash, base length (0: a whole blob)
+ * and base hash. Any out-pointer may be NULL. */
+int kv_blob_info(const void *blob, size_t len, int *n_tokens, uint64_t *prefix_hash, int *n_base, uint64_t *base_hash,
+                 kv_error *err);
+/* The same K/V as a delta over its first n_base positions: a new malloc'd blob holding only
+ * positions [n_base, n) (base hash chained from the dropped tokens), byte-identical rows; no
+ * cache needed. n_base must be a multiple of KV_BLOCK_SIZE, at least the blob's own base and
+ * within its clean part (KV_ERR_INVALID); a damaged blob is KV_ERR_FORMAT, an unknown type or
+ * shape KV_ERR_UNSUPPORTED, KV_ERR_NOMEM. */
+int kv_blob_rebase(const void *blob, size_t len, int n_base, void **out, size_t *out_len, kv_error *err);
 
 /* ---- invariants (tests) ---- */
 /* Recount every block from the sequences' tables and compare with the counters and lists;

@@ -1,4 +1,4 @@
-/* kvstore: the KV prefix store — opaque blobs keyed by model, KV type and token prefix (block hash chain), written and read in chunks with SQLite's incremental blob I/O, found by the longest shared prefix, deduplicated, evicted least recently used first. */
+/* kvstore: the KV prefix store — opaque blobs keyed by model, KV type and token prefix (block hash chain), written and read in chunks with SQLite's incremental blob I/O, found by the longest shared prefix, deduplicated, shared prefixes stored once with the rest as deltas over them (chains, planning, rebasing), evicted least recently used first (a base with its deltas). */
 #include "store_internal.h"
 
 #include <errno.h>
@@ -47,17 +47,32 @@ static size_t common_prefix(const uint8_t *stored, size_t n_stored, const int32_
     return i;
 }
 
-/* Record a use of a prefix (a read counts as a hit). Best effort: a busy database only costs
- * the LRU order. */
+/* The ids of row ?1 and its bases, nearest first (a delta's base, that one's base …), as the
+ * table `chain`; the depth bound keeps a damaged (cyclic) chain finite. */
+#define MAX_CHAIN_S "64"
+#define CHAIN_CTE                                                                                          \
+    "WITH RECURSIVE chain(id, depth) AS (SELECT ?1, 0 UNION ALL SELECT p.base_id, c.depth + 1 FROM "    \
+    "kv_prefixes p JOIN chain c ON p.id = c.id WHERE p.base_id IS NOT NULL AND c.depth < " MAX_CHAIN_S ") "
+
+/* Record a use of a prefix (a read counts as a hit) and of every base under it: a delta is
+ * never used more recently than its base, so the least recently used order evicts deltas
+ * before the bases they need. Best effort: a busy database only costs the LRU order. */
 static void touch(store *s, int64_t id, int hit)
 {
     if (st_begin(s, NULL)) return;
     sqlite3_stmt *st;
-    if (!st_prepare(s, "UPDATE kv_prefixes SET last_used = ?2, hits = hits + ?3 WHERE id = ?1", &st, NULL)) {
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, store_now_ms());
-        sqlite3_bind_int(st, 3, hit);
-        st_step_done(s, st, "", NULL);
+    /* (a walk of primary-key updates: cheaper than one recursive statement, on every read) */
+    if (!st_prepare(s, "UPDATE kv_prefixes SET last_used = ?2, hits = hits + ?3 WHERE id = ?1 RETURNING base_id", &st, NULL)) {
+        int64_t now = store_now_ms();
+        for (int depth = 0; id && depth <= 64; depth++) {
+            sqlite3_reset(st);
+            sqlite3_bind_int64(st, 1, id);
+            sqlite3_bind_int64(st, 2, now);
+            sqlite3_bind_int(st, 3, depth ? 0 : hit);
+            int r = sqlite3_step(st);
+            id = r == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+            while (r == SQLITE_ROW) r = sqlite3_step(st);
+        }
         sqlite3_finalize(st);
     }
     if (st_commit(s, NULL)) st_rollback(s);
@@ -153,7 +168,8 @@ int store_kv_find(store *s, const store_kv_key *q, store_kv_hit *hit, store_erro
     if (!best) return st_set(s, err, STORE_ERR_NOTFOUND, "no stored KV prefix shares a block");
     sqlite3_stmt *st;
     if ((rc = st_prepare(s,
-                         "SELECT p.id, p.n_tokens, p.tokens, p.size, p.kind FROM kv_blocks b JOIN kv_prefixes p ON "
+                         "SELECT p.id, p.n_tokens, p.tokens, p.size, p.kind, p.base_id, (SELECT n_tokens FROM "
+                         "kv_prefixes WHERE id = p.base_id) FROM kv_blocks b JOIN kv_prefixes p ON "
                          "p.id = b.prefix_id WHERE b.hash = ?1 AND b.idx = ?2 AND p.model_id = ?3 AND p.kv_type = ?4 "
                          "AND p.state = 1 ORDER BY p.n_tokens, p.id LIMIT ?5",
                          &st, err)))
@@ -180,6 +196,8 @@ int store_kv_find(store *s, const store_kv_key *q, store_kv_hit *hit, store_erro
             b->n_common = c;
             b->size = (size_t)sqlite3_column_int64(st, 3);
             b->kind = sqlite3_column_int(st, 4);
+            b->base_id = sqlite3_column_int64(st, 5);
+            b->n_base = b->base_id ? (size_t)sqlite3_column_int64(st, 6) : 0;
         }
     }
     if (r != SQLITE_DONE) rc = st_fail(s, err, r, "looking up a KV prefix");
@@ -334,6 +352,21 @@ int store_kv_verify_all(store *s, void (*problem)(void *ud, const char *msg), vo
         else if (r != STORE_ERR_NOTFOUND) problem(ud, e.msg);
     }
     free(ids);
+    /* a delta needs its base: complete, shared, of the same model and KV type, a shorter prefix */
+    if (!st_prepare(s,
+                    "SELECT d.id, d.base_id FROM kv_prefixes d LEFT JOIN kv_prefixes b ON b.id = d.base_id WHERE "
+                    "d.state = 1 AND d.base_id IS NOT NULL AND (b.id IS NULL OR b.state != 1 OR b.kind != 1 OR "
+                    "b.model_id != d.model_id OR b.kv_type != d.kv_type OR b.n_tokens >= d.n_tokens OR "
+                    "substr(d.tokens, 1, length(b.tokens)) != b.tokens)",
+                    &st, NULL)) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            char msg[800];
+            snprintf(msg, sizeof msg, "%s: KV prefix %lld: its base %lld is missing or does not fit it (the delta cannot be restored)",
+                     s->path, (long long)sqlite3_column_int64(st, 0), (long long)sqlite3_column_int64(st, 1));
+            problem(ud, msg);
+        }
+        sqlite3_finalize(st);
+    }
     return STORE_OK;
 }
 
@@ -353,7 +386,21 @@ static int total_bytes(store *s, uint64_t *total, store_error *err)
     return rc;
 }
 
-int store_kv_evict(store *s, uint64_t budget, int *n_evicted, store_error *err)
+static int count_rows(store *s)
+{
+    sqlite3_stmt *st;
+    int n = 0;
+    if (st_prepare(s, "SELECT count(*) FROM kv_prefixes", &st, NULL)) return 0;
+    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* Evict least recently used complete rows until the blobs fit in budget, never row `keep` or
+ * its bases (0: none). Among rows used at the same moment, those no delta needs go first.
+ * Dropping a base drops its deltas with it (ON DELETE CASCADE): a delta never outlives the
+ * base it needs. */
+static int evict(store *s, uint64_t budget, int64_t keep, int *n_evicted, store_error *err)
 {
     if (n_evicted) *n_evicted = 0;
     int evicted = 0, rc = STORE_OK;
@@ -361,14 +408,21 @@ int store_kv_evict(store *s, uint64_t budget, int *n_evicted, store_error *err)
         uint64_t total;
         if ((rc = total_bytes(s, &total, err)) || total <= budget) break;
         sqlite3_stmt *st;
-        if ((rc = st_prepare(s, "SELECT id FROM kv_prefixes WHERE state = 1 ORDER BY last_used, id LIMIT 1", &st, err)))
+        if ((rc = st_prepare(s,
+                             CHAIN_CTE "SELECT p.id FROM kv_prefixes p WHERE p.state = 1 AND p.id NOT IN (SELECT id FROM "
+                                       "chain) ORDER BY p.last_used, EXISTS (SELECT 1 FROM kv_prefixes d WHERE "
+                                       "d.base_id = p.id), p.id LIMIT 1",
+                             &st, err)))
             break;
+        sqlite3_bind_int64(st, 1, keep);
         int64_t id = 0;
         if (sqlite3_step(st) == SQLITE_ROW) id = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
-        if (!id) break; /* only rows being written are left */
+        if (!id) break; /* only rows being written (or kept) are left */
+        int before = count_rows(s);
         if ((rc = store_kv_drop(s, id, err))) break;
-        evicted++;
+        int gone = before - count_rows(s);
+        evicted += gone > 1 ? gone : 1;
     }
     if (evicted) {
         /* give the freed pages back to the file system once they add up */
@@ -386,6 +440,11 @@ int store_kv_evict(store *s, uint64_t budget, int *n_evicted, store_error *err)
     }
     if (n_evicted) *n_evicted = evicted;
     return rc;
+}
+
+int store_kv_evict(store *s, uint64_t budget, int *n_evicted, store_error *err)
+{
+    return evict(s, budget, 0, n_evicted, err);
 }
 
 static int writer_gone(int64_t pid, int64_t created, int64_t now)
@@ -491,72 +550,108 @@ static int relate(store *s, const store_kv_key *k, int64_t self, store_kv_put_re
     return rc;
 }
 
-int store_kv_put(store *s, const store_kv_key *k, int kind, const void *blob, size_t len, uint64_t budget,
-                 store_kv_put_result *res, store_error *err)
-{
-    memset(res, 0, sizeof *res);
-    int rc = key_check(s, k, err);
-    if (rc) return rc;
-    if (!blob || !len) return st_set(s, err, STORE_ERR_INVALID, "KV prefix: empty blob");
-    if (s->readonly) return st_set(s, err, STORE_ERR_READONLY, "opened read-only");
-    int64_t id = exact_row(s, k, k->n_tokens);
-    if (id) {
-        touch(s, id, 0);
-        res->id = id;
-        return relate(s, k, id, res, err);
-    }
-    if (budget && len > budget) {
-        res->skipped = 1;
-        return STORE_OK;
-    }
-    store_kv_cleanup(s, NULL, NULL);
-    int ev = 0;
-    if ((rc = store_kv_evict(s, budget ? budget - len : UINT64_MAX, &ev, err))) return rc;
-    res->n_evicted = ev;
+/* The fields of a row's key as stored (tokens as little-endian bytes). */
+typedef struct row_key {
+    int64_t model_id;
+    const char *kv_type;
+    size_t n_tokens, n_blocks;
+    uint64_t key_hash;
+    const uint8_t *tokens;
+} row_key;
 
-    uint8_t *keyb = encode(k->tokens, k->n_tokens);
-    if (!keyb) return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
+/* May base_id be the base of a row with key rk? A complete shared row of the same model and KV
+ * type whose key is a whole-block strict prefix of rk's. NOTFOUND when it is gone or not
+ * complete, INVALID when it does not fit. Inside the caller's transaction or not. */
+static int base_check(store *s, int64_t base_id, const row_key *rk, int block_size, store_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = st_prepare(s, "SELECT state, kind, model_id, kv_type, n_tokens, tokens FROM kv_prefixes WHERE id = ?", &st, err);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, base_id);
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 3);
+        size_t n = (size_t)sqlite3_column_int64(st, 4);
+        const uint8_t *t = sqlite3_column_blob(st, 5);
+        if (sqlite3_column_int(st, 0) != 1)
+            rc = st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld (a base) is still being written", (long long)base_id);
+        else if (sqlite3_column_int(st, 1) != STORE_KV_SHARED || sqlite3_column_int64(st, 2) != rk->model_id || !type ||
+                 strcmp(type, rk->kv_type) || n == 0 || n >= rk->n_tokens || n % (size_t)block_size ||
+                 (size_t)sqlite3_column_bytes(st, 5) != n * 4 || !t || memcmp(t, rk->tokens, n * 4))
+            rc = st_set(s, err, STORE_ERR_INVALID,
+                        "KV prefix %lld cannot be the base of a prefix of %zu tokens (not a shared prefix of it, of the "
+                        "same model and KV type, in whole blocks)",
+                        (long long)base_id, rk->n_tokens);
+    } else {
+        rc = r == SQLITE_DONE ? st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld (a base) is gone (evicted)", (long long)base_id)
+                              : st_fail(s, err, r, "reading a KV base");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Bytes of row id and every base under it. */
+static uint64_t chain_bytes(store *s, int64_t id)
+{
+    sqlite3_stmt *st;
+    int64_t v = 0;
+    if (st_prepare(s, CHAIN_CTE "SELECT COALESCE(SUM(size), 0) FROM kv_prefixes WHERE id IN (SELECT id FROM chain)", &st, NULL))
+        return 0;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+/* Steps 1 and 2 of a write: the row, invisible to readers until it is complete (state 0),
+ * with base_id checked in the same transaction; then the chunks, one short transaction each
+ * (zeroblob, then incremental blob I/O). *id the row, *sum the checksum of the chunks. */
+static int write_row(store *s, const row_key *rk, int block_size, int kind, int64_t base_id, const void *blob, size_t len,
+                     int64_t *id, uint64_t *sum, store_error *err)
+{
     size_t chunk = s->kv_chunk, n_chunks = (len + chunk - 1) / chunk;
     int64_t now = store_now_ms();
     sqlite3_stmt *st = NULL;
-    /* 1. the row, invisible to readers until it is complete (state 0) */
-    if (!(rc = st_begin(s, err)) &&
+    int rc;
+    *id = 0;
+    if (!(rc = st_begin(s, err)) && !(rc = base_id ? base_check(s, base_id, rk, block_size, err) : STORE_OK) &&
         !(rc = st_prepare(s,
                           "INSERT INTO kv_prefixes(model_id, kv_type, n_tokens, n_blocks, key_hash, tokens, kind, size, "
-                          "n_chunks, state, writer_pid, created_at, last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-                          "0, ?10, ?11, ?11)",
+                          "n_chunks, state, writer_pid, created_at, last_used, base_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+                          "?8, ?9, 0, ?10, ?11, ?11, ?12)",
                           &st, err))) {
-        sqlite3_bind_int64(st, 1, k->model_id);
-        sqlite3_bind_text(st, 2, k->kv_type, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (int64_t)k->n_tokens);
-        sqlite3_bind_int64(st, 4, (int64_t)k->n_blocks);
-        sqlite3_bind_int64(st, 5, (int64_t)k->key_hash);
-        sqlite3_bind_blob(st, 6, keyb, (int)(k->n_tokens * 4), SQLITE_STATIC);
+        sqlite3_bind_int64(st, 1, rk->model_id);
+        sqlite3_bind_text(st, 2, rk->kv_type, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (int64_t)rk->n_tokens);
+        sqlite3_bind_int64(st, 4, (int64_t)rk->n_blocks);
+        sqlite3_bind_int64(st, 5, (int64_t)rk->key_hash);
+        sqlite3_bind_blob(st, 6, rk->tokens, (int)(rk->n_tokens * 4), SQLITE_STATIC);
         sqlite3_bind_int(st, 7, kind == STORE_KV_SHARED ? 1 : 0);
         sqlite3_bind_int64(st, 8, (int64_t)len);
         sqlite3_bind_int64(st, 9, (int64_t)n_chunks);
         sqlite3_bind_int64(st, 10, (int64_t)getpid());
         sqlite3_bind_int64(st, 11, now);
+        if (base_id) sqlite3_bind_int64(st, 12, base_id);
+        else sqlite3_bind_null(st, 12);
         rc = st_step_done(s, st, "storing a KV prefix", err);
         sqlite3_finalize(st);
         st = NULL;
-        if (!rc) id = sqlite3_last_insert_rowid(s->db);
+        if (!rc) *id = sqlite3_last_insert_rowid(s->db);
         if (!rc) rc = st_commit(s, err);
     }
-    free(keyb);
     if (rc) {
         st_rollback(s);
+        *id = 0;
         return rc;
     }
-    /* 2. the chunks, one short transaction each: zeroblob, then incremental blob I/O */
-    st_sum sum;
-    st_sum_init(&sum);
+    st_sum ck;
+    st_sum_init(&ck);
     const uint8_t *p = blob;
     for (size_t c = 0; c < n_chunks && !rc; c++) {
         size_t off = c * chunk, n = len - off < chunk ? len - off : chunk;
         if ((rc = st_begin(s, err))) break;
         if (!(rc = st_prepare(s, "INSERT INTO kv_chunks(prefix_id, idx, data) VALUES (?, ?, zeroblob(?))", &st, err))) {
-            sqlite3_bind_int64(st, 1, id);
+            sqlite3_bind_int64(st, 1, *id);
             sqlite3_bind_int64(st, 2, (int64_t)c);
             sqlite3_bind_int64(st, 3, (int64_t)n);
             rc = st_step_done(s, st, "storing a KV chunk", err);
@@ -573,15 +668,66 @@ int store_kv_put(store *s, const store_kv_key *k, int kind, const void *blob, si
         }
         if (!rc) rc = st_commit(s, err);
         if (rc) st_rollback(s);
-        st_sum_add(&sum, p + off, n);
+        st_sum_add(&ck, p + off, n);
         if (!rc && s->kv_delay_ms) {
             struct timespec ts = {s->kv_delay_ms / 1000, (long)(s->kv_delay_ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
     }
+    *sum = st_sum_final(&ck);
+    if (rc) store_kv_drop(s, *id, NULL); /* best effort; store_kv_cleanup catches what stays */
+    return rc;
+}
+
+int store_kv_put_delta(store *s, const store_kv_key *k, int kind, int64_t base_id, const void *blob, size_t len,
+                       uint64_t budget, store_kv_put_result *res, store_error *err)
+{
+    memset(res, 0, sizeof *res);
+    int rc = key_check(s, k, err);
+    if (rc) return rc;
+    if (!blob || !len) return st_set(s, err, STORE_ERR_INVALID, "KV prefix: empty blob");
+    if (base_id < 0) return st_set(s, err, STORE_ERR_INVALID, "KV prefix: invalid base %lld", (long long)base_id);
+    if (s->readonly) return st_set(s, err, STORE_ERR_READONLY, "opened read-only");
+    int64_t id = exact_row(s, k, k->n_tokens);
+    if (id) {
+        if (kind == STORE_KV_SHARED && !st_begin(s, NULL)) { /* asked to share it: it is shared now */
+            sqlite3_stmt *st;
+            if (!st_prepare(s, "UPDATE kv_prefixes SET kind = 1 WHERE id = ?", &st, NULL)) {
+                sqlite3_bind_int64(st, 1, id);
+                st_step_done(s, st, "", NULL);
+                sqlite3_finalize(st);
+            }
+            if (st_commit(s, NULL)) st_rollback(s);
+        }
+        touch(s, id, 0);
+        res->id = id;
+        return relate(s, k, id, res, err);
+    }
+    uint64_t under = 0; /* the bases this blob needs count against the budget too */
+    if (base_id) {
+        touch(s, base_id, 0);
+        under = chain_bytes(s, base_id);
+    }
+    if (budget && (len > budget || under > budget - len)) {
+        res->skipped = 1;
+        return STORE_OK;
+    }
+    store_kv_cleanup(s, NULL, NULL);
+    int ev = 0;
+    if ((rc = evict(s, budget ? budget - len : UINT64_MAX, base_id, &ev, err))) return rc;
+    res->n_evicted = ev;
+
+    uint8_t *keyb = encode(k->tokens, k->n_tokens);
+    if (!keyb) return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
+    row_key rk = {k->model_id, k->kv_type, k->n_tokens, k->n_blocks, k->key_hash, keyb};
+    uint64_t sum = 0;
+    rc = write_row(s, &rk, k->block_size, kind, base_id, blob, len, &id, &sum, err);
+    free(keyb);
+    if (rc) return rc;
+    sqlite3_stmt *st = NULL;
     /* 3. complete: checksum, block index, visible — unless another writer finished the same key */
     int64_t other = 0;
-    if (!rc && !(rc = st_begin(s, err))) {
+    if (!(rc = st_begin(s, err))) {
         other = exact_row(s, k, k->n_tokens);
         if (other) {
             rc = st_prepare(s, "DELETE FROM kv_prefixes WHERE id = ?", &st, err);
@@ -595,12 +741,14 @@ int store_kv_put(store *s, const store_kv_key *k, int kind, const void *blob, si
                             &st, err);
             if (!rc) {
                 sqlite3_bind_int64(st, 1, id);
-                sqlite3_bind_int64(st, 2, (int64_t)st_sum_final(&sum));
+                sqlite3_bind_int64(st, 2, (int64_t)sum);
                 sqlite3_bind_int64(st, 3, store_now_ms());
                 rc = st_step_done(s, st, "completing a KV prefix", err);
                 sqlite3_finalize(st);
+                /* (a base evicted meanwhile took this row with it) */
                 if (!rc && sqlite3_changes(s->db) != 1)
-                    rc = st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld was removed while being written", (long long)id);
+                    rc = st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld was removed while being written%s", (long long)id,
+                                base_id ? " (its base was evicted)" : "");
             }
             if (!rc && !(rc = st_prepare(s, "INSERT OR IGNORE INTO kv_blocks(hash, idx, prefix_id) VALUES (?, ?, ?)", &st,
                                          err))) {
@@ -623,10 +771,240 @@ int store_kv_put(store *s, const store_kv_key *k, int kind, const void *blob, si
     }
     res->id = other ? other : id;
     res->stored = !other;
-    if (other) touch(s, other, 0);
+    touch(s, res->id, 0); /* and its bases */
     if ((rc = relate(s, k, res->id, res, err))) return rc;
-    if (budget && !(rc = store_kv_evict(s, budget, &ev, err))) res->n_evicted += ev;
+    if (budget && !(rc = evict(s, budget, res->id, &ev, err))) res->n_evicted += ev;
     return rc;
+}
+
+int store_kv_put(store *s, const store_kv_key *k, int kind, const void *blob, size_t len, uint64_t budget,
+                 store_kv_put_result *res, store_error *err)
+{
+    return store_kv_put_delta(s, k, kind, 0, blob, len, budget, res, err);
+}
+
+/* ---- deltas: chains, planning, rebasing ------------------------------------------------------ */
+
+int store_kv_chain(store *s, int64_t id, store_kv_link *links, int cap, int *n, store_error *err)
+{
+    *n = 0;
+    int depth = 0, rc = STORE_OK;
+    int64_t cur = id;
+    sqlite3_stmt *st;
+    if ((rc = st_prepare(s, "SELECT base_id, n_tokens, size, state FROM kv_prefixes WHERE id = ?", &st, err))) return rc;
+    while (cur) {
+        if (depth == cap) {
+            rc = st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: its chain of bases is deeper than %d (or loops)",
+                        (long long)id, cap);
+            break;
+        }
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, cur);
+        int r = sqlite3_step(st);
+        if (r != SQLITE_ROW || sqlite3_column_int(st, 3) != 1) {
+            rc = r == SQLITE_ROW || r == SQLITE_DONE
+                     ? st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld is gone (evicted)%s", (long long)cur,
+                              cur != id ? ", a base of the one found" : "")
+                     : st_fail(s, err, r, "reading a KV prefix chain");
+            break;
+        }
+        links[depth] = (store_kv_link){.id = cur, .n_tokens = (size_t)sqlite3_column_int64(st, 1),
+                                       .size = (size_t)sqlite3_column_int64(st, 2)};
+        cur = sqlite3_column_int64(st, 0);
+        depth++;
+    }
+    sqlite3_finalize(st);
+    if (rc) return rc;
+    for (int i = 0; i < depth / 2; i++) { /* root first */
+        store_kv_link t = links[i];
+        links[i] = links[depth - 1 - i];
+        links[depth - 1 - i] = t;
+    }
+    for (int i = 0; i < depth; i++) {
+        links[i].n_base = i ? links[i - 1].n_tokens : 0;
+        if (i && links[i].n_base >= links[i].n_tokens)
+            return st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: its base %lld is not shorter than it",
+                          (long long)links[i].id, (long long)links[i - 1].id);
+    }
+    *n = depth;
+    return STORE_OK;
+}
+
+int store_kv_plan(store *s, const store_kv_key *k, store_kv_plan_result *plan, store_error *err)
+{
+    memset(plan, 0, sizeof *plan);
+    int rc = key_check(s, k, err);
+    if (rc || k->n_blocks == 0) return rc;
+    sqlite3_stmt *st;
+    if ((rc = st_prepare(s,
+                         "SELECT p.id, p.kind, p.n_tokens, p.tokens FROM kv_prefixes p WHERE p.model_id = ?1 AND "
+                         "p.kv_type = ?2 AND p.state = 1 AND EXISTS (SELECT 1 FROM kv_blocks b WHERE b.prefix_id = p.id "
+                         "AND b.idx = 0 AND b.hash = ?3)",
+                         &st, err)))
+        return rc;
+    sqlite3_bind_int64(st, 1, k->model_id);
+    sqlite3_bind_text(st, 2, k->kv_type, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (int64_t)k->block_hashes[0]);
+    size_t bs = (size_t)k->block_size, max_shared = 0;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t n = (size_t)sqlite3_column_int64(st, 2);
+        const uint8_t *t = sqlite3_column_blob(st, 3);
+        if (!t || (size_t)sqlite3_column_bytes(st, 3) != n * 4) continue;
+        size_t c = common_prefix(t, n, k->tokens, k->n_tokens);
+        if (c == n && n < k->n_tokens) { /* a prefix of k: a base when shared, in whole blocks */
+            if (sqlite3_column_int(st, 1) == STORE_KV_SHARED && n % bs == 0 && n > plan->n_base) {
+                plan->base_id = sqlite3_column_int64(st, 0);
+                plan->n_base = n;
+            }
+        } else if (c < n && c < k->n_tokens) { /* diverges from k: the common whole blocks are shared */
+            size_t L = c / bs * bs;
+            if (L > max_shared) max_shared = L;
+        }
+    }
+    if (r != SQLITE_DONE) rc = st_fail(s, err, r, "planning a KV prefix");
+    sqlite3_finalize(st);
+    if (rc || max_shared <= plan->n_base || max_shared < bs) return rc;
+    /* a stored prefix of exactly the shared tokens (a snapshot that ended there) becomes shared */
+    int64_t exact = exact_row(s, k, max_shared);
+    if (exact && !s->readonly && !st_begin(s, NULL)) {
+        if (!st_prepare(s, "UPDATE kv_prefixes SET kind = 1 WHERE id = ? AND state = 1", &st, NULL)) {
+            sqlite3_bind_int64(st, 1, exact);
+            if (st_step_done(s, st, "", NULL)) exact = 0;
+            sqlite3_finalize(st);
+        }
+        if (st_commit(s, NULL)) {
+            st_rollback(s);
+            exact = 0;
+        }
+        if (exact) {
+            plan->base_id = exact;
+            plan->n_base = max_shared;
+            return STORE_OK;
+        }
+    }
+    if (!exact) plan->shared_len = max_shared;
+    return STORE_OK;
+}
+
+/* Replace row old's blob with blob, a delta over base_id: a new row with the same key is
+ * written (state 0), then one transaction moves the block index, hands old's deltas to it,
+ * drops old and makes it visible with old's use record. NOTFOUND when old or the base went
+ * away meanwhile (nothing changes then). */
+static int kv_replace(store *s, int64_t old, int64_t base_id, int block_size, const void *blob, size_t len, store_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = st_prepare(s,
+                        "SELECT model_id, kv_type, n_tokens, n_blocks, key_hash, tokens, kind FROM kv_prefixes WHERE id = ? "
+                        "AND state = 1",
+                        &st, err);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, old);
+    int r = sqlite3_step(st);
+    if (r != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return r == SQLITE_DONE ? st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld is gone (evicted)", (long long)old)
+                                : st_fail(s, err, r, "reading a KV prefix");
+    }
+    char type[64];
+    snprintf(type, sizeof type, "%s", sqlite3_column_text(st, 1) ? (const char *)sqlite3_column_text(st, 1) : "");
+    size_t n_tok = (size_t)sqlite3_column_int64(st, 2), tb = (size_t)sqlite3_column_bytes(st, 5);
+    uint8_t *toks = malloc(tb ? tb : 1);
+    if (toks && tb) memcpy(toks, sqlite3_column_blob(st, 5), tb);
+    row_key rk = {sqlite3_column_int64(st, 0), type, n_tok, (size_t)sqlite3_column_int64(st, 3),
+                  (uint64_t)sqlite3_column_int64(st, 4), toks};
+    int kind = sqlite3_column_int(st, 6);
+    sqlite3_finalize(st);
+    if (!toks) return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
+    if (tb != n_tok * 4) {
+        free(toks);
+        return st_set(s, err, STORE_ERR_CORRUPT, "KV prefix %lld: its key is damaged", (long long)old);
+    }
+    int64_t id = 0;
+    uint64_t sum = 0;
+    rc = write_row(s, &rk, block_size, kind, base_id, blob, len, &id, &sum, err);
+    free(toks);
+    if (rc) return rc;
+    if ((rc = st_begin(s, err))) {
+        store_kv_drop(s, id, NULL);
+        return rc;
+    }
+    static const char *const steps[] = {
+        /* both rows still there (a base evicted meanwhile took the new one with it) */
+        "SELECT (SELECT count(*) FROM kv_prefixes WHERE id = ?1 AND state = 0) + (SELECT count(*) FROM kv_prefixes "
+        "WHERE id = ?2 AND state = 1)",
+        "INSERT OR IGNORE INTO kv_blocks(hash, idx, prefix_id) SELECT hash, idx, ?1 FROM kv_blocks WHERE prefix_id = ?2",
+        "UPDATE kv_prefixes SET base_id = ?1 WHERE base_id = ?2",
+        "UPDATE kv_prefixes SET (last_used, hits) = (SELECT last_used, hits FROM kv_prefixes WHERE id = ?2) WHERE id = ?1",
+        "DELETE FROM kv_prefixes WHERE id = ?2",
+        "UPDATE kv_prefixes SET state = 1, checksum = ?3 WHERE id = ?1",
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof *steps && !rc; i++) {
+        if ((rc = st_prepare(s, steps[i], &st, err))) break;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, old);
+        if (i == 5) sqlite3_bind_int64(st, 3, (int64_t)sum);
+        if (i == 0) {
+            r = sqlite3_step(st);
+            if (r != SQLITE_ROW) rc = st_fail(s, err, r, "replacing a KV prefix");
+            else if (sqlite3_column_int(st, 0) != 2)
+                rc = st_set(s, err, STORE_ERR_NOTFOUND, "KV prefix %lld or its new base %lld went away while it was rebased",
+                            (long long)old, (long long)base_id);
+        } else {
+            rc = st_step_done(s, st, "replacing a KV prefix", err);
+        }
+        sqlite3_finalize(st);
+    }
+    if (!rc) rc = st_commit(s, err);
+    if (rc) {
+        st_rollback(s);
+        store_kv_drop(s, id, NULL);
+    }
+    return rc;
+}
+
+int store_kv_rebase(store *s, int64_t base_id, int max_rows, store_kv_transform fn, void *ud, int *n_rebased,
+                    store_error *err)
+{
+    if (n_rebased) *n_rebased = 0;
+    if (s->readonly) return st_set(s, err, STORE_ERR_READONLY, "opened read-only");
+    if (max_rows <= 0) return STORE_OK;
+    sqlite3_stmt *st;
+    int rc = st_prepare(s,
+                        "SELECT p.id, b.n_tokens, b.n_blocks FROM kv_prefixes b JOIN kv_blocks bb ON bb.prefix_id = b.id AND "
+                        "bb.idx = b.n_blocks - 1 JOIN kv_blocks pb ON pb.hash = bb.hash AND pb.idx = bb.idx AND "
+                        "pb.prefix_id != b.id JOIN kv_prefixes p ON p.id = pb.prefix_id LEFT JOIN kv_prefixes cur ON "
+                        "cur.id = p.base_id WHERE b.id = ?1 AND b.state = 1 AND b.kind = 1 AND p.state = 1 AND "
+                        "p.model_id = b.model_id AND p.kv_type = b.kv_type AND p.n_tokens > b.n_tokens AND "
+                        "substr(p.tokens, 1, length(b.tokens)) = b.tokens AND (p.base_id IS NULL OR cur.n_tokens < "
+                        "b.n_tokens) ORDER BY p.last_used DESC, p.id LIMIT ?2",
+                        &st, err);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, base_id);
+    sqlite3_bind_int(st, 2, max_rows);
+    int64_t ids[64];
+    int n = 0, r;
+    size_t n_base = 0, n_blocks = 0;
+    while (n < 64 && (r = sqlite3_step(st)) == SQLITE_ROW) {
+        ids[n++] = sqlite3_column_int64(st, 0);
+        n_base = (size_t)sqlite3_column_int64(st, 1);
+        n_blocks = (size_t)sqlite3_column_int64(st, 2);
+    }
+    sqlite3_finalize(st);
+    if (!n_blocks) return STORE_OK;
+    int done = 0;
+    for (int i = 0; i < n; i++) {
+        void *blob = NULL, *out = NULL;
+        size_t len = 0, out_len = 0;
+        if (kv_read(s, ids[i], &blob, &len, 0, NULL)) continue; /* damaged: found and dropped when used */
+        if (fn(ud, blob, len, n_base, &out, &out_len) == 0 && out) {
+            if (!kv_replace(s, ids[i], base_id, (int)(n_base / n_blocks), out, out_len, NULL)) done++;
+        }
+        free(out);
+        free(blob);
+    }
+    if (n_rebased) *n_rebased = done;
+    return STORE_OK;
 }
 
 int store_kv_stats_get(store *s, store_kv_stats *out, store_error *err)
@@ -636,7 +1014,9 @@ int store_kv_stats_get(store *s, store_kv_stats *out, store_error *err)
     int rc = st_prepare(s,
                         "SELECT COALESCE(SUM(size) FILTER (WHERE state = 1), 0), count(*) FILTER (WHERE state = 1), "
                         "count(*) FILTER (WHERE state = 1 AND kind = 1), count(*) FILTER (WHERE state = 0), "
-                        "COALESCE(SUM(hits), 0), count(DISTINCT model_id) FROM kv_prefixes",
+                        "COALESCE(SUM(hits), 0), count(DISTINCT model_id), count(*) FILTER (WHERE state = 1 AND base_id "
+                        "IS NOT NULL), COALESCE(SUM(size) FILTER (WHERE state = 1 AND base_id IS NOT NULL), 0) FROM "
+                        "kv_prefixes",
                         &st, err);
     if (rc) return rc;
     int r = sqlite3_step(st);
@@ -647,6 +1027,8 @@ int store_kv_stats_get(store *s, store_kv_stats *out, store_error *err)
         out->n_writing = sqlite3_column_int(st, 3);
         out->hits = (uint64_t)sqlite3_column_int64(st, 4);
         out->n_models = sqlite3_column_int(st, 5);
+        out->n_delta = sqlite3_column_int(st, 6);
+        out->bytes_delta = (uint64_t)sqlite3_column_int64(st, 7);
     } else rc = st_fail(s, err, r, "reading the KV store's size");
     sqlite3_finalize(st);
     return rc;

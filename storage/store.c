@@ -287,6 +287,9 @@ static const char *const migrations[] = {
     "  idx INTEGER NOT NULL,\n"
     "  data BLOB NOT NULL,\n"
     "  UNIQUE (prefix_id, idx));\n",
+    /* 1 → 2: deltas — a KV prefix may rest on a shared one, its blob holding only the rest */
+    "ALTER TABLE kv_prefixes ADD COLUMN base_id INTEGER REFERENCES kv_prefixes(id) ON DELETE CASCADE;\n"
+    "CREATE INDEX kv_prefixes_base ON kv_prefixes(base_id);\n",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "one migration per schema version");

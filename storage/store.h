@@ -24,6 +24,11 @@
  *   kv_prefixes    a KV blob: model, KV type, its token prefix (n_tokens int32 keys), the
  *                  caller's chained block hashes (kv_blocks) and whole-key hash, size,
  *                  storage checksum, state (0 being written, 1 complete), last use, hits
+ *                  and base_id: NULL for a whole blob, else the shared row whose tokens are a
+ *                  whole-block prefix of this key and which (with its own bases) holds those
+ *                  positions — this blob is then a "delta" holding only the rest (a system prompt shared by many
+ *                  chats is stored once). ON DELETE CASCADE: dropping or evicting a base drops
+ *                  its deltas, so a delta is never left without the base it needs.
  *   kv_chunks      the blob in chunks of at most 1 MiB, written and read with SQLite's
  *                  incremental blob I/O (zeroblob + sqlite3_blob_write / sqlite3_blob_read)
  * A KV prefix becomes visible only when its last chunk is written and its checksum recorded
@@ -36,7 +41,7 @@
  * A store handle is used by one thread at a time; use one handle per thread.
  */
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2  /* 1: the first schema; 2: kv_prefixes.base_id (deltas) */
 #define STORE_APPLICATION_ID 0x6b766368 /* "kvch" */
 #define STORE_KV_CHUNK_DEFAULT (1u << 20)
 
@@ -233,8 +238,11 @@ typedef struct store_kv_hit {
     int64_t id;
     size_t n_tokens;     /* the stored prefix's length */
     size_t n_common;     /* how many leading tokens it shares with the query */
-    size_t size;         /* blob bytes */
+    size_t size;         /* blob bytes (of this row alone) */
     int kind;
+    int64_t base_id;     /* 0: a whole blob; else a delta over this row (store_kv_chain lists
+                            every blob to read, base first) */
+    size_t n_base;       /* the base's length (0 when none) */
 } store_kv_hit;
 
 /* The complete prefix (same model and KV type) sharing the most leading tokens with q — found
@@ -242,9 +250,22 @@ typedef struct store_kv_hit {
  * NOTFOUND when none shares a full block. */
 int store_kv_find(store *s, const store_kv_key *q, store_kv_hit *hit, store_error *err);
 /* Read prefix id's blob (malloc'd, *len bytes) chunk by chunk with sqlite3_blob_read, check
- * its size and checksum, and record the use (last_used, hits). CORRUPT names the row and chunk
- * (a changed byte, a short or missing chunk); NOTFOUND if it was evicted meanwhile. */
+ * its size and checksum, and record the use (last_used, hits; its bases' last_used too). CORRUPT
+ * names the row and chunk (a changed byte, a short or missing chunk); NOTFOUND if it was
+ * evicted meanwhile. A delta's blob alone restores nothing: read its chain. */
 int store_kv_read(store *s, int64_t id, void **blob, size_t *len, store_error *err);
+
+/* One blob of a chain: row id holds positions [n_base, n_tokens) of the prefix. */
+typedef struct store_kv_link {
+    int64_t id;
+    size_t n_tokens, n_base, size;
+} store_kv_link;
+#define STORE_KV_MAX_CHAIN 16
+/* The blobs that make up prefix id, root first: links[0] is a whole blob ([0, n_tokens)), each
+ * next one a delta over the one before, the last is id itself (*n = 1 for a whole blob). cap
+ * links fit (STORE_KV_MAX_CHAIN). NOTFOUND when a row of it is gone or still being written,
+ * CORRUPT for a chain deeper than cap (or a loop) or a base not shorter than its delta. */
+int store_kv_chain(store *s, int64_t id, store_kv_link *links, int cap, int *n, store_error *err);
 
 typedef struct store_kv_put_result {
     int64_t id;            /* the row (new or already there) */
@@ -257,27 +278,65 @@ typedef struct store_kv_put_result {
                               caller may store it as STORE_KV_SHARED */
 } store_kv_put_result;
 
-/* Store blob under key k unless an equal key is complete already (then only touch it). The
- * blob goes in chunks, one short transaction each, through zeroblob + sqlite3_blob_write; the
- * last transaction records the checksum, indexes the block hashes and makes the row visible.
- * Then snapshot rows whose keys are strict prefixes of k are dropped (k supersedes them; shared
- * ones stay), shared rows that are prefixes of k are touched, and the least recently used rows
- * are evicted until all blobs fit in budget bytes (0: no limit). A blob larger than the budget
- * is not stored (skipped). */
+/* Store blob under key k unless an equal key is complete already (then only touch it; asked
+ * for STORE_KV_SHARED, it becomes shared). The blob goes in chunks, one short transaction each,
+ * through zeroblob + sqlite3_blob_write; the last transaction records the checksum, indexes the
+ * block hashes and makes the row visible. Then snapshot rows whose keys are strict prefixes of k
+ * are dropped (k supersedes them; shared ones stay), shared rows that are prefixes of k are
+ * touched, and the least recently used rows are evicted until all blobs fit in budget bytes
+ * (0: no limit). A blob larger than the budget is not stored (skipped). */
 int store_kv_put(store *s, const store_kv_key *k, int kind, const void *blob, size_t len, uint64_t budget,
                  store_kv_put_result *res, store_error *err);
+/* store_kv_put of a delta: blob holds only the positions after base_id's (0: a whole blob, =
+ * store_kv_put). base_id must be a complete STORE_KV_SHARED row of the same model and KV type
+ * whose key is a whole-block strict prefix of k (INVALID otherwise; NOTFOUND when it is gone —
+ * also when it is evicted while this one is written). The base (and its bases) is touched,
+ * never evicted to make room for this blob, and counts against the budget: skipped when blob +
+ * its chain exceed it. */
+int store_kv_put_delta(store *s, const store_kv_key *k, int kind, int64_t base_id, const void *blob, size_t len,
+                       uint64_t budget, store_kv_put_result *res, store_error *err);
+
+/* How to store key k so that shared positions are stored once (call before store_kv_put_delta):
+ *   base_id, n_base  the longest complete STORE_KV_SHARED row whose key is a whole-block strict
+ *                    prefix of k (0, 0: none) — store k as a delta over it;
+ *   shared_len       > n_base: k shares this many leading tokens (whole blocks, < n_tokens) with
+ *                    a stored prefix it diverges from, and no row holds exactly them: store
+ *                    [0, shared_len) first as STORE_KV_SHARED (a delta over base_id), then k as
+ *                    a delta over that; else 0.
+ * A snapshot row holding exactly the shared tokens is made STORE_KV_SHARED and returned as the
+ * base instead. */
+typedef struct store_kv_plan_result {
+    int64_t base_id;
+    size_t n_base;
+    size_t shared_len;
+} store_kv_plan_result;
+int store_kv_plan(store *s, const store_kv_key *k, store_kv_plan_result *plan, store_error *err);
+
+/* The caller's blob transform for store_kv_rebase: the same K/V as a delta over its first n_base
+ * positions (a new malloc'd blob in *out); 0 on success. */
+typedef int (*store_kv_transform)(void *ud, const void *blob, size_t len, size_t n_base, void **out, size_t *out_len);
+/* After a new shared row base_id: re-store (at most max_rows, most recently used first) the
+ * complete prefixes that start with its tokens, are longer, and do not already rest on a base at
+ * least as long — as deltas over base_id, through fn (the blob format is the caller's). Each is
+ * replaced atomically (same key, use record and deltas of its own); one that cannot be read or
+ * transformed, or goes away meanwhile, stays as it was. *n_rebased counts the replaced rows. */
+int store_kv_rebase(store *s, int64_t base_id, int max_rows, store_kv_transform fn, void *ud, int *n_rebased,
+                    store_error *err);
 /* 1 if a complete prefix with exactly this key is stored, else 0 (errors count as 0). */
 int store_kv_has(store *s, const store_kv_key *k);
+/* Drop a prefix; the deltas resting on it go with it (a delta dropped leaves its base). */
 int store_kv_drop(store *s, int64_t id, store_error *err);
-/* Evict least recently used prefixes until all fit in budget bytes. */
+/* Evict least recently used prefixes until all fit in budget bytes (a base with its deltas). */
 int store_kv_evict(store *s, uint64_t budget, int *n_evicted, store_error *err);
 /* Remove prefixes left half-written by a writer that is gone (its process no longer runs, or
  * it started more than an hour ago). */
 int store_kv_cleanup(store *s, int *n_removed, store_error *err);
 
 typedef struct store_kv_stats {
-    uint64_t bytes;        /* blobs of complete prefixes */
+    uint64_t bytes;        /* blobs of complete prefixes (each blob once: a delta's bytes are its own) */
     int n_prefixes, n_shared, n_writing;
+    int n_delta;           /* prefixes stored as deltas over a shared one */
+    uint64_t bytes_delta;  /* their blobs */
     uint64_t hits;         /* reads over the store's lifetime */
     int n_models;          /* models with prefixes */
 } store_kv_stats;

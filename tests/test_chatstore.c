@@ -1,4 +1,4 @@
-/* test_chatstore: the KV prefix store with the real engine on stories260K — restored KV gives bitwise the logits of a fresh prefill, a resumed chat continues exactly as the uninterrupted one, a changed model never reuses KV, a shared prefix is stored once and reused, a corrupt blob is dropped and the chat goes on. */
+/* test_chatstore: the KV prefix store with the real engine on stories260K — restored KV gives bitwise the logits of a fresh prefill, a resumed chat continues exactly as the uninterrupted one, a changed model never reuses KV, a shared prefix is stored once and reused — every chat's snapshot a delta over it, resumed bitwise, evicted with it — and a corrupt blob (whole, base or delta) is dropped and the chat goes on. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -435,6 +435,299 @@ static void test_shared_prefix_stored_once(void **state)
     assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
     assert_true(db_int(db, "SELECT hits FROM kv_prefixes WHERE kind = 1") >= 1);
     assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0"), 3);
+    /* and every snapshot rests on it, holding only its own positions */
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0 AND base_id = (SELECT id FROM "
+                                "kv_prefixes WHERE kind = 1)"), 3);
+}
+
+/* ---- a system prompt shared by many chats is stored once ------------------------------------------ */
+
+/* About 200 tokens of stories260K: every chat below starts with it. */
+static const char *long_sys =
+    "You are a storyteller for small children. You tell short and happy stories about animals who live in the big "
+    "green forest: a fox, an owl, a bear, a rabbit and a little bird. Every story has a kind ending, simple words "
+    "and a lesson about sharing, being brave or helping a friend. The animals talk to each other and they like to "
+    "play in the sun and eat sweet berries. At night the owl sings a soft song.\n\n";
+
+typedef struct chat_ref {
+    int32_t toks[1024];      /* the chat's KV positions when it was saved */
+    int n;
+    float *logits;           /* after feeding one more token on top of them, in the chat's own engine */
+    size_t full_len;         /* a whole blob of those positions */
+    size_t bytes_per_token;
+} chat_ref;
+
+#define NEXT_TOKEN 300
+
+/* One more token on top of the sequence's n positions: the logits (malloc'd). */
+static float *next_logits(engine *e, const int32_t *toks, int n)
+{
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    memcpy(t, toks, sizeof(int32_t) * (size_t)n);
+    t[n] = NEXT_TOKEN;
+    kv_error ke = {0};
+    gen_stats st;
+    if (engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, t, (size_t)n + 1, NULL, &st, &ke)) fail_msg("prefill: %s", ke.msg);
+    assert_int_equal(st.n_reused, n);
+    assert_int_equal(st.n_prefilled, 1);
+    int n_vocab = engine_model(e)->hp.n_vocab;
+    float *l = malloc(sizeof(float) * (size_t)n_vocab);
+    memcpy(l, engine_logits(e), sizeof(float) * (size_t)n_vocab);
+    free(t);
+    return l;
+}
+
+/* Close a session after its generator thread has finished (the save hook included); with ref,
+ * first record what the chat's KV cache holds and the logits one token further. */
+static void session_close_ref(session *x, chat_ref *ref)
+{
+    worker_destroy(x->w); /* joins the generator thread: the save hook is done */
+    x->w = NULL;
+    if (ref) {
+        int n = 0;
+        const int32_t *t = engine_seq_tokens(x->e, ENGINE_SEQ_DEFAULT, &n);
+        assert_true(n > 0 && n < 1024);
+        assert_int_equal(kv_seq_n_clean(engine_kv(x->e), ENGINE_SEQ_DEFAULT), n);
+        memcpy(ref->toks, t, sizeof(int32_t) * (size_t)n);
+        ref->n = n;
+        void *blob;
+        kv_error ke = {0};
+        assert_int_equal(engine_seq_save(x->e, ENGINE_SEQ_DEFAULT, -1, &blob, &ref->full_len, &ke), KV_OK);
+        free(blob);
+        kv_cache_stats ks;
+        kv_cache_get_stats(engine_kv(x->e), &ks);
+        ref->bytes_per_token = ks.bytes_per_token;
+        ref->logits = next_logits(x->e, ref->toks, n);
+    }
+    chatstore_close(x->cs);
+    sampler_free(x->s);
+    engine_close(x->e);
+}
+
+/* (each starts differently: the chats share exactly the system prompt) */
+static const char *asks[3] = {"Tell me about the fox and the river", "Sing a song of an owl and the moon",
+                              "What did the bear eat for dinner"};
+
+/* Three chats, each in a fresh engine, all starting with long_sys; refs[i] what each held. */
+static void three_chats(const char *db, chat_ref refs[3])
+{
+    for (int i = 0; i < 3; i++) {
+        session x;
+        session_open(&x, NULL, db);
+        char text[2048];
+        snprintf(text, sizeof text, "%s%s", long_sys, asks[i]);
+        say(&x, text, 0);
+        assert_int_equal(x.status, KV_OK);
+        if (i > 0) assert_true(x.st.n_reused >= 160); /* the system prompt came from the store */
+        session_close_ref(&x, &refs[i]);
+    }
+}
+
+/* Resume chat ref in a fresh engine (as `kvchat --resume` does) and run its conversation's
+ * restore; returns the session (open) with the note taken into note. */
+static void resume(session *x, const char *db, const chat_ref *ref, char *note, size_t cap)
+{
+    session_open(x, NULL, db);
+    chatstore_announce_restore(x->cs);
+    worker_request open = {.reset_cache = 1, .set_conv = 1, .conv = ref->toks, .n_conv = (size_t)ref->n};
+    run(x, &open, 0);
+    assert_int_equal(x->status, KV_OK);
+    note[0] = 0;
+    chatstore_take_note(x->cs, note, cap);
+}
+
+static void free_refs(chat_ref refs[3])
+{
+    for (int i = 0; i < 3; i++) free(refs[i].logits);
+}
+
+/* Resume chat ref in a fresh engine: its tokens back, and bitwise its logits one token further. */
+static void check_resume(const char *db, const chat_ref *ref, int show)
+{
+    session x;
+    char note[700];
+    double t0 = now_ms();
+    resume(&x, db, ref, note, sizeof note);
+    double ms = now_ms() - t0;
+    assert_non_null(strstr(note, "restored the KV cache of"));
+    assert_non_null(strstr(note, "a shared prefix of"));
+    if (show) print_message("%s (resume %.1f ms with engine start)\n", note, ms);
+    worker_destroy(x.w);
+    x.w = NULL;
+    int n = 0;
+    const int32_t *t = engine_seq_tokens(x.e, ENGINE_SEQ_DEFAULT, &n);
+    assert_int_equal(n, ref->n);
+    assert_memory_equal(t, ref->toks, sizeof(int32_t) * (size_t)n);
+    int n_vocab = engine_model(x.e)->hp.n_vocab;
+    float *l = next_logits(x.e, ref->toks, n);
+    assert_memory_equal(l, ref->logits, sizeof(float) * (size_t)n_vocab); /* bitwise */
+    free(l);
+    chatstore_close(x.cs);
+    sampler_free(x.s);
+    engine_close(x.e);
+}
+
+static void test_system_prompt_stored_once(void **state)
+{
+    (void)state;
+    const char *db = tmp_path("sysonce.db");
+    static chat_ref refs[3];
+    three_chats(db, refs);
+    size_t bpt = refs[0].bytes_per_token;
+    /* one shared row: the system prompt's whole blocks */
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
+    long long a = db_int(db, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1");
+    long long shared_id = db_int(db, "SELECT id FROM kv_prefixes WHERE kind = 1");
+    long long shared_size = db_int(db, "SELECT size FROM kv_prefixes WHERE kind = 1");
+    assert_true(a >= 160 && a % KV_BLOCK_SIZE == 0);
+    assert_int_equal(db_int(db, "SELECT base_id IS NULL FROM kv_prefixes WHERE kind = 1"), 1);
+    /* every chat's snapshot is a delta over it, holding only its own positions */
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0"), 3);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM kv_prefixes WHERE kind = 0 AND base_id = %lld", shared_id);
+    assert_int_equal(db_int(db, sql), 3);
+    long long total = db_int(db, "SELECT sum(size) FROM kv_prefixes");
+    size_t sum_full = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql, "SELECT size FROM kv_prefixes WHERE kind = 0 AND n_tokens = %d", refs[i].n);
+        long long d = db_int(db, sql);
+        assert_true(d > 0);
+        /* smaller than the whole snapshot by (about) the shared part */
+        assert_true((double)d < (double)refs[i].full_len - 0.9 * (double)a * (double)bpt);
+        assert_int_equal((size_t)d, refs[i].full_len - (size_t)a * (4 + bpt));
+        sum_full += refs[i].full_len;
+    }
+    /* the system prompt's K/V once: one shared blob + the deltas = the whole snapshots less two
+     * copies of the shared part */
+    assert_int_equal((size_t)total, sum_full - 2 * (size_t)a * (4 + bpt) + 72);
+    print_message("3 chats sharing a %lld-token system prompt (%zu bytes of K/V per token): stored %lld bytes (shared "
+                  "%lld + deltas); whole snapshots would be %zu, plus the shared row %zu (the old scheme)\n",
+                  a, bpt, total, shared_size, sum_full, sum_full + (size_t)shared_size);
+    /* `kvchat check`: nothing wrong with deltas */
+    store *s;
+    store_error err = {0};
+    assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
+    char *report;
+    int problems;
+    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
+    if (problems) print_message("%s\n", report);
+    assert_int_equal(problems, 0);
+    free(report);
+    store_kv_stats ks;
+    assert_int_equal(store_kv_stats_get(s, &ks, &err), STORE_OK);
+    assert_int_equal(ks.n_delta, 3);
+    assert_int_equal(ks.bytes, (uint64_t)total);
+    store_close(s);
+
+    /* resuming each chat: base, then delta — the logits one token further bitwise as in the chat */
+    for (int i = 0; i < 3; i++) check_resume(db, &refs[i], i == 0);
+
+    /* a fourth chat branching from the first after its question: the longer shared prefix is
+     * stored once too, as a delta over the system prompt, and the first chat rests on it now */
+    static chat_ref r4;
+    {
+        session x;
+        session_open(&x, NULL, db);
+        char text[2048];
+        snprintf(text, sizeof text, "%s%s, please", long_sys, asks[0]);
+        say(&x, text, 0);
+        assert_int_equal(x.status, KV_OK);
+        session_close_ref(&x, &r4);
+    }
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 2);
+    snprintf(sql, sizeof sql, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1 AND base_id = %lld", shared_id);
+    long long a2 = db_int(db, sql);
+    assert_true(a2 > a);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM kv_prefixes d JOIN kv_prefixes b ON b.id = d.base_id WHERE d.kind = 0 AND "
+             "b.n_tokens = %lld AND d.n_tokens IN (%d, %d)",
+             a2, refs[0].n, r4.n);
+    assert_int_equal(db_int(db, sql), 2);
+    long long total4 = db_int(db, "SELECT sum(size) FROM kv_prefixes");
+    /* + the fourth chat's own positions and the new shared part, which the first chat gave up */
+    assert_int_equal((size_t)total4, (size_t)total + r4.full_len + 72 - (size_t)a2 * (4 + bpt));
+    check_resume(db, &r4, 0);
+    check_resume(db, &refs[0], 0);
+
+    /* evicting the shared row (least recently used here) takes its deltas along: none is left
+     * without its base; a resumed chat then prefills */
+    snprintf(sql, sizeof sql, "UPDATE kv_prefixes SET last_used = 1 WHERE id = %lld", shared_id);
+    sqlite3 *d;
+    assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(d, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(d);
+    assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
+    int ev = 0;
+    assert_int_equal(store_kv_evict(s, (uint64_t)total4 - 1, &ev, &err), STORE_OK);
+    assert_int_equal(ev, 6);
+    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
+    assert_int_equal(problems, 0);
+    free(report);
+    store_close(s);
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes"), 0);
+    session x;
+    char note[700];
+    resume(&x, db, &refs[0], note, sizeof note);
+    assert_non_null(strstr(note, "no KV cache stored"));
+    x.last_id = 0;
+    say(&x, " The fox", 1);
+    assert_int_equal(x.status, KV_OK);
+    assert_int_equal(x.st.n_reused, 0);
+    session_close(&x);
+    free_refs(refs);
+    free(r4.logits);
+}
+
+/* A damaged delta is dropped alone (its base still serves); a damaged base goes with its deltas. */
+static void test_shared_prefix_corrupt(void **state)
+{
+    (void)state;
+    const char *db = tmp_path("syscorrupt.db");
+    static chat_ref refs[3];
+    three_chats(db, refs);
+    long long a = db_int(db, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1");
+    char sql[512];
+    /* chat 3's delta */
+    snprintf(sql, sizeof sql,
+             "UPDATE kv_chunks SET data = CAST(substr(data, 1, 100) || x'ff' || substr(data, 102) AS BLOB) WHERE "
+             "prefix_id = (SELECT id FROM kv_prefixes WHERE kind = 0 AND n_tokens = %d)",
+             refs[2].n);
+    sqlite3 *d;
+    assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(d, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(d);
+    session x;
+    char note[700];
+    resume(&x, db, &refs[2], note, sizeof note);
+    assert_non_null(strstr(note, "checksum"));
+    assert_non_null(strstr(note, "not used"));
+    int n = 0;
+    engine_seq_tokens(x.e, ENGINE_SEQ_DEFAULT, &n);
+    assert_int_equal(n, (int)a); /* the shared base was good: restored */
+    say(&x, " The bear", 1);
+    assert_int_equal(x.status, KV_OK);
+    assert_int_equal(x.st.n_reused, (int)a); /* the rest prefilled */
+    session_close(&x);
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
+    /* the shared base */
+    assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(d,
+                                  "UPDATE kv_chunks SET data = CAST(substr(data, 1, 100) || x'ff' || substr(data, 102) AS "
+                                  "BLOB) WHERE prefix_id = (SELECT id FROM kv_prefixes WHERE kind = 1)",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(d);
+    resume(&x, db, &refs[0], note, sizeof note);
+    assert_non_null(strstr(note, "checksum"));
+    assert_non_null(strstr(note, "with the deltas resting on it"));
+    engine_seq_tokens(x.e, ENGINE_SEQ_DEFAULT, &n);
+    assert_int_equal(n, 0);
+    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes"), 0); /* no delta left without its base */
+    say(&x, " The fox", 1);
+    assert_int_equal(x.status, KV_OK);
+    assert_int_equal(x.st.n_reused, 0); /* prefilled instead */
+    session_close(&x);
+    free_refs(refs);
 }
 
 static void test_corrupt_blob_chat_goes_on(void **state)
@@ -492,6 +785,8 @@ int main(void)
         cmocka_unit_test(test_changed_model_never_reuses),
         cmocka_unit_test(test_shared_prefix_stored_once),
         cmocka_unit_test(test_corrupt_blob_chat_goes_on),
+        cmocka_unit_test(test_system_prompt_stored_once),
+        cmocka_unit_test(test_shared_prefix_corrupt),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -1,4 +1,4 @@
-/* test_kv_cache: the paged KV cache — refcounts, copy-on-write, prefix hashes and LRU reuse, context shift, blobs, accounting — and, on stories260K, fork/regen/prefix reuse/shift/restore against fresh runs and q8_0 KV accuracy. */
+/* test_kv_cache: the paged KV cache — refcounts, copy-on-write, prefix hashes and LRU reuse, context shift, blobs (whole and deltas), accounting — and, on stories260K, fork/regen/prefix reuse/shift/restore (whole and base + delta) against fresh runs and q8_0 KV accuracy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -475,7 +475,7 @@ static void test_blob(void **state)
     assert_int_equal(kv_seq_save(c, 0, -1, 0xabcdef, &blob, &len, &err), KV_OK);
     int n;
     uint64_t ph;
-    assert_int_equal(kv_blob_info(blob, len, &n, &ph, &err), KV_OK);
+    assert_int_equal(kv_blob_info(blob, len, &n, &ph, NULL, NULL, &err), KV_OK);
     assert_int_equal(n, 37);
     assert_true(ph == kv_prefix_hash(kv_seq_tokens(c, 0), 37));
     int s;
@@ -534,6 +534,200 @@ static void test_blob(void **state)
     kv_cache_free(c16);
     free(blob);
     kv_cache_free(c);
+}
+
+/* Two sequences hold the same tokens and bytewise the same K/V rows. */
+static void expect_same_seq(const kv_cache *c, int s1, const kv_cache *c2, int s2)
+{
+    int n = kv_seq_n_tokens(c, s1);
+    assert_int_equal(kv_seq_n_tokens(c2, s2), n);
+    assert_memory_equal(kv_seq_tokens(c, s1), kv_seq_tokens(c2, s2), sizeof(int32_t) * (size_t)n);
+    float *a = malloc(sizeof(float) * NE * (size_t)(n + 1)), *b = malloc(sizeof(float) * NE * (size_t)(n + 1));
+    for (int l = 0; l < NL; l++) {
+        assert_memory_equal(kv_cache_k(c, s1, l, n, a), kv_cache_k(c2, s2, l, n, b), sizeof(float) * NE * (size_t)n);
+        assert_memory_equal(kv_cache_v(c, s1, l, n, a), kv_cache_v(c2, s2, l, n, b), sizeof(float) * NE * (size_t)n);
+    }
+    free(a);
+    free(b);
+}
+
+/* seq's whole blob equals (len, bytes) exactly: same tokens, clean length and K/V bytes. */
+static void expect_blob(const kv_cache *c, int seq, const void *want, size_t want_len)
+{
+    kv_error err = {0};
+    void *b;
+    size_t len;
+    assert_int_equal(kv_seq_save(c, seq, -1, 0xabcdef, &b, &len, &err), KV_OK);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(b, want, len);
+    free(b);
+}
+
+/* A v1 blob (before deltas) with the same content as a whole v2 blob. */
+static uint8_t *blob_v1_of(const uint8_t *v2, size_t len, size_t *len1)
+{
+    *len1 = len - 16;
+    uint8_t *b = malloc(*len1);
+    memcpy(b, v2, 48);
+    b[4] = 1, b[5] = b[6] = b[7] = 0;
+    memcpy(b + 48, v2 + 64, len - 64 - 8);
+    uint64_t h = kv_checksum64(b, *len1 - 8);
+    for (int i = 0; i < 8; i++) b[*len1 - 8 + i] = (uint8_t)(h >> (8 * i));
+    return b;
+}
+
+/* Deltas: [0, a) saved once, [a, n) on top of it; restore = base, then delta. */
+static void test_blob_delta(void **state)
+{
+    (void)state;
+    int types[] = {GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_F32};
+    for (int ti = 0; ti < 3; ti++) {
+        kv_error err = {0};
+        kv_cache *c = small_cache(types[ti], 64, 32, 0);
+        kv_cache_stats ks;
+        kv_cache_get_stats(c, &ks);
+        assert_int_equal(append(c, 0, 3, 10, 37), KV_OK);
+        void *full, *base, *delta, *delta2;
+        size_t lf, lb, ld, ld2;
+        assert_int_equal(kv_seq_save(c, 0, -1, 0xabcdef, &full, &lf, &err), KV_OK);
+        assert_int_equal(kv_seq_save_range(c, 0, 0, 32, 0xabcdef, &base, &lb, &err), KV_OK);
+        assert_int_equal(kv_seq_save_range(c, 0, 32, -1, 0xabcdef, &delta, &ld, &err), KV_OK);
+        /* the delta holds exactly the positions the base does not */
+        assert_int_equal(lf - ld, 32 * (4 + ks.bytes_per_token));
+        assert_int_equal(lb - 64 - 8, 32 * (4 + ks.bytes_per_token));
+        int n, nb;
+        uint64_t ph, bh;
+        assert_int_equal(kv_blob_info(delta, ld, &n, &ph, &nb, &bh, &err), KV_OK);
+        assert_int_equal(n, 37);
+        assert_int_equal(nb, 32);
+        assert_true(bh == kv_prefix_hash(kv_seq_tokens(c, 0), 32));
+        assert_true(ph == kv_prefix_hash(kv_seq_tokens(c, 0), 37));
+        assert_int_equal(kv_blob_info(full, lf, &n, &ph, &nb, &bh, &err), KV_OK);
+        assert_int_equal(nb, 0);
+        assert_true(bh == KV_HASH_ROOT);
+        /* the start must be whole blocks within [0, n] */
+        void *x;
+        size_t lx;
+        assert_int_equal(kv_seq_save_range(c, 0, 8, -1, 0xabcdef, &x, &lx, &err), KV_ERR_INVALID);
+        assert_null(x);
+        assert_int_equal(kv_seq_save_range(c, 0, 48, -1, 0xabcdef, &x, &lx, &err), KV_ERR_INVALID);
+        assert_int_equal(kv_seq_save_range(c, 0, 32, 20, 0xabcdef, &x, &lx, &err), KV_ERR_INVALID);
+        /* a whole blob cut to a delta by kv_blob_rebase is byte for byte the saved delta */
+        void *rb;
+        size_t lrb;
+        assert_int_equal(kv_blob_rebase(full, lf, 32, &rb, &lrb, &err), KV_OK);
+        assert_int_equal(lrb, ld);
+        assert_memory_equal(rb, delta, ld);
+        free(rb);
+        assert_int_equal(kv_blob_rebase(full, lf, 16, &rb, &lrb, &err), KV_OK);
+        void *d16;
+        size_t l16;
+        assert_int_equal(kv_seq_save_range(c, 0, 16, -1, 0xabcdef, &d16, &l16, &err), KV_OK);
+        assert_memory_equal(rb, d16, l16);
+        void *rb2; /* a delta rebased further */
+        size_t lrb2;
+        assert_int_equal(kv_blob_rebase(rb, lrb, 32, &rb2, &lrb2, &err), KV_OK);
+        assert_int_equal(lrb2, ld);
+        assert_memory_equal(rb2, delta, ld);
+        free(rb2);
+        free(d16);
+        assert_int_equal(kv_blob_rebase(rb, lrb, 0, &rb2, &lrb2, &err), KV_ERR_INVALID);  /* below its base */
+        assert_int_equal(kv_blob_rebase(full, lf, 20, &rb2, &lrb2, &err), KV_ERR_INVALID); /* not whole blocks */
+        assert_int_equal(kv_blob_rebase(full, lf, 48, &rb2, &lrb2, &err), KV_ERR_INVALID); /* past the end */
+        free(rb);
+
+        /* a delta alone, on a sequence without its base: refused, the sequence untouched */
+        int s;
+        assert_int_equal(kv_seq_new(c, &s, &err), KV_OK);
+        assert_int_equal(append(c, s, 5, 1, 20), KV_OK);
+        void *keep;
+        size_t lk;
+        assert_int_equal(kv_seq_save(c, s, -1, 0xabcdef, &keep, &lk, &err), KV_OK);
+        assert_int_equal(kv_seq_restore(c, s, delta, ld, 0xabcdef, 100, &err), KV_ERR_INVALID);
+        assert_non_null(strstr(err.msg, "restore its base first"));
+        expect_blob(c, s, keep, lk);
+        free(keep);
+        /* base, then delta: the original tokens and bytes */
+        assert_int_equal(kv_seq_restore(c, s, base, lb, 0xabcdef, 100, &err), KV_OK);
+        assert_int_equal(kv_seq_n_tokens(c, s), 32);
+        assert_int_equal(kv_seq_restore(c, s, delta, ld, 0xabcdef, 100, &err), KV_OK);
+        expect_same_seq(c, 0, c, s);
+        assert_int_equal(kv_seq_n_clean(c, s), 37);
+        check_ok(c);
+        /* a delta over a longer sequence with the same base replaces what follows the base */
+        assert_int_equal(append(c, s, 7, 90, 5), KV_OK);
+        assert_int_equal(kv_seq_restore(c, s, delta, ld, 0xabcdef, 100, &err), KV_OK);
+        expect_same_seq(c, 0, c, s);
+        /* copy-on-write: another delta on a fork leaves the shared blocks and the original alone */
+        int f;
+        assert_int_equal(kv_seq_fork(c, s, -1, &f, &err), KV_OK);
+        int w;
+        assert_int_equal(kv_seq_new(c, &w, &err), KV_OK);
+        assert_int_equal(kv_seq_restore(c, w, base, lb, 0xabcdef, 100, &err), KV_OK);
+        assert_int_equal(append(c, w, 9, 40, 12), KV_OK);
+        assert_int_equal(kv_seq_save_range(c, w, 32, -1, 0xabcdef, &delta2, &ld2, &err), KV_OK);
+        assert_int_equal(kv_seq_save(c, w, -1, 0xabcdef, &keep, &lk, &err), KV_OK);
+        kv_seq_free(c, w);
+        assert_int_equal(kv_seq_restore(c, f, delta2, ld2, 0xabcdef, 100, &err), KV_OK);
+        assert_int_equal(kv_seq_n_tokens(c, f), 44);
+        assert_int_equal(kv_seq_block_ref(c, f, 0), 2);  /* the base stays shared with s */
+        assert_int_equal(kv_seq_block_ref(c, f, 32), 1); /* the delta's positions are its own */
+        expect_blob(c, f, keep, lk);                     /* = w: the base, then w's own rows */
+        free(keep);
+        expect_same_seq(c, 0, c, s);
+        check_ok(c);
+        /* onto a wrong base (same length, other tokens): refused, untouched */
+        int o;
+        assert_int_equal(kv_seq_new(c, &o, &err), KV_OK);
+        assert_int_equal(append(c, o, 4, 11, 40), KV_OK);
+        assert_int_equal(kv_seq_save(c, o, -1, 0xabcdef, &keep, &lk, &err), KV_OK);
+        assert_int_equal(kv_seq_restore(c, o, delta, ld, 0xabcdef, 100, &err), KV_ERR_INVALID);
+        if (ti == 0) print_message("wrong base: %s\n", err.msg);
+        expect_blob(c, o, keep, lk);
+        free(keep);
+        /* a corrupt delta: every changed byte is caught, the target untouched */
+        uint8_t *p = delta;
+        for (size_t i = 0; i < ld; i += (i < 64 ? 1 : 53)) {
+            p[i] ^= 0x10;
+            int rc = kv_seq_restore(c, s, delta, ld, 0xabcdef, 100, &err);
+            p[i] ^= 0x10;
+            assert_int_equal(rc, KV_ERR_FORMAT);
+            assert_int_equal(kv_seq_n_tokens(c, s), 37);
+        }
+        expect_same_seq(c, 0, c, s);
+        assert_int_equal(kv_seq_restore(c, s, delta, ld - 4, 0xabcdef, 100, &err), KV_ERR_FORMAT);
+        /* a base that is not clean (after a context shift) cannot be a base */
+        int sh;
+        assert_int_equal(kv_seq_fork(c, 0, -1, &sh, &err), KV_OK);
+        kv_rope rope = {.n_head_kv = 4, .head_dim = 8, .n_rot = 8, .neox = 1, .freq_base = 10000.0f};
+        assert_int_equal(kv_seq_shift(c, sh, 4, 8, &rope, &err), KV_OK);
+        assert_int_equal(kv_seq_n_clean(c, sh), 4);
+        assert_int_equal(kv_seq_save_range(c, sh, 16, -1, 0xabcdef, &x, &lx, &err), KV_ERR_INVALID);
+        assert_int_equal(kv_seq_restore(c, sh, delta, ld, 0xabcdef, 100, &err), KV_ERR_INVALID);
+        /* an old (version 1) blob still restores */
+        size_t l1;
+        uint8_t *v1 = blob_v1_of(full, lf, &l1);
+        assert_int_equal(kv_blob_info(v1, l1, &n, &ph, &nb, &bh, &err), KV_OK);
+        assert_int_equal(n, 37);
+        assert_int_equal(nb, 0);
+        int r1;
+        assert_int_equal(kv_seq_new(c, &r1, &err), KV_OK);
+        assert_int_equal(kv_seq_restore(c, r1, v1, l1, 0xabcdef, 100, &err), KV_OK);
+        expect_same_seq(c, 0, c, r1);
+        assert_int_equal(kv_blob_rebase(v1, l1, 32, &rb, &lrb, &err), KV_OK); /* and converts to a v2 delta */
+        assert_memory_equal(rb, delta, ld);
+        free(rb);
+        v1[4] = 3; /* a version this kvchat does not know */
+        assert_int_equal(kv_seq_restore(c, r1, v1, l1, 0xabcdef, 100, &err), KV_ERR_FORMAT);
+        assert_non_null(strstr(err.msg, "version 3"));
+        free(v1);
+        check_ok(c);
+        free(full);
+        free(base);
+        free(delta);
+        free(delta2);
+        kv_cache_free(c);
+    }
 }
 
 /* ---- on stories260K -------------------------------------------------------------------- */
@@ -949,6 +1143,94 @@ static void test_save_restore_logits(void **state)
     }
 }
 
+/* A base saved once plus a delta, restored into another engine (base, then delta), computes
+ * bitwise the logits of the fresh prefill they were saved from. */
+static void test_delta_restore_logits(void **state)
+{
+    (void)state;
+    cJSON *g = tu_read_json(tu_path("golden/stories260K.long.json"));
+    assert_non_null(g);
+    const cJSON *jpt = cJSON_GetObjectItem(g, "prompt_tokens");
+    const int n = 200, a = 128; /* a system-prompt-like base of 8 blocks, 72 positions of its own */
+    assert_true(cJSON_GetArraySize(jpt) > n);
+    int32_t p[201];
+    for (int i = 0; i <= n; i++) p[i] = cJSON_GetArrayItem(jpt, i)->valueint;
+    cJSON_Delete(g);
+    int types[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_F32};
+    for (int ti = 0; ti < 3; ti++) {
+        kv_error err = {0};
+        gen_stats st;
+        engine *e = open_engine(types[ti], 512, 0);
+        int n_vocab = engine_model(e)->hp.n_vocab;
+        assert_int_equal(engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, p, (size_t)n, NULL, &st, &err), KV_OK);
+        assert_int_equal(st.n_prefilled, n);
+        void *full, *base, *delta;
+        size_t lf, lb, ld;
+        assert_int_equal(engine_seq_save(e, ENGINE_SEQ_DEFAULT, -1, &full, &lf, &err), KV_OK);
+        assert_int_equal(engine_seq_save(e, ENGINE_SEQ_DEFAULT, a, &base, &lb, &err), KV_OK);
+        assert_int_equal(engine_seq_save_range(e, ENGINE_SEQ_DEFAULT, a, -1, &delta, &ld, &err), KV_OK);
+        kv_cache_stats ks;
+        kv_cache_get_stats(engine_kv(e), &ks);
+        assert_int_equal(lf - ld, (size_t)a * (4 + ks.bytes_per_token));
+        void *bad;
+        size_t lbad;
+        assert_int_equal(engine_seq_save_range(e, ENGINE_SEQ_DEFAULT, a + 3, -1, &bad, &lbad, &err), KV_ERR_INVALID);
+        assert_null(bad);
+        /* the fresh path: one more token on top of the prefill */
+        assert_int_equal(engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, p, (size_t)n + 1, NULL, &st, &err), KV_OK);
+        assert_int_equal(st.n_prefilled, 1);
+        float *ref = malloc(sizeof(float) * (size_t)n_vocab);
+        memcpy(ref, engine_logits(e), sizeof(float) * (size_t)n_vocab);
+        /* the restored path: a new engine, a new sequence; the delta alone is refused */
+        engine *e2 = open_engine(types[ti], 512, 0);
+        int r;
+        assert_int_equal(engine_seq_new(e2, &r, &err), KV_OK);
+        assert_int_equal(engine_seq_restore(e2, r, delta, ld, &err), KV_ERR_INVALID);
+        int nr;
+        engine_seq_tokens(e2, r, &nr);
+        assert_int_equal(nr, 0);
+        assert_int_equal(engine_seq_restore(e2, r, base, lb, &err), KV_OK);
+        assert_int_equal(engine_seq_restore(e2, r, delta, ld, &err), KV_OK);
+        const int32_t *rt = engine_seq_tokens(e2, r, &nr);
+        assert_int_equal(nr, n);
+        assert_memory_equal(rt, p, sizeof(int32_t) * (size_t)n);
+        assert_int_equal(kv_cache_check(engine_kv(e2), &err), KV_OK);
+        /* the restored sequence saves to exactly the blob of the original */
+        void *again;
+        size_t la;
+        assert_int_equal(engine_seq_save(e2, r, -1, &again, &la, &err), KV_OK);
+        assert_int_equal(la, lf);
+        assert_memory_equal(again, full, lf);
+        free(again);
+        /* a corrupt delta: refused, the sequence keeps what it holds */
+        ((uint8_t *)delta)[ld / 3] ^= 0x20;
+        assert_int_equal(engine_seq_restore(e2, r, delta, ld, &err), KV_ERR_FORMAT);
+        assert_non_null(strstr(err.msg, "corrupt"));
+        ((uint8_t *)delta)[ld / 3] ^= 0x20;
+        engine_seq_tokens(e2, r, &nr);
+        assert_int_equal(nr, n);
+        assert_int_equal(engine_prefill_seq(e2, r, p, (size_t)n + 1, NULL, &st, &err), KV_OK);
+        assert_int_equal(st.n_reused, n);
+        assert_int_equal(st.n_prefilled, 1);
+        assert_memory_equal(ref, engine_logits(e2), sizeof(float) * (size_t)n_vocab); /* bitwise */
+        /* the base already in the sequence (restored earlier): only the delta is read */
+        assert_int_equal(engine_seq_truncate(e2, r, a + 5), KV_OK);
+        assert_int_equal(engine_seq_restore(e2, r, delta, ld, &err), KV_OK);
+        assert_int_equal(engine_prefill_seq(e2, r, p, (size_t)n + 1, NULL, &st, &err), KV_OK);
+        assert_int_equal(st.n_prefilled, 1);
+        assert_memory_equal(ref, engine_logits(e2), sizeof(float) * (size_t)n_vocab);
+        print_message("%s KV: base %d positions in %zu bytes + delta %d in %zu bytes (whole: %zu): restored logits "
+                      "bitwise equal\n",
+                      quant_traits_of(types[ti])->name, a, lb, n - a, ld, lf);
+        free(ref);
+        free(full);
+        free(base);
+        free(delta);
+        engine_close(e2);
+        engine_close(e);
+    }
+}
+
 /* q8_0 KV vs f16 KV on the golden prompts, teacher-forced on the reference tokens: greedy
  * agreement and the largest logit difference from llama.cpp's (f32 KV) reference. */
 static void q8_case(const char *golden, int *agree_ref, int *agree_f16, int *steps, float *md_q8, float *md_f16)
@@ -1137,12 +1419,14 @@ int main(void)
         cmocka_unit_test(test_rope_shift_op),
         cmocka_unit_test(test_shift_unit),
         cmocka_unit_test(test_blob),
+        cmocka_unit_test(test_blob_delta),
         cmocka_unit_test(test_fork_regen_equals_fresh),
         cmocka_unit_test(test_prefix_reuse_bitwise),
         cmocka_unit_test(test_context_shift),
         cmocka_unit_test(test_prompt_too_long),
         cmocka_unit_test(test_no_block_leak),
         cmocka_unit_test(test_save_restore_logits),
+        cmocka_unit_test(test_delta_restore_logits),
         cmocka_unit_test(test_q8_0_accuracy),
         cmocka_unit_test(test_engine_stats),
     };

@@ -1,4 +1,4 @@
-/* test_store: the SQLite store — schema and version checks (newer / foreign / read-only left untouched), conversations with branches, FTS5 search, corrupt rows named, import, and the KV prefix store (chunks, dedup, supersede, shared prefixes, LRU eviction, corruption, half-written rows). */
+/* test_store: the SQLite store — schema and version checks (newer / foreign / read-only left untouched), conversations with branches, FTS5 search, corrupt rows named, import, and the KV prefix store (chunks, dedup, supersede, shared prefixes, LRU eviction, corruption, half-written rows, the 1 → 2 migration, deltas over shared rows). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -727,6 +727,280 @@ static void test_kv_half_written_never_used(void **state)
     store_close(s);
 }
 
+/* ---- schema 1 → 2; KV deltas --------------------------------------------------------------------- */
+
+static void test_migration_1_to_2(void **state)
+{
+    (void)state;
+    store *s = open_new("v1.db");
+    store_error err = {0};
+    int64_t model;
+    store_model_register(s, "eeee", "", "m", "", "", 0, &model, &err);
+    int32_t t[100];
+    for (int i = 0; i < 100; i++) t[i] = 3 * i + 1;
+    static key A, S, Q;
+    make_key(&A, model, t, 100);
+    uint8_t *ba = blob_of(2500, 7);
+    store_kv_put_result r;
+    put(s, &A, STORE_KV_SNAPSHOT, ba, 2500, 0, &r);
+    int64_t conv;
+    assert_int_equal(store_conv_create(s, model, "sys", NULL, 0, &conv, &err), STORE_OK);
+    store_close(s);
+    /* back to schema 1, as the first kvchat wrote it (with a prefix and a conversation in it) */
+    const char *p = tmp_path("v1.db");
+    raw_exec(p, "DROP INDEX kv_prefixes_base; ALTER TABLE kv_prefixes DROP COLUMN base_id; PRAGMA user_version = 1;");
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 0);
+    /* read-only, it cannot be migrated: said so, untouched */
+    assert_int_equal(store_open(p, STORE_OPEN_READONLY, &s, &err), STORE_ERR_READONLY);
+    assert_non_null(strstr(err.msg, "needs migrating"));
+    assert_int_equal(raw_int(p, "PRAGMA user_version"), 1);
+    /* opened for writing: migrated forward, the rows kept */
+    assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
+    assert_int_equal(raw_int(p, "PRAGMA user_version"), 2);
+    assert_int_equal(STORE_SCHEMA_VERSION, 2);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 1);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'kv_prefixes_base'"), 1);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM conversations"), 1);
+    make_key(&Q, model, t, 100);
+    store_kv_hit hit;
+    assert_int_equal(store_kv_find(s, &Q.k, &hit, &err), STORE_OK);
+    assert_int_equal(hit.id, r.id);
+    assert_int_equal(hit.base_id, 0); /* an old row is a whole blob */
+    void *got;
+    size_t len;
+    assert_int_equal(store_kv_read(s, hit.id, &got, &len, &err), STORE_OK);
+    assert_memory_equal(got, ba, 2500);
+    free(got);
+    /* and new rows may rest on old ones */
+    make_key(&S, model, t, 48);
+    put(s, &S, STORE_KV_SHARED, ba, 1000, 0, &r);
+    store_kv_put_result rd;
+    make_key(&A, model, t, 99);
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, r.id, ba, 800, 0, &rd, &err), STORE_OK);
+    assert_true(rd.stored);
+    char *report;
+    int problems;
+    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
+    assert_int_equal(problems, 0);
+    free(report);
+    store_close(s);
+    free(ba);
+}
+
+/* A test transform: the "delta" is the blob's second half. */
+static int half_blob(void *ud, const void *blob, size_t len, size_t n_base, void **out, size_t *out_len)
+{
+    int *calls = ud;
+    (*calls)++;
+    assert_true(n_base > 0);
+    *out_len = len / 2;
+    *out = malloc(*out_len);
+    memcpy(*out, (const uint8_t *)blob + len - *out_len, *out_len);
+    return 0;
+}
+
+static long long row_of(const char *p, const char *what, long long id)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT %s FROM kv_prefixes WHERE id = %lld", what, id);
+    return raw_int(p, sql);
+}
+
+static void test_kv_deltas(void **state)
+{
+    (void)state;
+    store *s = open_new("kvdelta.db");
+    const char *p = tmp_path("kvdelta.db");
+    store_set_kv_chunk_size(s, 1000);
+    store_error err = {0};
+    int64_t model, other;
+    store_model_register(s, "ffff", "", "m", "", "", 0, &model, &err);
+    store_model_register(s, "gggg", "", "m2", "", "", 0, &other, &err);
+    int32_t base[400], div[400];
+    for (int i = 0; i < 400; i++) base[i] = 1000 + i, div[i] = i < 80 ? base[i] : 7;
+    static key S, A, B, B80, X, C, Q;
+    make_key(&S, model, base, 64);   /* a system prompt: 4 blocks */
+    make_key(&A, model, base, 150);  /* chat A */
+    make_key(&B, model, div, 120);   /* chat B: A's first 80 tokens, then its own */
+    make_key(&B80, model, base, 80);
+    make_key(&X, model, div + 100, 90);
+    make_key(&C, other, base, 150);
+    uint8_t *bs = blob_of(3000, 1), *ba = blob_of(2000, 2), *bb = blob_of(1500, 3), *b80 = blob_of(400, 4);
+    store_kv_put_result r;
+    /* a base must be a complete shared row, a whole-block prefix of the key, same model and type */
+    put(s, &S, STORE_KV_SNAPSHOT, bs, 3000, 0, &r);
+    int64_t id_s = r.id;
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 0, &r, &err), STORE_ERR_INVALID);
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, 9999, ba, 2000, 0, &r, &err), STORE_ERR_NOTFOUND);
+    put(s, &S, STORE_KV_SHARED, bs, 3000, 0, &r); /* asked to share an existing row: it is shared now */
+    assert_false(r.stored);
+    assert_int_equal(r.id, id_s);
+    assert_int_equal(row_of(p, "kind", id_s), 1);
+    assert_int_equal(store_kv_put_delta(s, &X.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 0, &r, &err), STORE_ERR_INVALID);
+    assert_int_equal(store_kv_put_delta(s, &C.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 0, &r, &err), STORE_ERR_INVALID);
+    assert_int_equal(store_kv_put_delta(s, &S.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 0, &r, &err), STORE_OK); /* itself: there */
+    assert_false(r.stored);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 1);
+    /* the plan for A: rest on the shared prompt */
+    store_kv_plan_result plan;
+    assert_int_equal(store_kv_plan(s, &A.k, &plan, &err), STORE_OK);
+    assert_int_equal(plan.base_id, id_s);
+    assert_int_equal(plan.n_base, 64);
+    assert_int_equal(plan.shared_len, 0);
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 0, &r, &err), STORE_OK);
+    assert_true(r.stored);
+    int64_t id_a = r.id;
+    assert_int_equal(row_of(p, "base_id", id_a), id_s);
+    /* found with its base; the chain lists the blobs to read, base first */
+    make_key(&Q, model, base, 170);
+    store_kv_hit hit;
+    assert_int_equal(store_kv_find(s, &Q.k, &hit, &err), STORE_OK);
+    assert_int_equal(hit.id, id_a);
+    assert_int_equal(hit.base_id, id_s);
+    assert_int_equal(hit.n_base, 64);
+    assert_int_equal(hit.size, 2000);
+    store_kv_link links[STORE_KV_MAX_CHAIN];
+    int nl = 0;
+    assert_int_equal(store_kv_chain(s, id_a, links, STORE_KV_MAX_CHAIN, &nl, &err), STORE_OK);
+    assert_int_equal(nl, 2);
+    assert_int_equal(links[0].id, id_s);
+    assert_int_equal(links[0].n_base, 0);
+    assert_int_equal(links[0].n_tokens, 64);
+    assert_int_equal(links[1].id, id_a);
+    assert_int_equal(links[1].n_base, 64);
+    assert_int_equal(links[1].n_tokens, 150);
+    assert_int_equal(store_kv_chain(s, id_a, links, 1, &nl, &err), STORE_ERR_CORRUPT); /* deeper than cap */
+    /* the plan for B, which diverges from A after 80 tokens: store [0, 80) shared, over S */
+    assert_int_equal(store_kv_plan(s, &B.k, &plan, &err), STORE_OK);
+    assert_int_equal(plan.base_id, id_s);
+    assert_int_equal(plan.n_base, 64);
+    assert_int_equal(plan.shared_len, 80);
+    assert_int_equal(store_kv_put_delta(s, &B80.k, STORE_KV_SHARED, id_s, b80, 400, 0, &r, &err), STORE_OK);
+    int64_t id_s2 = r.id;
+    assert_int_equal(store_kv_put_delta(s, &B.k, STORE_KV_SNAPSHOT, id_s2, bb, 1500, 0, &r, &err), STORE_OK);
+    int64_t id_b = r.id;
+    assert_int_equal(store_kv_plan(s, &B.k, &plan, &err), STORE_OK);
+    assert_int_equal(plan.base_id, id_s2);
+    assert_int_equal(plan.shared_len, 0);
+    /* A still holds [64, 80) itself: re-stored as a delta over the new shared row */
+    int calls = 0, n_rebased = 0;
+    assert_int_equal(store_kv_rebase(s, id_s2, 8, half_blob, &calls, &n_rebased, &err), STORE_OK);
+    assert_int_equal(calls, 1);
+    assert_int_equal(n_rebased, 1);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 4);
+    assert_int_equal(store_kv_find(s, &Q.k, &hit, &err), STORE_OK);
+    assert_true(hit.id != id_a);
+    assert_int_equal(row_of(p, "count(*)", id_a), 0);
+    id_a = hit.id;
+    assert_int_equal(hit.base_id, id_s2);
+    assert_int_equal(hit.n_base, 80);
+    assert_int_equal(hit.size, 1000);
+    void *got;
+    size_t len;
+    assert_int_equal(store_kv_read(s, id_a, &got, &len, &err), STORE_OK);
+    assert_memory_equal(got, ba + 1000, 1000);
+    free(got);
+    assert_int_equal(store_kv_chain(s, id_a, links, STORE_KV_MAX_CHAIN, &nl, &err), STORE_OK);
+    assert_int_equal(nl, 3);
+    assert_int_equal(links[0].id, id_s);
+    assert_int_equal(links[1].id, id_s2);
+    assert_int_equal(links[2].id, id_a);
+    assert_int_equal(links[2].n_base, 80);
+    /* nothing left to rebase; a row already on a base as long is left alone */
+    assert_int_equal(store_kv_rebase(s, id_s2, 8, half_blob, &calls, &n_rebased, &err), STORE_OK);
+    assert_int_equal(n_rebased, 0);
+    assert_int_equal(store_kv_rebase(s, id_s, 8, half_blob, &calls, &n_rebased, &err), STORE_OK);
+    assert_int_equal(n_rebased, 0);
+    assert_int_equal(calls, 1);
+    /* stats: each blob once */
+    store_kv_stats ks;
+    assert_int_equal(store_kv_stats_get(s, &ks, &err), STORE_OK);
+    assert_int_equal(ks.n_prefixes, 4);
+    assert_int_equal(ks.n_shared, 2);
+    assert_int_equal(ks.n_delta, 3);
+    assert_int_equal(ks.bytes, 3000 + 400 + 1500 + 1000);
+    assert_int_equal(ks.bytes_delta, 400 + 1500 + 1000);
+    char *report;
+    int problems;
+    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
+    if (problems) print_message("%s", report);
+    assert_int_equal(problems, 0);
+    free(report);
+    /* using a delta uses its bases */
+    raw_exec(p, "UPDATE kv_prefixes SET last_used = 1, hits = 0");
+    assert_int_equal(store_kv_read(s, id_a, &got, &len, &err), STORE_OK);
+    free(got);
+    assert_true(row_of(p, "last_used", id_s) > 1);
+    assert_true(row_of(p, "last_used", id_s2) > 1);
+    assert_int_equal(row_of(p, "last_used", id_b), 1);
+    assert_int_equal(row_of(p, "hits", id_a), 1);
+    assert_int_equal(row_of(p, "hits", id_s), 0);
+    /* LRU: among rows used at the same moment, deltas go before the bases they need */
+    raw_exec(p, "UPDATE kv_prefixes SET last_used = 5");
+    int ev = 0;
+    assert_int_equal(store_kv_evict(s, 5900 - 1, &ev, &err), STORE_OK);
+    assert_int_equal(ev, 1);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 2);
+    /* dropping a delta leaves its base; dropping a base takes its deltas */
+    long long left = raw_int(p, "SELECT id FROM kv_prefixes WHERE kind = 0");
+    assert_int_equal(store_kv_drop(s, left, &err), STORE_OK);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 2);
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s2, ba, 1000, 0, &r, &err), STORE_OK);
+    assert_int_equal(store_kv_drop(s, id_s, &err), STORE_OK);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 0);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_chunks"), 0);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_blocks"), 0);
+    /* a shorter shared row that comes after a longer one: the longer one is re-stored over it
+     * and hands on its deltas */
+    put(s, &B80, STORE_KV_SHARED, b80, 400, 0, &r);
+    id_s2 = r.id;
+    assert_int_equal(store_kv_put_delta(s, &B.k, STORE_KV_SNAPSHOT, id_s2, bb, 1500, 0, &r, &err), STORE_OK);
+    id_b = r.id;
+    put(s, &S, STORE_KV_SHARED, bs, 3000, 0, &r);
+    id_s = r.id;
+    assert_int_equal(store_kv_rebase(s, id_s, 8, half_blob, &calls, &n_rebased, &err), STORE_OK);
+    assert_int_equal(n_rebased, 1); /* B rests on [0, 80) already */
+    assert_int_equal(store_kv_chain(s, id_b, links, STORE_KV_MAX_CHAIN, &nl, &err), STORE_OK);
+    assert_int_equal(nl, 3);
+    assert_int_equal(links[0].id, id_s);
+    assert_int_equal(links[1].n_tokens, 80);
+    assert_int_equal(links[1].n_base, 64);
+    assert_int_equal(links[1].size, 200);
+    assert_int_equal(links[2].id, id_b);
+    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
+    assert_int_equal(problems, 0);
+    free(report);
+    assert_int_equal(store_kv_drop(s, id_s, &err), STORE_OK);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 0);
+    /* the budget: a delta counts with its bases, which are never evicted to make room for it */
+    put(s, &S, STORE_KV_SHARED, bs, 3000, 0, &r);
+    id_s = r.id;
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 4500, &r, &err), STORE_OK);
+    assert_true(r.skipped);
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 5000, &r, &err), STORE_OK);
+    assert_true(r.stored);
+    put(s, &X, STORE_KV_SNAPSHOT, bb, 1000, 5500, &r); /* the delta goes, its base stays */
+    assert_true(r.stored);
+    assert_int_equal(r.n_evicted, 1);
+    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes WHERE n_tokens = 150"), 0); /* (ids are reused) */
+    assert_int_equal(row_of(p, "count(*)", id_s), 1);
+    /* `kvchat check` names a delta whose base does not fit it */
+    assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s, ba, 1000, 0, &r, &err), STORE_OK);
+    char sql[200];
+    snprintf(sql, sizeof sql, "UPDATE kv_prefixes SET base_id = (SELECT id FROM kv_prefixes WHERE n_tokens = 90) WHERE id = %lld",
+             (long long)r.id);
+    raw_exec(p, sql);
+    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
+    assert_int_equal(problems, 1);
+    assert_non_null(strstr(report, "its base"));
+    free(report);
+    free(bs);
+    free(ba);
+    free(bb);
+    free(b80);
+    store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -741,6 +1015,8 @@ int main(void)
         cmocka_unit_test(test_kv_store),
         cmocka_unit_test(test_kv_corruption_named),
         cmocka_unit_test(test_kv_half_written_never_used),
+        cmocka_unit_test(test_migration_1_to_2),
+        cmocka_unit_test(test_kv_deltas),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
