@@ -41,6 +41,8 @@ TEST_COMMON := $(wildcard tests/support/*.c)
 OBJ      := $(LIB_SRC:%.c=$(BUILD)/rel/%.o)
 ASAN_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/%.o) $(TEST_COMMON:%.c=$(BUILD)/asan/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/asan/tests/%)
+# the benchmarks share tests/support/testutil.c (no cmocka in it)
+BENCH_COMMON := $(BUILD)/rel/tests/support/testutil.o
 DEPS_OK  := $(BUILD)/.deps-ok
 
 .PHONY: all deps run test unit e2e clean install uninstall lint-man bench-kv bench-resume bench
@@ -111,18 +113,18 @@ bench: kvchat
 bench-kv: $(BUILD)/rel/tests/bench_kv
 	$(BUILD)/rel/tests/bench_kv $(MODEL) 1500 2048 1 f16
 
-$(BUILD)/rel/tests/bench_kv: tests/bench_kv.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) | $(DEPS_OK)
+$(BUILD)/rel/tests/bench_kv: tests/bench_kv.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(LDLIBS_ALL)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) $(LDLIBS_ALL)
 
 # Resume benchmark, not a test: TTFT of the first reply after resuming a 1,500-token chat whose KV
 # cache comes back from the SQLite prefix store vs a fresh prefill of it (tests/bench_resume.c).
 bench-resume: $(BUILD)/rel/tests/bench_resume
 	$(BUILD)/rel/tests/bench_resume $(MODEL) 1500 2 5
 
-$(BUILD)/rel/tests/bench_resume: tests/bench_resume.c $(OBJ) | $(DEPS_OK)
+$(BUILD)/rel/tests/bench_resume: tests/bench_resume.c $(OBJ) $(BENCH_COMMON) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(OBJ) $(LDLIBS_ALL)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(OBJ) $(BENCH_COMMON) $(LDLIBS_ALL)
 
 clean:
 	rm -rf $(BUILD) kvchat

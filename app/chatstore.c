@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app/util.h"
 #include "engine/kv_cache.h"
 #include "engine/quant.h"
 
@@ -50,16 +51,6 @@ struct chatstore {
     int announce;
 };
 
-static void set_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_why(char *why, size_t cap, const char *fmt, ...)
-{
-    if (!why || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-}
-
 static double now_ms(void)
 {
     struct timespec ts;
@@ -77,13 +68,13 @@ static int mkdir_p(const char *dir, char *why, size_t why_cap)
         if (*p != '/') continue;
         *p = 0;
         if (mkdir(tmp, 0700) && errno != EEXIST) {
-            set_why(why, why_cap, "cannot create %s: %s", tmp, strerror(errno));
+            util_set_why(why, why_cap, "cannot create %s: %s", tmp, strerror(errno));
             return -1;
         }
         *p = '/';
     }
     if (mkdir(tmp, 0700) && errno != EEXIST) {
-        set_why(why, why_cap, "cannot create %s: %s", tmp, strerror(errno));
+        util_set_why(why, why_cap, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
     return 0;
@@ -94,7 +85,7 @@ int chatstore_db_path(const char *opt, int create_dir, char *buf, size_t cap, ch
     if (!opt || !*opt) opt = getenv("KVCHAT_DB");
     if (opt && *opt) {
         if (strlen(opt) >= cap) {
-            set_why(why, why_cap, "the database path is too long");
+            util_set_why(why, why_cap, "the database path is too long");
             return -1;
         }
         snprintf(buf, cap, "%s", opt);
@@ -105,12 +96,12 @@ int chatstore_db_path(const char *opt, int create_dir, char *buf, size_t cap, ch
     if (xdg && *xdg == '/') snprintf(dir, sizeof dir, "%s/kvchat", xdg);
     else if (home && *home) snprintf(dir, sizeof dir, "%s/.local/share/kvchat", home);
     else {
-        set_why(why, why_cap, "no place for the database: set HOME, XDG_DATA_HOME or KVCHAT_DB, or give --db PATH");
+        util_set_why(why, why_cap, "no place for the database: set HOME, XDG_DATA_HOME or KVCHAT_DB, or give --db PATH");
         return -1;
     }
     if (create_dir && mkdir_p(dir, why, why_cap)) return -1;
     if ((size_t)snprintf(buf, cap, "%s/kvchat.db", dir) >= cap) {
-        set_why(why, why_cap, "the database path is too long");
+        util_set_why(why, why_cap, "the database path is too long");
         return -1;
     }
     return 0;
@@ -160,7 +151,7 @@ chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, 
 {
     chatstore *cs = calloc(1, sizeof *cs);
     if (!cs) {
-        set_why(why, why_cap, "out of memory");
+        util_set_why(why, why_cap, "out of memory");
         return NULL;
     }
     cs->e = e;
@@ -169,7 +160,7 @@ chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, 
     pthread_mutex_init(&cs->mu, NULL);
     store_error err = {0};
     if (store_open(db_path, 0, &cs->db, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         chatstore_close(cs);
         return NULL;
     }
@@ -178,7 +169,7 @@ chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, 
     const quant_traits *wt = quant_traits_of(m->weight_type);
     if (store_model_register(cs->db, cs->fp, m->gguf->path, m->name, m->arch_name, wt ? wt->name : "", (int64_t)m->gguf->size,
                              &cs->model_id, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         chatstore_close(cs);
         return NULL;
     }
@@ -551,7 +542,7 @@ static int ensure_conv(chatstore *cs, const char *system, const sampler_params *
     chatstore_params_from(&p, sp, max_tokens);
     store_error err = {0};
     if (store_conv_create(cs->db, cs->model_id, system && *system ? system : NULL, &p, 0, &cs->conv, &err)) {
-        set_why(why, why_cap, "not saved: %s", err.msg);
+        util_set_why(why, why_cap, "not saved: %s", err.msg);
         cs->conv = 0;
         return -1;
     }
@@ -568,7 +559,7 @@ int chatstore_user_message(chatstore *cs, int64_t parent, const char *text, size
     chatstore_params_from(&p, sp, max_tokens);
     store_conv_set_params(cs->db, cs->conv, &p, NULL); /* the latest settings, for resuming */
     if (store_msg_add(cs->db, cs->conv, parent, STORE_ROLE_USER, text, len, 0, 0, NULL, id, &err)) {
-        set_why(why, why_cap, "message not saved: %s", err.msg);
+        util_set_why(why, why_cap, "message not saved: %s", err.msg);
         return -1;
     }
     return 0;
@@ -601,7 +592,7 @@ int chatstore_reply(chatstore *cs, int64_t parent, int64_t existing, int64_t use
                           : store_msg_add(cs->db, cs->conv, parent, STORE_ROLE_ASSISTANT, text, len, n_tokens, 0, &g, id,
                                           &err);
     if (rc) {
-        set_why(why, why_cap, "reply not saved: %s", err.msg);
+        util_set_why(why, why_cap, "reply not saved: %s", err.msg);
         return -1;
     }
     if (user_id > 0 && cs->last_n_conv != N_CONV_UNKNOWN) {
@@ -612,7 +603,7 @@ int chatstore_reply(chatstore *cs, int64_t parent, int64_t existing, int64_t use
     cs->last_reply_tokens = n_tokens;
     cs->last_n_conv = n_conv;
     if (conv && n_conv && store_conv_set_context(cs->db, cs->conv, cs->model_id, *id, conv, n_conv, &err)) {
-        set_why(why, why_cap, "token context not saved: %s", err.msg);
+        util_set_why(why, why_cap, "token context not saved: %s", err.msg);
         return -1;
     }
     return 0;
@@ -623,7 +614,7 @@ int chatstore_set_head(chatstore *cs, int64_t head, char *why, size_t why_cap)
     if (!cs->conv) return 0;
     store_error err = {0};
     if (store_conv_set_head(cs->db, cs->conv, head, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
     cs->last_n_conv = N_CONV_UNKNOWN;
@@ -636,7 +627,7 @@ int chatstore_set_system(chatstore *cs, const char *system, char *why, size_t wh
     if (!cs->conv) return 0;
     store_error err = {0};
     if (store_conv_set_system(cs->db, cs->conv, system && *system ? system : NULL, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
     return 0;
@@ -647,7 +638,7 @@ int chatstore_resolve(chatstore *cs, const char *spec, int64_t *id, char *why, s
     store_error err = {0};
     if (!spec || !*spec || !strcmp(spec, "last")) {
         if (store_conv_last(cs->db, id, &err)) {
-            set_why(why, why_cap, "%s", err.msg);
+            util_set_why(why, why_cap, "%s", err.msg);
             return -1;
         }
         return 0;
@@ -656,12 +647,12 @@ int chatstore_resolve(chatstore *cs, const char *spec, int64_t *id, char *why, s
     errno = 0;
     long long v = strtoll(spec, &end, 10);
     if (errno || *end || v <= 0) {
-        set_why(why, why_cap, "'%s' is not a conversation ID (a number, or 'last')", spec);
+        util_set_why(why, why_cap, "'%s' is not a conversation ID (a number, or 'last')", spec);
         return -1;
     }
     store_conv c;
     if (store_conv_get(cs->db, v, &c, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
     store_conv_clear(&c);
@@ -729,13 +720,13 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     store_conv c;
     store_error err = {0};
     if (store_conv_get(cs->db, id, &c, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
     store_msg *m = NULL;
     size_t n = 0;
     if (store_conv_path(cs->db, id, c.head_id, &m, &n, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         store_conv_clear(&c);
         return -1;
     }
@@ -757,7 +748,7 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     out->n = o;
     store_msgs_free(m, n);
     if (out->msgs && load_others(cs, id, out, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         store_conv_clear(&c);
         chatstore_conv_free(out);
         return -1;
@@ -765,7 +756,7 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     if (!out->msgs) {
         store_conv_clear(&c);
         chatstore_conv_free(out);
-        set_why(why, why_cap, "out of memory");
+        util_set_why(why, why_cap, "out of memory");
         return -1;
     }
     size_t nl = 0;
@@ -796,7 +787,7 @@ int chatstore_list(chatstore *cs, const char *query, store_conv **rows, size_t *
 {
     store_error err = {0};
     if (store_conv_list(cs->db, query, rows, n, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
     return 0;
@@ -806,7 +797,7 @@ int chatstore_rename(chatstore *cs, int64_t id, const char *title, char *why, si
 {
     store_error err = {0};
     if (store_conv_rename(cs->db, id, title, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
     return 0;
@@ -816,7 +807,7 @@ int chatstore_delete(chatstore *cs, int64_t id, char *why, size_t why_cap)
 {
     store_error err = {0};
     if (store_conv_delete(cs->db, id, &err)) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
         return -1;
     }
     if (id == cs->conv) chatstore_new(cs);
@@ -864,32 +855,33 @@ int chatstore_resume_model(const char *db_path, const char *spec, char *path, si
     store *s = NULL;
     store_error err = {0};
     if (store_open(db_path, STORE_OPEN_READONLY, &s, &err)) {
-        set_why(why, why_cap, "%s", err.code == STORE_ERR_IO ? "no saved conversations yet" : err.msg);
+        util_set_why(why, why_cap, "%s", err.code == STORE_ERR_IO ? "no saved conversations yet" : err.msg);
         return -1;
     }
     int64_t id = 0;
     int rc = -1;
     char *end;
     if (!spec || !strcmp(spec, "last")) {
-        if (store_conv_last(s, &id, &err)) set_why(why, why_cap, "%s", err.msg);
+        if (store_conv_last(s, &id, &err)) util_set_why(why, why_cap, "%s", err.msg);
     } else if ((id = strtoll(spec, &end, 10)) <= 0 || *end) {
-        set_why(why, why_cap, "'%s' is not a conversation ID (a number, or 'last')", spec);
+        util_set_why(why, why_cap, "'%s' is not a conversation ID (a number, or 'last')", spec);
         id = 0;
     }
     store_conv c;
     if (id && store_conv_get(s, id, &c, &err) == STORE_OK) {
-        if (!c.model_path[0]) set_why(why, why_cap, "conversation %lld has no model on record: give one with -m", (long long)id);
+        if (!c.model_path[0])
+            util_set_why(why, why_cap, "conversation %lld has no model on record: give one with -m", (long long)id);
         else if (access(c.model_path, R_OK) != 0)
-            set_why(why, why_cap, "conversation %lld was with %s, which is gone (%s): give a model with -m", (long long)id,
-                    c.model_path, strerror(errno));
-        else if (strlen(c.model_path) >= cap) set_why(why, why_cap, "the model path is too long");
+            util_set_why(why, why_cap, "conversation %lld was with %s, which is gone (%s): give a model with -m",
+                         (long long)id, c.model_path, strerror(errno));
+        else if (strlen(c.model_path) >= cap) util_set_why(why, why_cap, "the model path is too long");
         else {
             snprintf(path, cap, "%s", c.model_path);
             rc = 0;
         }
         store_conv_clear(&c);
     } else if (id) {
-        set_why(why, why_cap, "%s", err.msg);
+        util_set_why(why, why_cap, "%s", err.msg);
     }
     store_close(s);
     return rc;

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "app/chatstore.h"
+#include "app/util.h"
 #include "engine/chat_template.h"
 #include "engine/quant.h"
 
@@ -62,16 +63,6 @@ static const key_def keys[CFG_COUNT] = {
 };
 
 static const char *const sections[] = {"model", "sampling", "chat", "storage", NULL};
-
-static void set_why(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_why(char *why, size_t cap, const char *fmt, ...)
-{
-    if (!why || !cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-}
 
 static void put(kv_config *c, int key, const char *text, int src, const char *where)
 {
@@ -140,13 +131,13 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
     while (len && isspace((unsigned char)text[len - 1])) len--;
     char t[1024];
     if (len >= sizeof t) {
-        set_why(why, why_cap, "value too long");
+        util_set_why(why, why_cap, "value too long");
         return -1;
     }
     memcpy(t, text, len);
     t[len] = 0;
     if (!*t) {
-        set_why(why, why_cap, "empty value");
+        util_set_why(why, why_cap, "empty value");
         return -1;
     }
     switch (d->type) {
@@ -166,8 +157,8 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
     case T_INT: {
         long v;
         if (parse_long(t, (long)d->lo, (long)d->hi, &v)) {
-            set_why(why, why_cap, "'%s' is not an integer from %ld to %ld%s", t, (long)d->lo, (long)d->hi,
-                    d->type == T_AUTOINT ? ", or auto" : "");
+            util_set_why(why, why_cap, "'%s' is not an integer from %ld to %ld%s", t, (long)d->lo, (long)d->hi,
+                         d->type == T_AUTOINT ? ", or auto" : "");
             return -1;
         }
         snprintf(out, cap, "%ld", v);
@@ -178,8 +169,8 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
         errno = 0;
         double v = strtod(t, &end);
         if (errno || *end || !isfinite(v) || v < d->lo || v > d->hi) {
-            if (d->hi >= 1e9) set_why(why, why_cap, "'%s' is not a number%s", t, d->lo > 0 ? " above 0" : "");
-            else set_why(why, why_cap, "'%s' is not a number from %g to %g", t, d->lo, d->hi);
+            if (d->hi >= 1e9) util_set_why(why, why_cap, "'%s' is not a number%s", t, d->lo > 0 ? " above 0" : "");
+            else util_set_why(why, why_cap, "'%s' is not a number from %g to %g", t, d->lo, d->hi);
             return -1;
         }
         snprintf(out, cap, "%g", v);
@@ -194,7 +185,7 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
         errno = 0;
         unsigned long long v = strtoull(t, &end, 10);
         if (errno || *t == '-' || *end || v == SAMPLER_SEED_RANDOM) {
-            set_why(why, why_cap, "'%s' is not a seed (a non-negative integer, or random)", t);
+            util_set_why(why, why_cap, "'%s' is not a seed (a non-negative integer, or random)", t);
             return -1;
         }
         snprintf(out, cap, "%llu", v);
@@ -203,14 +194,14 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
     case T_KVTYPE:
         for (char *p = t; *p; p++) *p = (char)tolower((unsigned char)*p);
         if (strcmp(t, "f16") && strcmp(t, "f32") && strcmp(t, "q8_0")) {
-            set_why(why, why_cap, "'%s' is not a KV cache type (f16, q8_0, f32)", t);
+            util_set_why(why, why_cap, "'%s' is not a KV cache type (f16, q8_0, f32)", t);
             return -1;
         }
         snprintf(out, cap, "%s", t);
         return 0;
     case T_TEMPLATE:
         if (chat_template_from_name(t) < 0) {
-            set_why(why, why_cap, "unknown chat template '%s' (one of: none, %s)", t, chat_template_names());
+            util_set_why(why, why_cap, "unknown chat template '%s' (one of: none, %s)", t, chat_template_names());
             return -1;
         }
         snprintf(out, cap, "%s", t);
@@ -218,7 +209,7 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
     case T_BOOL: {
         int b = config_parse_bool(t);
         if (b < 0) {
-            set_why(why, why_cap, "'%s' is not a boolean (true/false, yes/no, on/off, 1/0)", t);
+            util_set_why(why, why_cap, "'%s' is not a boolean (true/false, yes/no, on/off, 1/0)", t);
             return -1;
         }
         snprintf(out, cap, "%s", b ? "true" : "false");
@@ -227,7 +218,7 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
     case T_SIZE: {
         uint64_t b;
         if (chatstore_parse_cache_size(t, &b)) {
-            set_why(why, why_cap, "'%s' is not a size (MiB, or a number with K, M or G: 512M, 2G; 0 = off)", t);
+            util_set_why(why, why_cap, "'%s' is not a size (MiB, or a number with K, M or G: 512M, 2G; 0 = off)", t);
             return -1;
         }
         snprintf(out, cap, "%s", t);
@@ -240,7 +231,7 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
 int config_set(kv_config *c, int key, const char *text, int src, const char *where, char *why, size_t why_cap)
 {
     if (key < 0 || key >= CFG_COUNT || !text) {
-        set_why(why, why_cap, "no such setting");
+        util_set_why(why, why_cap, "no such setting");
         return -1;
     }
     char out[1100];

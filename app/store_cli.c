@@ -201,21 +201,31 @@ static long index_of(const store_msg *m, size_t n, int64_t id)
     return -1;
 }
 
+/* Conversation id and its messages: every one (all), or the path to its head. 0, or -1 with why
+ * set (nothing to free then). */
+static int load_conv(store *s, long long id, int all, store_conv *c, store_msg **m, size_t *n, char *why, size_t why_cap)
+{
+    store_error err = {0};
+    *m = NULL;
+    *n = 0;
+    if (store_conv_get(s, id, c, &err)) {
+        snprintf(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    if (all ? store_conv_messages(s, id, m, n, &err) : store_conv_path(s, id, c->head_id, m, n, &err)) {
+        snprintf(why, why_cap, "%s", err.msg);
+        store_conv_clear(c);
+        return -1;
+    }
+    return 0;
+}
+
 char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
 {
     store_conv c;
-    store_error err = {0};
-    if (store_conv_get(s, id, &c, &err)) {
-        snprintf(why, why_cap, "%s", err.msg);
-        return NULL;
-    }
-    store_msg *m = NULL;
-    size_t n = 0;
-    if (store_conv_messages(s, id, &m, &n, &err)) {
-        snprintf(why, why_cap, "%s", err.msg);
-        store_conv_clear(&c);
-        return NULL;
-    }
+    store_msg *m;
+    size_t n;
+    if (load_conv(s, id, 1, &c, &m, &n, why, why_cap)) return NULL;
     for (size_t i = 0; i < n; i++)
         if (m[i].problem[0]) {
             snprintf(why, why_cap, "%s: %s — not exported (run `kvchat check`)", store_path(s), m[i].problem);
@@ -293,18 +303,9 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
 static char *export_md(store *s, long long id, char *why, size_t why_cap)
 {
     store_conv c;
-    store_error err = {0};
-    if (store_conv_get(s, id, &c, &err)) {
-        snprintf(why, why_cap, "%s", err.msg);
-        return NULL;
-    }
-    store_msg *m = NULL;
-    size_t n = 0;
-    if (store_conv_path(s, id, c.head_id, &m, &n, &err)) {
-        snprintf(why, why_cap, "%s", err.msg);
-        store_conv_clear(&c);
-        return NULL;
-    }
+    store_msg *m;
+    size_t n;
+    if (load_conv(s, id, 0, &c, &m, &n, why, why_cap)) return NULL;
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

@@ -21,29 +21,11 @@ static int key_check(store *s, const store_kv_key *k, store_error *err)
     return STORE_OK;
 }
 
-static uint8_t *encode(const int32_t *t, size_t n)
-{
-    uint8_t *b = malloc(n * 4 + 1);
-    if (!b) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)t[i];
-        b[4 * i] = (uint8_t)v;
-        b[4 * i + 1] = (uint8_t)(v >> 8);
-        b[4 * i + 2] = (uint8_t)(v >> 16);
-        b[4 * i + 3] = (uint8_t)(v >> 24);
-    }
-    return b;
-}
-
 /* Leading tokens a stored key (little-endian bytes) shares with q. */
 static size_t common_prefix(const uint8_t *stored, size_t n_stored, const int32_t *q, size_t nq)
 {
     size_t n = n_stored < nq ? n_stored : nq, i = 0;
-    for (; i < n; i++) {
-        const uint8_t *p = stored + 4 * i;
-        int32_t v = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        if (v != q[i]) break;
-    }
+    while (i < n && st_token_at(stored + 4 * i) == q[i]) i++;
     return i;
 }
 
@@ -75,7 +57,7 @@ static void touch(store *s, int64_t id, int hit)
         }
         sqlite3_finalize(st);
     }
-    if (st_commit(s, NULL)) st_rollback(s);
+    st_end(s, STORE_OK, NULL);
 }
 
 /* The complete row with exactly the first n tokens of k (n a whole number of blocks, or
@@ -116,17 +98,7 @@ int store_kv_drop(store *s, int64_t id, store_error *err)
 {
     int rc = st_begin(s, err);
     if (rc) return rc;
-    sqlite3_stmt *st;
-    if (!(rc = st_prepare(s, "DELETE FROM kv_prefixes WHERE id = ?", &st, err))) {
-        sqlite3_bind_int64(st, 1, id);
-        rc = st_step_done(s, st, "dropping a KV prefix", err);
-        sqlite3_finalize(st);
-    }
-    if (rc || (rc = st_commit(s, err))) {
-        st_rollback(s);
-        return rc;
-    }
-    return STORE_OK;
+    return st_end(s, st_run_id(s, "DELETE FROM kv_prefixes WHERE id = ?", id, "dropping a KV prefix", err), err);
 }
 
 /* ---- find ------------------------------------------------------------------------------------- */
@@ -471,13 +443,10 @@ int store_kv_cleanup(store *s, int *n_removed, store_error *err)
     for (int i = 0; i < n && !rc; i++) {
         /* re-check inside the write lock: the row may have been completed meanwhile */
         if ((rc = st_begin(s, err))) break;
-        if (!(rc = st_prepare(s, "DELETE FROM kv_prefixes WHERE id = ? AND state = 0", &st, err))) {
-            sqlite3_bind_int64(st, 1, ids[i]);
-            rc = st_step_done(s, st, "removing a half-written KV prefix", err);
-            if (!rc) removed += sqlite3_changes(s->db);
-            sqlite3_finalize(st);
-        }
-        if (rc || (rc = st_commit(s, err))) st_rollback(s);
+        rc = st_run_id(s, "DELETE FROM kv_prefixes WHERE id = ? AND state = 0", ids[i], "removing a half-written KV prefix",
+                       err);
+        if (!rc) removed += sqlite3_changes(s->db);
+        rc = st_end(s, rc, err);
     }
     if (n_removed) *n_removed = removed;
     return rc;
@@ -485,12 +454,15 @@ int store_kv_cleanup(store *s, int *n_removed, store_error *err)
 
 /* ---- put -------------------------------------------------------------------------------------- */
 
-/* After storing (or finding) row self for key k: drop snapshot rows that are strict prefixes of
- * k, touch shared ones, and find the longest whole-block prefix k shares with a row it
- * diverges from (res->shared_len when no row holds exactly it). */
-static int relate(store *s, const store_kv_key *k, int64_t self, store_kv_put_result *res, store_error *err)
+/* The complete rows of k's model and KV type holding k's first block (k has one), but row
+ * `except` (0: none): on_prefix(ud, id, kind, n) for each that is a strict prefix of k (its n
+ * tokens), and *max_shared the longest whole-block prefix k shares with those it diverges
+ * from. `what` names the scan in a failure. */
+static int scan_related(store *s, const store_kv_key *k, int64_t except,
+                        void (*on_prefix)(void *ud, int64_t id, int kind, size_t n), void *ud, size_t *max_shared,
+                        const char *what, store_error *err)
 {
-    if (k->n_blocks == 0) return STORE_OK;
+    *max_shared = 0;
     sqlite3_stmt *st;
     int rc = st_prepare(s,
                         "SELECT p.id, p.kind, p.n_tokens, p.tokens FROM kv_prefixes p WHERE p.model_id = ?1 AND "
@@ -500,52 +472,76 @@ static int relate(store *s, const store_kv_key *k, int64_t self, store_kv_put_re
     if (rc) return rc;
     sqlite3_bind_int64(st, 1, k->model_id);
     sqlite3_bind_text(st, 2, k->kv_type, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, self);
+    sqlite3_bind_int64(st, 3, except);
     sqlite3_bind_int64(st, 4, (int64_t)k->block_hashes[0]);
-    typedef struct rel { int64_t id; int kind; size_t n; } rel;
-    rel *prefixes = NULL;
-    size_t n_pre = 0, cap = 0, max_shared = 0;
+    size_t bs = (size_t)k->block_size;
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         size_t n = (size_t)sqlite3_column_int64(st, 2);
         const uint8_t *t = sqlite3_column_blob(st, 3);
         if (!t || (size_t)sqlite3_column_bytes(st, 3) != n * 4) continue;
         size_t c = common_prefix(t, n, k->tokens, k->n_tokens);
-        if (c == n && n < k->n_tokens) {
-            if (n_pre == cap) {
-                size_t nc = cap ? cap * 2 : 16;
-                rel *np = realloc(prefixes, nc * sizeof *np);
-                if (!np) continue;
-                prefixes = np;
-                cap = nc;
-            }
-            prefixes[n_pre++] = (rel){sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1), n};
-        } else if (c < n && c < k->n_tokens) {
-            size_t L = c / (size_t)k->block_size * (size_t)k->block_size;
-            if (L > max_shared) max_shared = L;
+        if (c == n && n < k->n_tokens) { /* a prefix of k */
+            on_prefix(ud, sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1), n);
+        } else if (c < n && c < k->n_tokens) { /* diverges from k: the common whole blocks are shared */
+            size_t L = c / bs * bs;
+            if (L > *max_shared) *max_shared = L;
         }
     }
-    if (r != SQLITE_DONE) rc = st_fail(s, err, r, "relating KV prefixes");
+    if (r != SQLITE_DONE) rc = st_fail(s, err, r, what);
     sqlite3_finalize(st);
-    if (!rc && n_pre) {
+    return rc;
+}
+
+/* Stored prefixes of a key, as relate collects them. */
+typedef struct rel { int64_t id; int kind; size_t n; } rel;
+typedef struct rel_list {
+    rel *v;
+    size_t n, cap;
+} rel_list;
+
+static void add_rel(void *ud, int64_t id, int kind, size_t n)
+{
+    rel_list *l = ud;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 16;
+        rel *nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv) return;
+        l->v = nv;
+        l->cap = nc;
+    }
+    l->v[l->n++] = (rel){id, kind, n};
+}
+
+/* After storing (or finding) row self for key k: drop snapshot rows that are strict prefixes of
+ * k, touch shared ones, and find the longest whole-block prefix k shares with a row it
+ * diverges from (res->shared_len when no row holds exactly it). */
+static int relate(store *s, const store_kv_key *k, int64_t self, store_kv_put_result *res, store_error *err)
+{
+    if (k->n_blocks == 0) return STORE_OK;
+    rel_list pre = {0};
+    size_t max_shared;
+    int rc = scan_related(s, k, self, add_rel, &pre, &max_shared, "relating KV prefixes", err);
+    if (!rc && pre.n) {
         if (!(rc = st_begin(s, err))) {
             int64_t now = store_now_ms();
-            for (size_t i = 0; i < n_pre && !rc; i++) {
-                const char *sql = prefixes[i].kind == STORE_KV_SHARED || prefixes[i].n == max_shared
+            sqlite3_stmt *st;
+            for (size_t i = 0; i < pre.n && !rc; i++) {
+                const char *sql = pre.v[i].kind == STORE_KV_SHARED || pre.v[i].n == max_shared
                                       ? "UPDATE kv_prefixes SET kind = 1, last_used = ?2 WHERE id = ?1"
                                       : "DELETE FROM kv_prefixes WHERE id = ?1 AND ?2 IS NOT NULL";
                 if (!(rc = st_prepare(s, sql, &st, err))) {
-                    sqlite3_bind_int64(st, 1, prefixes[i].id);
+                    sqlite3_bind_int64(st, 1, pre.v[i].id);
                     sqlite3_bind_int64(st, 2, now);
                     rc = st_step_done(s, st, "superseding a KV prefix", err);
                     sqlite3_finalize(st);
-                    if (!rc && prefixes[i].kind != STORE_KV_SHARED && prefixes[i].n != max_shared) res->n_superseded++;
+                    if (!rc && pre.v[i].kind != STORE_KV_SHARED && pre.v[i].n != max_shared) res->n_superseded++;
                 }
             }
-            if (rc || (rc = st_commit(s, err))) st_rollback(s);
+            rc = st_end(s, rc, err);
         }
     }
-    free(prefixes);
+    free(pre.v);
     if (!rc && max_shared >= (size_t)k->block_size && !exact_row(s, k, max_shared)) res->shared_len = max_shared;
     return rc;
 }
@@ -666,8 +662,7 @@ static int write_row(store *s, const row_key *rk, int block_size, int kind, int6
             if (br == SQLITE_OK) br = cr;
             if (br != SQLITE_OK) rc = st_fail(s, err, br, "writing a KV chunk");
         }
-        if (!rc) rc = st_commit(s, err);
-        if (rc) st_rollback(s);
+        rc = st_end(s, rc, err);
         st_sum_add(&ck, p + off, n);
         if (!rc && s->kv_delay_ms) {
             struct timespec ts = {s->kv_delay_ms / 1000, (long)(s->kv_delay_ms % 1000) * 1000000L};
@@ -690,15 +685,8 @@ int store_kv_put_delta(store *s, const store_kv_key *k, int kind, int64_t base_i
     if (s->readonly) return st_set(s, err, STORE_ERR_READONLY, "opened read-only");
     int64_t id = exact_row(s, k, k->n_tokens);
     if (id) {
-        if (kind == STORE_KV_SHARED && !st_begin(s, NULL)) { /* asked to share it: it is shared now */
-            sqlite3_stmt *st;
-            if (!st_prepare(s, "UPDATE kv_prefixes SET kind = 1 WHERE id = ?", &st, NULL)) {
-                sqlite3_bind_int64(st, 1, id);
-                st_step_done(s, st, "", NULL);
-                sqlite3_finalize(st);
-            }
-            if (st_commit(s, NULL)) st_rollback(s);
-        }
+        if (kind == STORE_KV_SHARED && !st_begin(s, NULL)) /* asked to share it: it is shared now */
+            st_end(s, st_run_id(s, "UPDATE kv_prefixes SET kind = 1 WHERE id = ?", id, "", NULL), NULL);
         touch(s, id, 0);
         res->id = id;
         return relate(s, k, id, res, err);
@@ -717,7 +705,7 @@ int store_kv_put_delta(store *s, const store_kv_key *k, int kind, int64_t base_i
     if ((rc = evict(s, budget ? budget - len : UINT64_MAX, base_id, &ev, err))) return rc;
     res->n_evicted = ev;
 
-    uint8_t *keyb = encode(k->tokens, k->n_tokens);
+    uint8_t *keyb = st_tokens_encode(k->tokens, k->n_tokens);
     if (!keyb) return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
     row_key rk = {k->model_id, k->kv_type, k->n_tokens, k->n_blocks, k->key_hash, keyb};
     uint64_t sum = 0;
@@ -730,12 +718,7 @@ int store_kv_put_delta(store *s, const store_kv_key *k, int kind, int64_t base_i
     if (!(rc = st_begin(s, err))) {
         other = exact_row(s, k, k->n_tokens);
         if (other) {
-            rc = st_prepare(s, "DELETE FROM kv_prefixes WHERE id = ?", &st, err);
-            if (!rc) {
-                sqlite3_bind_int64(st, 1, id);
-                rc = st_step_done(s, st, "dropping a duplicate KV prefix", err);
-                sqlite3_finalize(st);
-            }
+            rc = st_run_id(s, "DELETE FROM kv_prefixes WHERE id = ?", id, "dropping a duplicate KV prefix", err);
         } else {
             rc = st_prepare(s, "UPDATE kv_prefixes SET state = 1, checksum = ?2, last_used = ?3 WHERE id = ?1 AND state = 0",
                             &st, err);
@@ -762,8 +745,7 @@ int store_kv_put_delta(store *s, const store_kv_key *k, int kind, int64_t base_i
                 sqlite3_finalize(st);
             }
         }
-        if (!rc) rc = st_commit(s, err);
-        if (rc) st_rollback(s);
+        rc = st_end(s, rc, err);
     }
     if (rc) {
         store_kv_drop(s, id, NULL); /* best effort; store_kv_cleanup catches what stays */
@@ -830,53 +812,35 @@ int store_kv_chain(store *s, int64_t id, store_kv_link *links, int cap, int *n, 
     return STORE_OK;
 }
 
+/* A stored strict prefix of the key is a base when it is shared and in whole blocks: the longest. */
+typedef struct base_pick {
+    store_kv_plan_result *plan;
+    size_t block_size;
+} base_pick;
+
+static void pick_base(void *ud, int64_t id, int kind, size_t n)
+{
+    base_pick *b = ud;
+    if (kind == STORE_KV_SHARED && n % b->block_size == 0 && n > b->plan->n_base) {
+        b->plan->base_id = id;
+        b->plan->n_base = n;
+    }
+}
+
 int store_kv_plan(store *s, const store_kv_key *k, store_kv_plan_result *plan, store_error *err)
 {
     memset(plan, 0, sizeof *plan);
     int rc = key_check(s, k, err);
     if (rc || k->n_blocks == 0) return rc;
-    sqlite3_stmt *st;
-    if ((rc = st_prepare(s,
-                         "SELECT p.id, p.kind, p.n_tokens, p.tokens FROM kv_prefixes p WHERE p.model_id = ?1 AND "
-                         "p.kv_type = ?2 AND p.state = 1 AND EXISTS (SELECT 1 FROM kv_blocks b WHERE b.prefix_id = p.id "
-                         "AND b.idx = 0 AND b.hash = ?3)",
-                         &st, err)))
-        return rc;
-    sqlite3_bind_int64(st, 1, k->model_id);
-    sqlite3_bind_text(st, 2, k->kv_type, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, (int64_t)k->block_hashes[0]);
-    size_t bs = (size_t)k->block_size, max_shared = 0;
-    int r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        size_t n = (size_t)sqlite3_column_int64(st, 2);
-        const uint8_t *t = sqlite3_column_blob(st, 3);
-        if (!t || (size_t)sqlite3_column_bytes(st, 3) != n * 4) continue;
-        size_t c = common_prefix(t, n, k->tokens, k->n_tokens);
-        if (c == n && n < k->n_tokens) { /* a prefix of k: a base when shared, in whole blocks */
-            if (sqlite3_column_int(st, 1) == STORE_KV_SHARED && n % bs == 0 && n > plan->n_base) {
-                plan->base_id = sqlite3_column_int64(st, 0);
-                plan->n_base = n;
-            }
-        } else if (c < n && c < k->n_tokens) { /* diverges from k: the common whole blocks are shared */
-            size_t L = c / bs * bs;
-            if (L > max_shared) max_shared = L;
-        }
-    }
-    if (r != SQLITE_DONE) rc = st_fail(s, err, r, "planning a KV prefix");
-    sqlite3_finalize(st);
+    size_t bs = (size_t)k->block_size, max_shared;
+    base_pick pick = {plan, bs};
+    rc = scan_related(s, k, 0, pick_base, &pick, &max_shared, "planning a KV prefix", err);
     if (rc || max_shared <= plan->n_base || max_shared < bs) return rc;
     /* a stored prefix of exactly the shared tokens (a snapshot that ended there) becomes shared */
     int64_t exact = exact_row(s, k, max_shared);
     if (exact && !s->readonly && !st_begin(s, NULL)) {
-        if (!st_prepare(s, "UPDATE kv_prefixes SET kind = 1 WHERE id = ? AND state = 1", &st, NULL)) {
-            sqlite3_bind_int64(st, 1, exact);
-            if (st_step_done(s, st, "", NULL)) exact = 0;
-            sqlite3_finalize(st);
-        }
-        if (st_commit(s, NULL)) {
-            st_rollback(s);
+        if (st_end(s, st_run_id(s, "UPDATE kv_prefixes SET kind = 1 WHERE id = ? AND state = 1", exact, "", NULL), NULL))
             exact = 0;
-        }
         if (exact) {
             plan->base_id = exact;
             plan->n_base = max_shared;
@@ -955,11 +919,7 @@ static int kv_replace(store *s, int64_t old, int64_t base_id, int block_size, co
         }
         sqlite3_finalize(st);
     }
-    if (!rc) rc = st_commit(s, err);
-    if (rc) {
-        st_rollback(s);
-        store_kv_drop(s, id, NULL);
-    }
+    if ((rc = st_end(s, rc, err))) store_kv_drop(s, id, NULL);
     return rc;
 }
 

@@ -111,12 +111,44 @@ void st_rollback(store *s)
     if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
+int st_end(store *s, int rc, store_error *err)
+{
+    if (!rc) rc = st_commit(s, err);
+    if (rc) st_rollback(s);
+    return rc;
+}
+
 int st_step_done(store *s, sqlite3_stmt *st, const char *what, store_error *err)
 {
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {}
     if (rc != SQLITE_DONE) return st_fail(s, err, rc, what);
     return STORE_OK;
+}
+
+int st_run_id(store *s, const char *sql, int64_t id, const char *what, store_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = st_prepare(s, sql, &st, err);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, id);
+    rc = st_step_done(s, st, what, err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+uint8_t *st_tokens_encode(const int32_t *t, size_t n)
+{
+    uint8_t *b = malloc(n * 4 + 1);
+    if (!b) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)t[i];
+        b[4 * i] = (uint8_t)v;
+        b[4 * i + 1] = (uint8_t)(v >> 8);
+        b[4 * i + 2] = (uint8_t)(v >> 16);
+        b[4 * i + 3] = (uint8_t)(v >> 24);
+    }
+    return b;
 }
 
 /* ---- checksum ------------------------------------------------------------------------------ */
@@ -195,6 +227,41 @@ static char *col_dup(sqlite3_stmt *st, int i, size_t *len)
     d[n] = 0;
     if (len) *len = n;
     return d;
+}
+
+/* Read every row of st (prepared and bound) into a malloc'd array of `size`-byte elements, each
+ * filled by read; finalizes st. On failure the rows read so far go to drop and the code is
+ * returned; `what` names the reading in the messages ("out of memory <what>", "<what>: …"). */
+static int read_rows(store *s, sqlite3_stmt *st, size_t size,
+                     int (*read)(store *s, sqlite3_stmt *st, void *row, store_error *err),
+                     void (*drop)(void *rows, size_t n), const char *what, void **rows, size_t *n, store_error *err)
+{
+    size_t cap = 0, k = 0;
+    char *v = NULL;
+    int rc = STORE_OK, r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        if (k == cap) {
+            size_t nc = cap ? cap * 2 : 32;
+            char *nv = realloc(v, nc * size);
+            if (!nv) {
+                rc = st_set(s, err, STORE_ERR_NOMEM, "out of memory %s", what);
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        if ((rc = read(s, st, v + k * size, err))) break;
+        k++;
+    }
+    if (!rc && r != SQLITE_DONE) rc = st_fail(s, err, r, what);
+    sqlite3_finalize(st);
+    if (rc) {
+        drop(v, k);
+        return rc;
+    }
+    *rows = v;
+    *n = k;
+    return STORE_OK;
 }
 
 /* ---- schema --------------------------------------------------------------------------------- */
@@ -570,12 +637,7 @@ int store_model_register(store *s, const char *fingerprint, const char *path, co
     if (!fingerprint || !*fingerprint) return st_set(s, err, STORE_ERR_INVALID, "a model needs a fingerprint");
     int rc = st_begin(s, err);
     if (rc) return rc;
-    if ((rc = model_register_locked(s, fingerprint, path, name, arch, weight_type, file_size, id, err)) ||
-        (rc = st_commit(s, err))) {
-        st_rollback(s);
-        return rc;
-    }
-    return STORE_OK;
+    return st_end(s, model_register_locked(s, fingerprint, path, name, arch, weight_type, file_size, id, err), err);
 }
 
 void store_model_clear(store_model *m)
@@ -699,11 +761,7 @@ int store_conv_create(store *s, int64_t model_id, const char *system_prompt, con
     int64_t now = created_at ? created_at : store_now_ms();
     int rc = st_begin(s, err);
     if (rc) return rc;
-    if ((rc = conv_insert_locked(s, model_id, "", system_prompt, p, now, now, id, err)) || (rc = st_commit(s, err))) {
-        st_rollback(s);
-        return rc;
-    }
-    return STORE_OK;
+    return st_end(s, conv_insert_locked(s, model_id, "", system_prompt, p, now, now, id, err), err);
 }
 
 void store_conv_clear(store_conv *c)
@@ -726,9 +784,10 @@ void store_conv_clear(store_conv *c)
     "(SELECT count(*) FROM messages x WHERE x.conversation_id = c.id AND NOT EXISTS "                              \
     "  (SELECT 1 FROM messages y WHERE y.parent_id = x.id)) "
 
-/* Fill c from a row of CONV_COLUMNS. */
-static int read_conv(store *s, sqlite3_stmt *st, store_conv *c, store_error *err)
+/* Fill row (a store_conv) from a row of CONV_COLUMNS. */
+static int read_conv(store *s, sqlite3_stmt *st, void *row, store_error *err)
 {
+    store_conv *c = row;
     memset(c, 0, sizeof *c);
     c->id = sqlite3_column_int64(st, 0);
     c->title = col_dup(st, 1, NULL);
@@ -760,26 +819,10 @@ static int decode_tokens(const void *b, size_t bytes, int32_t **out, size_t *n)
     int32_t *t = malloc((k ? k : 1) * sizeof *t);
     if (!t) return -1;
     const uint8_t *p = b;
-    for (size_t i = 0; i < k; i++)
-        t[i] = (int32_t)((uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
-                         (uint32_t)p[4 * i + 3] << 24);
+    for (size_t i = 0; i < k; i++) t[i] = st_token_at(p + 4 * i);
     *out = t;
     *n = k;
     return 0;
-}
-
-static uint8_t *encode_tokens(const int32_t *t, size_t n)
-{
-    uint8_t *b = malloc(n * 4 + 1);
-    if (!b) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)t[i];
-        b[4 * i] = (uint8_t)v;
-        b[4 * i + 1] = (uint8_t)(v >> 8);
-        b[4 * i + 2] = (uint8_t)(v >> 16);
-        b[4 * i + 3] = (uint8_t)(v >> 24);
-    }
-    return b;
 }
 
 int store_conv_get(store *s, int64_t id, store_conv *out, store_error *err)
@@ -854,6 +897,8 @@ static char *fts_query(const char *q)
     return out;
 }
 
+static void drop_convs(void *rows, size_t n) { store_conv_list_free(rows, n); }
+
 static int list_run(store *s, const char *q, const char *fts, store_conv **rows, size_t *n, store_error *err)
 {
     sqlite3_stmt *st;
@@ -869,31 +914,9 @@ static int list_run(store *s, const char *q, const char *fts, store_conv **rows,
     if (rc) return rc;
     if (q) sqlite3_bind_text(st, 1, q, -1, SQLITE_STATIC);
     if (q && fts) sqlite3_bind_text(st, 2, fts, -1, SQLITE_STATIC);
-    size_t cap = 0, k = 0;
-    store_conv *v = NULL;
-    int r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        if (k == cap) {
-            size_t nc = cap ? cap * 2 : 32;
-            store_conv *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                rc = st_set(s, err, STORE_ERR_NOMEM, "out of memory listing conversations");
-                break;
-            }
-            v = nv;
-            cap = nc;
-        }
-        if ((rc = read_conv(s, st, &v[k], err))) break;
-        k++;
-    }
-    if (!rc && r != SQLITE_DONE) rc = st_fail(s, err, r, "listing conversations");
-    sqlite3_finalize(st);
-    if (rc) {
-        store_conv_list_free(v, k);
-        return rc;
-    }
+    void *v;
+    if ((rc = read_rows(s, st, sizeof **rows, read_conv, drop_convs, "listing conversations", &v, n, err))) return rc;
     *rows = v;
-    *n = k;
     return STORE_OK;
 }
 
@@ -922,21 +945,15 @@ static int conv_update(store *s, int64_t id, const char *sql, const char *what, 
     int rc = st_begin(s, err);
     if (rc) return rc;
     sqlite3_stmt *st;
-    if ((rc = st_prepare(s, sql, &st, err))) {
-        st_rollback(s);
-        return rc;
+    if (!(rc = st_prepare(s, sql, &st, err))) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, store_now_ms());
+        if (bind) bind(st, arg);
+        rc = st_step_done(s, st, what, err);
+        sqlite3_finalize(st);
     }
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, store_now_ms());
-    if (bind) bind(st, arg);
-    rc = st_step_done(s, st, what, err);
-    sqlite3_finalize(st);
     if (!rc && sqlite3_changes(s->db) == 0) rc = st_set(s, err, STORE_ERR_NOTFOUND, "no conversation %lld", (long long)id);
-    if (rc || (rc = st_commit(s, err))) {
-        st_rollback(s);
-        return rc;
-    }
-    return STORE_OK;
+    return st_end(s, rc, err);
 }
 
 static void bind_text3(sqlite3_stmt *st, const void *a)
@@ -982,7 +999,7 @@ int store_conv_set_head(store *s, int64_t id, int64_t head_id, store_error *err)
 int store_conv_set_context(store *s, int64_t id, int64_t model_id, int64_t head_id, const int32_t *tokens, size_t n,
                            store_error *err)
 {
-    uint8_t *b = encode_tokens(tokens, n);
+    uint8_t *b = st_tokens_encode(tokens, n);
     if (!b) return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
     int rc = st_begin(s, err);
     sqlite3_stmt *st = NULL;
@@ -998,8 +1015,7 @@ int store_conv_set_context(store *s, int64_t id, int64_t model_id, int64_t head_
         if (!rc && sqlite3_changes(s->db) == 0) rc = st_set(s, err, STORE_ERR_NOTFOUND, "no conversation %lld", (long long)id);
     }
     sqlite3_finalize(st);
-    if (!rc) rc = st_commit(s, err);
-    if (rc) st_rollback(s);
+    rc = st_end(s, rc, err);
     free(b);
     return rc;
 }
@@ -1008,29 +1024,18 @@ int store_conv_delete(store *s, int64_t id, store_error *err)
 {
     int rc = st_begin(s, err);
     if (rc) return rc;
-    sqlite3_stmt *st = NULL;
     /* The KV snapshots of exactly this conversation's context go with it (shared prefixes,
      * which other chats use, stay until they are evicted). */
-    rc = st_prepare(s,
-                    "DELETE FROM kv_prefixes WHERE kind = 0 AND id IN (SELECT p.id FROM kv_prefixes p, conversations c "
-                    "WHERE c.id = ?1 AND p.model_id = c.ctx_model_id AND length(c.ctx_tokens) >= length(p.tokens) "
-                    "AND substr(c.ctx_tokens, 1, length(p.tokens)) = p.tokens AND length(p.tokens) + 64 >= "
-                    "length(c.ctx_tokens))",
-                    &st, err);
-    if (!rc) {
-        sqlite3_bind_int64(st, 1, id);
-        rc = st_step_done(s, st, "deleting the conversation's KV snapshots", err);
-        sqlite3_finalize(st);
-    }
-    if (!rc && !(rc = st_prepare(s, "DELETE FROM conversations WHERE id = ?", &st, err))) {
-        sqlite3_bind_int64(st, 1, id);
-        rc = st_step_done(s, st, "deleting a conversation", err);
-        sqlite3_finalize(st);
-        if (!rc && sqlite3_changes(s->db) == 0) rc = st_set(s, err, STORE_ERR_NOTFOUND, "no conversation %lld", (long long)id);
-    }
-    if (!rc) rc = st_commit(s, err);
-    if (rc) st_rollback(s);
-    return rc;
+    rc = st_run_id(s,
+                   "DELETE FROM kv_prefixes WHERE kind = 0 AND id IN (SELECT p.id FROM kv_prefixes p, conversations c "
+                   "WHERE c.id = ?1 AND p.model_id = c.ctx_model_id AND length(c.ctx_tokens) >= length(p.tokens) "
+                   "AND substr(c.ctx_tokens, 1, length(p.tokens)) = p.tokens AND length(p.tokens) + 64 >= "
+                   "length(c.ctx_tokens))",
+                   id, "deleting the conversation's KV snapshots", err);
+    if (!rc && !(rc = st_run_id(s, "DELETE FROM conversations WHERE id = ?", id, "deleting a conversation", err)) &&
+        sqlite3_changes(s->db) == 0)
+        rc = st_set(s, err, STORE_ERR_NOTFOUND, "no conversation %lld", (long long)id);
+    return st_end(s, rc, err);
 }
 
 /* ---- messages --------------------------------------------------------------------------------- */
@@ -1138,25 +1143,22 @@ int store_msg_add(store *s, int64_t conv_id, int64_t parent_id, int role, const 
     sqlite3_stmt *st = NULL;
     if ((rc = conv_exists(s, conv_id, err)) ||
         (rc = msg_insert_locked(s, conv_id, parent_id, role, content, len, n_tokens, now, gen_partial(gen), gen, id, err)))
-        goto fail;
+        goto done;
     char title[TITLE_MAX_BYTES + 8] = "";
     if (role == STORE_ROLE_USER) make_title(content ? content : "", len, title, sizeof title);
     if ((rc = st_prepare(s,
                          "UPDATE conversations SET head_id = ?2, updated_at = ?3, "
                          "title = CASE WHEN title = '' AND ?4 != '' THEN ?4 ELSE title END WHERE id = ?1",
                          &st, err)))
-        goto fail;
+        goto done;
     sqlite3_bind_int64(st, 1, conv_id);
     sqlite3_bind_int64(st, 2, *id);
     sqlite3_bind_int64(st, 3, now);
     sqlite3_bind_text(st, 4, title, -1, SQLITE_STATIC);
     rc = st_step_done(s, st, "moving the head", err);
     sqlite3_finalize(st);
-    if (rc || (rc = st_commit(s, err))) goto fail;
-    return STORE_OK;
-fail:
-    st_rollback(s);
-    return rc;
+done:
+    return st_end(s, rc, err);
 }
 
 int store_msg_update(store *s, int64_t id, const char *content, size_t len, int n_tokens, const store_gen *gen,
@@ -1167,7 +1169,7 @@ int store_msg_update(store *s, int64_t id, const char *content, size_t len, int 
     if (rc) return rc;
     sqlite3_stmt *st = NULL;
     if ((rc = st_prepare(s, "UPDATE messages SET content = ?2, n_tokens = ?3, partial = ?4 WHERE id = ?1", &st, err)))
-        goto fail;
+        goto done;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_text(st, 2, content ? content : "", (int)len, SQLITE_STATIC);
     sqlite3_bind_int(st, 3, n_tokens);
@@ -1185,11 +1187,8 @@ int store_msg_update(store *s, int64_t id, const char *content, size_t len, int 
         rc = st_step_done(s, st, "updating a conversation", err);
         sqlite3_finalize(st);
     }
-    if (rc || (rc = st_commit(s, err))) goto fail;
-    return STORE_OK;
-fail:
-    st_rollback(s);
-    return rc;
+done:
+    return st_end(s, rc, err);
 }
 
 int store_msg_set_tokens(store *s, int64_t id, int n_tokens, store_error *err)
@@ -1203,11 +1202,7 @@ int store_msg_set_tokens(store *s, int64_t id, int n_tokens, store_error *err)
         rc = st_step_done(s, st, "updating a message", err);
         sqlite3_finalize(st);
     }
-    if (rc || (rc = st_commit(s, err))) {
-        st_rollback(s);
-        return rc;
-    }
-    return STORE_OK;
+    return st_end(s, rc, err);
 }
 
 void store_msgs_free(store_msg *msgs, size_t n)
@@ -1216,15 +1211,17 @@ void store_msgs_free(store_msg *msgs, size_t n)
     free(msgs);
 }
 
-/* Read one message row (MSG_COLUMNS), checking each field; problems go to m->problem. */
+/* Read one message row (MSG_COLUMNS) into row (a store_msg), checking each field; problems go to
+ * m->problem. */
 #define MSG_COLUMNS                                                                                               \
     "m.id, COALESCE(m.parent_id, 0), m.role, m.content, m.n_tokens, m.created_at, m.partial, g.message_id, "   \
     "g.temperature, g.top_k, g.top_p, g.min_p, g.repeat_penalty, g.repeat_last_n, g.presence_penalty, "         \
     "g.frequency_penalty, g.seed, g.max_tokens, g.finish, g.ttft_ms, g.prefill_tps, g.decode_tps, g.n_prompt, " \
     "g.n_reused, g.n_prefilled, g.n_generated, m.conversation_id "
 
-static int read_msg(store *s, sqlite3_stmt *st, store_msg *m, store_error *err)
+static int read_msg(store *s, sqlite3_stmt *st, void *row, store_error *err)
 {
+    store_msg *m = row;
     memset(m, 0, sizeof *m);
     m->id = sqlite3_column_int64(st, 0);
     m->parent_id = sqlite3_column_int64(st, 1);
@@ -1270,6 +1267,8 @@ static int read_msg(store *s, sqlite3_stmt *st, store_msg *m, store_error *err)
     return STORE_OK;
 }
 
+static void drop_msgs(void *rows, size_t n) { store_msgs_free(rows, n); }
+
 int store_conv_messages(store *s, int64_t conv_id, store_msg **msgs, size_t *n, store_error *err)
 {
     *msgs = NULL;
@@ -1281,31 +1280,9 @@ int store_conv_messages(store *s, int64_t conv_id, store_msg **msgs, size_t *n, 
                         &st, err);
     if (rc) return rc;
     sqlite3_bind_int64(st, 1, conv_id);
-    size_t cap = 0, k = 0;
-    store_msg *v = NULL;
-    int r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        if (k == cap) {
-            size_t nc = cap ? cap * 2 : 32;
-            store_msg *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                rc = st_set(s, err, STORE_ERR_NOMEM, "out of memory reading messages");
-                break;
-            }
-            v = nv;
-            cap = nc;
-        }
-        if ((rc = read_msg(s, st, &v[k], err))) break;
-        k++;
-    }
-    if (!rc && r != SQLITE_DONE) rc = st_fail(s, err, r, "reading messages");
-    sqlite3_finalize(st);
-    if (rc) {
-        store_msgs_free(v, k);
-        return rc;
-    }
+    void *v;
+    if ((rc = read_rows(s, st, sizeof **msgs, read_msg, drop_msgs, "reading messages", &v, n, err))) return rc;
     *msgs = v;
-    *n = k;
     return STORE_OK;
 }
 
@@ -1409,9 +1386,7 @@ int store_conv_import(store *s, const store_conv *c, const char *model_fingerpri
             sqlite3_finalize(st);
         }
     }
-    if (!rc) rc = st_commit(s, err);
-    if (rc) st_rollback(s);
-    else *id = conv_id;
+    if (!(rc = st_end(s, rc, err))) *id = conv_id;
     free(ids);
     return rc;
 }

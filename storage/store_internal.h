@@ -1,4 +1,4 @@
-/* store_internal: what the files of storage/ share — the store handle, error mapping, transactions and statement helpers. Not for use outside storage/. */
+/* store_internal: what the files of storage/ share — the store handle, error mapping, transactions and statement helpers, stored tokens, the chunk checksum. Not for use outside storage/. */
 #ifndef STORAGE_STORE_INTERNAL_H
 #define STORAGE_STORE_INTERNAL_H
 
@@ -26,8 +26,21 @@ int st_exec(store *s, const char *sql, store_error *err);
 int st_begin(store *s, store_error *err);
 int st_commit(store *s, store_error *err);
 void st_rollback(store *s);
+/* End the write transaction st_begin began: commit when rc is STORE_OK, roll back when it is not
+ * or the commit fails; returns rc, or the commit's failure. */
+int st_end(store *s, int rc, store_error *err);
 /* Step a statement that returns no rows (or whose rows are ignored). */
 int st_step_done(store *s, sqlite3_stmt *st, const char *what, store_error *err);
+/* Prepare sql, bind ?1 to id, step it to the end (`what` names it in a failure), finalize. */
+int st_run_id(store *s, const char *sql, int64_t id, const char *what, store_error *err);
+/* Tokens as stored (a key, a conversation's context): 4 little-endian bytes each. A malloc'd
+ * copy of t[0..n) in that form (n * 4 bytes, at least 1 allocated); NULL when out of memory. */
+uint8_t *st_tokens_encode(const int32_t *t, size_t n);
+/* The token whose 4 stored bytes start at p. */
+static inline int32_t st_token_at(const uint8_t *p)
+{
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
 /* 64-bit checksum of bytes (FNV-1a over 64-bit little-endian words, then the tail bytes and
  * the length, finalized with a murmur3 mix): storage's own, for KV chunks. Incremental. */
 typedef struct st_sum {

@@ -5,20 +5,9 @@
 
 #include "engine/generate.h"
 #include "engine/quant.h"
+#include "tests/support/testutil.h"
 
 /* Usage: bench_kv MODEL [N_CONV=1500] [N_CTX=2048] [THREADS=1] [KV_TYPE=f16] */
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static int die(const char *what, const kv_error *err)
 {
@@ -126,7 +115,8 @@ int main(int argc, char **argv)
     }
     kv_cache_stats ks;
     kv_cache_get_stats(engine_kv(e), &ks);
-    double f = median(fresh, REPS), g = median(regen, REPS), b = median(branch, REPS), o = median(readopt, REPS);
+    double f = tu_median(fresh, REPS), g = tu_median(regen, REPS), b = tu_median(branch, REPS),
+           o = tu_median(readopt, REPS);
     printf("model %s, n_ctx %d, %d thread(s), %s KV, conversation of %zu tokens (median of %d)\n",
            engine_model(e)->name, n_ctx, engine_n_threads(e), quant_traits_of(kv_type)->name, n, REPS);
     printf("  fresh prefill     TTFT %8.3f ms  (%zu tokens prefilled)\n", f, n);
@@ -154,7 +144,7 @@ int main(int argc, char **argv)
     }
     double dmax = 0;
     for (int r = 0; r < REPS; r++) dmax = dec[r] > dmax ? dec[r] : dmax;
-    printf("  decode \"Once upon a time\" -n 256: median %.0f t/s, best %.0f t/s\n", median(dec, REPS), dmax);
+    printf("  decode \"Once upon a time\" -n 256: median %.0f t/s, best %.0f t/s\n", tu_median(dec, REPS), dmax);
     free(p);
     free(conv);
     free(text);

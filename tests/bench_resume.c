@@ -10,6 +10,7 @@
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/worker.h"
+#include "tests/support/testutil.h"
 
 /*
  * Usage: bench_resume MODEL [N_TOKENS=1500] [THREADS=2] [REPS=3] [KV_TYPE=f16]
@@ -22,25 +23,6 @@
  * Reported: medians over REPS; the ratio resume TTFT / fresh TTFT, and (restore + resume
  * TTFT) / fresh TTFT for a chat opened and answered at once.
  */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 typedef struct rig {
     engine *e;
@@ -96,7 +78,7 @@ static void rig_close(rig *r)
 static int run(rig *r, const worker_request *rq, gen_stats *st, double *ms)
 {
     kv_error ke = {0};
-    double t0 = now_ms();
+    double t0 = tu_now_ms();
     if (worker_submit(r->w, rq, &ke)) {
         fprintf(stderr, "bench_resume: %s\n", ke.msg);
         return -1;
@@ -107,7 +89,7 @@ static int run(rig *r, const worker_request *rq, gen_stats *st, double *ms)
         worker_event ev;
         while (worker_next_event(r->w, &ev))
             if (ev.kind == WORKER_EV_DONE) {
-                if (ms) *ms = now_ms() - t0;
+                if (ms) *ms = tu_now_ms() - t0;
                 if (st) *st = ev.stats.gen;
                 if (ev.status) fprintf(stderr, "bench_resume: %s\n", ev.err.msg);
                 return ev.status ? -1 : 0;
@@ -126,10 +108,9 @@ int main(int argc, char **argv)
     int kv_type = engine_kv_type_from_name(argc > 5 ? argv[5] : "f16");
     if (reps < 1 || reps > 50) reps = 3;
     int n_ctx = (n_tok + 64 + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE * KV_BLOCK_SIZE + 64;
-    char db[] = "/tmp/kvchat-bench-resume-XXXXXX";
-    if (!mkdtemp(db)) return 1;
+    if (tu_tmpdir_make("bench-resume")) return 1;
     char dbp[600];
-    snprintf(dbp, sizeof dbp, "%s/bench.db", db);
+    snprintf(dbp, sizeof dbp, "%s", tu_tmp_path("bench.db"));
 
     /* the chat's tokens: story text until N tokens, exactly */
     rig r;
@@ -212,15 +193,15 @@ int main(int argc, char **argv)
         n_prefilled_resume = st.n_prefilled;
         rig_close(&x);
     }
-    double mf = median(fresh, reps), mr = median(rest, reps), mt2 = median(ttft, reps), mo = median(open_ms, reps);
+    double mf = tu_median(fresh, reps), mr = tu_median(rest, reps), mt2 = tu_median(ttft, reps),
+           mo = tu_median(open_ms, reps);
     printf("fresh prefill   TTFT %9.2f ms   (%d tokens prefilled)\n", mf, n_prefilled_fresh);
     printf("resume          TTFT %9.2f ms   (%d tokens prefilled; KV restored at open: %.2f ms for %.1f MiB, open "
            "request %.2f ms)\n",
            mt2, n_prefilled_resume, mr, blob_mib, mo);
     printf("ratio           TTFT resume / fresh = %.1f%%;  (restore + TTFT) / fresh = %.1f%%\n", 100 * mt2 / mf,
            100 * (mr + mt2) / mf);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", db);
-    if (system(cmd)) {}
+    tu_tmpdir_remove();
     free(fresh);
     free(rest);
     free(ttft);

@@ -11,43 +11,9 @@
 #include <string.h>
 
 #include "engine/chat_template.h"
+#include "tests/support/testutil.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-static const char *shared_dir(void)
-{
-    const char *s = getenv("KVCHAT_SHARED");
-    return s && *s ? s : "../shared";
-}
-
-/* Whole file as a NUL-terminated string, or NULL. */
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            char *p = realloc(buf, cap);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = p;
-        }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
 
 typedef struct golden {
     char *text;   /* file contents (owned) */
@@ -60,8 +26,8 @@ static int golden_setup(void **state)
 {
     static golden g;
     char path[1024];
-    snprintf(path, sizeof path, "%s/golden/chat-templates.json", shared_dir());
-    g.text = read_file(path);
+    snprintf(path, sizeof path, "%s/golden/chat-templates.json", tu_shared());
+    g.text = tu_read_file(path, NULL);
     if (!g.text) {
         fprintf(stderr, "%s: cannot read (set KVCHAT_SHARED)\n", path);
         return -1;
@@ -108,8 +74,8 @@ static int golden_family(const char *tmpl_field, int *from_file)
         return chat_template_from_name(tmpl_field + 8);
     if (strncmp(tmpl_field, "file:", 5) == 0) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s", shared_dir(), tmpl_field + 5);
-        char *text = read_file(path);
+        snprintf(path, sizeof path, "%s/%s", tu_shared(), tmpl_field + 5);
+        char *text = tu_read_file(path, NULL);
         if (!text) {
             fprintf(stderr, "%s: cannot read\n", path);
             return -2;

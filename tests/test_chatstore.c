@@ -19,33 +19,10 @@
 #include "engine/quant.h"
 #include "engine/worker.h"
 #include "storage/store.h"
+#include "tests/support/testcheck.h"
 #include "tests/support/testutil.h"
 
-static char g_dir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char bufs[8][512];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
-    return b;
-}
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-chatstore-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown_dir(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
+static int setup_dir(void **state) { return tu_tmpdir_make("test-chatstore"); }
 
 static engine *open_engine(const char *path, int kv_type)
 {
@@ -96,7 +73,7 @@ static void check_bitwise(int kv_type)
     store_error err = {0};
     char name[32];
     snprintf(name, sizeof name, "bitwise-%d.db", kv_type);
-    assert_int_equal(store_open(tmp_path(name), 0, &s, &err), STORE_OK);
+    assert_int_equal(store_open(tu_tmp_path(name), 0, &s, &err), STORE_OK);
     store_set_kv_chunk_size(s, 3000);
     int64_t model_id;
     char fp[33];
@@ -221,21 +198,14 @@ static void session_close(session *x)
     engine_close(x->e);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* Run a request to DONE; on a reply, save it as chat.c does. */
 static void run(session *x, const worker_request *rq, int64_t user_id)
 {
     kv_error ke = {0};
     assert_int_equal(worker_submit(x->w, rq, &ke), KV_OK);
     x->len = 0;
-    double end = now_ms() + 60000;
-    while (now_ms() < end) {
+    double end = tu_now_ms() + 60000;
+    while (tu_now_ms() < end) {
         struct pollfd p = {.fd = worker_fd(x->w), .events = POLLIN};
         poll(&p, 1, 50);
         worker_event ev;
@@ -284,7 +254,7 @@ static void test_resume_continues_exactly(void **state)
     (void)state;
     /* uninterrupted */
     session a;
-    session_open(&a, NULL, tmp_path("straight.db"));
+    session_open(&a, NULL, tu_tmp_path("straight.db"));
     say(&a, "Once upon a time, there was a dragon", 0);
     char first[8192];
     snprintf(first, sizeof first, "%s", a.reply);
@@ -296,13 +266,13 @@ static void test_resume_continues_exactly(void **state)
 
     /* the same chat, quit after the first reply, resumed in a new process (new engine) */
     session b;
-    session_open(&b, NULL, tmp_path("resumed.db"));
+    session_open(&b, NULL, tu_tmp_path("resumed.db"));
     say(&b, "Once upon a time, there was a dragon", 0);
     assert_string_equal(b.reply, first);
     session_close(&b);
 
     session c;
-    session_open(&c, NULL, tmp_path("resumed.db"));
+    session_open(&c, NULL, tu_tmp_path("resumed.db"));
     int64_t id;
     char why[700];
     assert_int_equal(chatstore_resolve(c.cs, "last", &id, why, sizeof why), 0);
@@ -336,7 +306,7 @@ static void test_resume_continues_exactly(void **state)
 static const char *changed_model(void)
 {
     const char *src = tu_path("models/stories260K.gguf");
-    const char *dst = tmp_path("changed.gguf");
+    const char *dst = tu_tmp_path("changed.gguf");
     size_t len;
     char *b = tu_read_file(src, &len);
     assert_non_null(b);
@@ -356,7 +326,7 @@ static const char *changed_model(void)
 static void test_changed_model_never_reuses(void **state)
 {
     (void)state;
-    const char *db = tmp_path("changed.db");
+    const char *db = tu_tmp_path("changed.db");
     session a;
     session_open(&a, NULL, db);
     say(&a, "Once upon a time, there was a little girl named Lily who had a red ball", 0);
@@ -396,22 +366,10 @@ static void test_changed_model_never_reuses(void **state)
     free(conv);
 }
 
-static long long db_int(const char *db, const char *sql)
-{
-    sqlite3 *d;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(d, sql, -1, &st, NULL), SQLITE_OK);
-    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_finalize(st);
-    sqlite3_close(d);
-    return v;
-}
-
 static void test_shared_prefix_stored_once(void **state)
 {
     (void)state;
-    const char *db = tmp_path("shared.db");
+    const char *db = tu_tmp_path("shared.db");
     const char *sys = "You are a storyteller who tells short, happy stories about animals in the forest, with a "
                       "kind ending and simple words.\n\n";
     const char *asks[3] = {"Tell me about a fox", "Tell me about an owl and the moon", "What did the bear eat"};
@@ -432,11 +390,11 @@ static void test_shared_prefix_stored_once(void **state)
         session_close(&x);
     }
     /* one shared row, used by the third chat; the system prompt is not stored a third time */
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
-    assert_true(db_int(db, "SELECT hits FROM kv_prefixes WHERE kind = 1") >= 1);
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0"), 3);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
+    assert_true(tu_sql_int(db, "SELECT hits FROM kv_prefixes WHERE kind = 1") >= 1);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0"), 3);
     /* and every snapshot rests on it, holding only its own positions */
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0 AND base_id = (SELECT id FROM "
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0 AND base_id = (SELECT id FROM "
                                 "kv_prefixes WHERE kind = 1)"), 3);
 }
 
@@ -546,9 +504,9 @@ static void check_resume(const char *db, const chat_ref *ref, int show)
 {
     session x;
     char note[700];
-    double t0 = now_ms();
+    double t0 = tu_now_ms();
     resume(&x, db, ref, note, sizeof note);
-    double ms = now_ms() - t0;
+    double ms = tu_now_ms() - t0;
     assert_non_null(strstr(note, "restored the KV cache of"));
     assert_non_null(strstr(note, "a shared prefix of"));
     if (show) print_message("%s (resume %.1f ms with engine start)\n", note, ms);
@@ -570,27 +528,27 @@ static void check_resume(const char *db, const chat_ref *ref, int show)
 static void test_system_prompt_stored_once(void **state)
 {
     (void)state;
-    const char *db = tmp_path("sysonce.db");
+    const char *db = tu_tmp_path("sysonce.db");
     static chat_ref refs[3];
     three_chats(db, refs);
     size_t bpt = refs[0].bytes_per_token;
     /* one shared row: the system prompt's whole blocks */
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
-    long long a = db_int(db, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1");
-    long long shared_id = db_int(db, "SELECT id FROM kv_prefixes WHERE kind = 1");
-    long long shared_size = db_int(db, "SELECT size FROM kv_prefixes WHERE kind = 1");
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
+    long long a = tu_sql_int(db, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1");
+    long long shared_id = tu_sql_int(db, "SELECT id FROM kv_prefixes WHERE kind = 1");
+    long long shared_size = tu_sql_int(db, "SELECT size FROM kv_prefixes WHERE kind = 1");
     assert_true(a >= 160 && a % KV_BLOCK_SIZE == 0);
-    assert_int_equal(db_int(db, "SELECT base_id IS NULL FROM kv_prefixes WHERE kind = 1"), 1);
+    assert_int_equal(tu_sql_int(db, "SELECT base_id IS NULL FROM kv_prefixes WHERE kind = 1"), 1);
     /* every chat's snapshot is a delta over it, holding only its own positions */
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0"), 3);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 0"), 3);
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM kv_prefixes WHERE kind = 0 AND base_id = %lld", shared_id);
-    assert_int_equal(db_int(db, sql), 3);
-    long long total = db_int(db, "SELECT sum(size) FROM kv_prefixes");
+    assert_int_equal(tu_sql_int(db, sql), 3);
+    long long total = tu_sql_int(db, "SELECT sum(size) FROM kv_prefixes");
     size_t sum_full = 0;
     for (int i = 0; i < 3; i++) {
         snprintf(sql, sizeof sql, "SELECT size FROM kv_prefixes WHERE kind = 0 AND n_tokens = %d", refs[i].n);
-        long long d = db_int(db, sql);
+        long long d = tu_sql_int(db, sql);
         assert_true(d > 0);
         /* smaller than the whole snapshot by (about) the shared part */
         assert_true((double)d < (double)refs[i].full_len - 0.9 * (double)a * (double)bpt);
@@ -607,12 +565,7 @@ static void test_system_prompt_stored_once(void **state)
     store *s;
     store_error err = {0};
     assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
-    char *report;
-    int problems;
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    if (problems) print_message("%s\n", report);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     store_kv_stats ks;
     assert_int_equal(store_kv_stats_get(s, &ks, &err), STORE_OK);
     assert_int_equal(ks.n_delta, 3);
@@ -634,16 +587,16 @@ static void test_system_prompt_stored_once(void **state)
         assert_int_equal(x.status, KV_OK);
         session_close_ref(&x, &r4);
     }
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 2);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 2);
     snprintf(sql, sizeof sql, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1 AND base_id = %lld", shared_id);
-    long long a2 = db_int(db, sql);
+    long long a2 = tu_sql_int(db, sql);
     assert_true(a2 > a);
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM kv_prefixes d JOIN kv_prefixes b ON b.id = d.base_id WHERE d.kind = 0 AND "
              "b.n_tokens = %lld AND d.n_tokens IN (%d, %d)",
              a2, refs[0].n, r4.n);
-    assert_int_equal(db_int(db, sql), 2);
-    long long total4 = db_int(db, "SELECT sum(size) FROM kv_prefixes");
+    assert_int_equal(tu_sql_int(db, sql), 2);
+    long long total4 = tu_sql_int(db, "SELECT sum(size) FROM kv_prefixes");
     /* + the fourth chat's own positions and the new shared part, which the first chat gave up */
     assert_int_equal((size_t)total4, (size_t)total + r4.full_len + 72 - (size_t)a2 * (4 + bpt));
     check_resume(db, &r4, 0);
@@ -660,11 +613,9 @@ static void test_system_prompt_stored_once(void **state)
     int ev = 0;
     assert_int_equal(store_kv_evict(s, (uint64_t)total4 - 1, &ev, &err), STORE_OK);
     assert_int_equal(ev, 6);
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     store_close(s);
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes"), 0);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes"), 0);
     session x;
     char note[700];
     resume(&x, db, &refs[0], note, sizeof note);
@@ -682,10 +633,10 @@ static void test_system_prompt_stored_once(void **state)
 static void test_shared_prefix_corrupt(void **state)
 {
     (void)state;
-    const char *db = tmp_path("syscorrupt.db");
+    const char *db = tu_tmp_path("syscorrupt.db");
     static chat_ref refs[3];
     three_chats(db, refs);
-    long long a = db_int(db, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1");
+    long long a = tu_sql_int(db, "SELECT n_tokens FROM kv_prefixes WHERE kind = 1");
     char sql[512];
     /* chat 3's delta */
     snprintf(sql, sizeof sql,
@@ -708,7 +659,7 @@ static void test_shared_prefix_corrupt(void **state)
     assert_int_equal(x.status, KV_OK);
     assert_int_equal(x.st.n_reused, (int)a); /* the rest prefilled */
     session_close(&x);
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 1);
     /* the shared base */
     assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
     assert_int_equal(sqlite3_exec(d,
@@ -722,7 +673,7 @@ static void test_shared_prefix_corrupt(void **state)
     assert_non_null(strstr(note, "with the deltas resting on it"));
     engine_seq_tokens(x.e, ENGINE_SEQ_DEFAULT, &n);
     assert_int_equal(n, 0);
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes"), 0); /* no delta left without its base */
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes"), 0); /* no delta left without its base */
     say(&x, " The fox", 1);
     assert_int_equal(x.status, KV_OK);
     assert_int_equal(x.st.n_reused, 0); /* prefilled instead */
@@ -733,7 +684,7 @@ static void test_shared_prefix_corrupt(void **state)
 static void test_corrupt_blob_chat_goes_on(void **state)
 {
     (void)state;
-    const char *db = tmp_path("corrupt.db");
+    const char *db = tu_tmp_path("corrupt.db");
     session a;
     session_open(&a, NULL, db);
     say(&a, "Once upon a time, there was a little girl named Lily who had a red ball", 0);
@@ -764,15 +715,11 @@ static void test_corrupt_blob_chat_goes_on(void **state)
     assert_int_equal(b.st.n_reused, 0); /* prefilled instead */
     session_close(&b);
     /* the corrupt prefix was dropped, a good one saved in its place */
-    assert_int_equal(db_int(db, "SELECT count(*) FROM kv_prefixes"), 1);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes"), 1);
     store *s;
     store_error err = {0};
     assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
-    char *report;
-    int problems;
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     store_close(s);
 }
 
@@ -788,5 +735,5 @@ int main(void)
         cmocka_unit_test(test_system_prompt_stored_once),
         cmocka_unit_test(test_shared_prefix_corrupt),
     };
-    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+    return cmocka_run_group_tests(tests, setup_dir, tu_tmpdir_teardown);
 }

@@ -14,25 +14,11 @@
 #include "app/config.h"
 #include "app/models.h"
 #include "engine/quant.h"
-
-typedef struct warnings {
-    char msg[16][700];
-    int n;
-} warnings;
-
-static void collect(void *ud, const char *msg)
-{
-    warnings *w = ud;
-    if (w->n < 16) snprintf(w->msg[w->n], sizeof w->msg[0], "%s", msg);
-    w->n++;
-}
-
-static char g_dir[256];
+#include "tests/support/testutil.h"
 
 static const char *write_file(const char *name, const char *text)
 {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    const char *path = tu_tmp_path(name);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(text, f);
@@ -43,19 +29,10 @@ static const char *write_file(const char *name, const char *text)
 static int setup(void **st)
 {
     (void)st;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-config-XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (tu_tmpdir_make("test-config")) return -1;
     unsetenv("KVCHAT_MODEL");
     unsetenv("KVCHAT_DB");
     return 0;
-}
-
-static int teardown(void **st)
-{
-    (void)st;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 static void test_defaults(void **st)
@@ -107,8 +84,8 @@ static void test_file_values_and_warnings(void **st)
     setenv("HOME", "/home/someone", 1);
     kv_config c;
     config_init(&c);
-    warnings w = {0};
-    assert_int_equal(config_load_file(&c, path, collect, &w), 0);
+    tu_warnings w = {0};
+    assert_int_equal(config_load_file(&c, path, tu_collect_warning, &w), 0);
     assert_int_equal(c.file_found, 1);
     assert_string_equal(config_get(&c, CFG_MODEL), "/home/someone/models/x.gguf");
     assert_string_equal(config_get(&c, CFG_TEMP), "0.25");
@@ -153,8 +130,8 @@ static void test_long_line(void **st)
     const char *path = write_file("long.ini", text);
     kv_config c;
     config_init(&c);
-    warnings w = {0};
-    config_load_file(&c, path, collect, &w);
+    tu_warnings w = {0};
+    config_load_file(&c, path, tu_collect_warning, &w);
     assert_int_equal(w.n, 1);
     assert_non_null(strstr(w.msg[0], ":2: line longer than"));
     assert_null(config_get(&c, CFG_MODEL));
@@ -168,11 +145,11 @@ static void test_precedence(void **st)
     const char *path = write_file("p.ini", "model = from-file\ndb = /file.db\n[sampling]\ntemp = 0.1\n");
     kv_config c;
     config_init(&c);
-    config_load_file(&c, path, collect, &(warnings){0});
+    config_load_file(&c, path, tu_collect_warning, &(tu_warnings){0});
     assert_string_equal(config_get(&c, CFG_MODEL), "from-file");
     setenv("KVCHAT_MODEL", "from-env", 1);
     setenv("KVCHAT_DB", "", 1); /* empty: ignored */
-    config_load_env(&c, collect, &(warnings){0});
+    config_load_env(&c, tu_collect_warning, &(tu_warnings){0});
     assert_string_equal(config_get(&c, CFG_MODEL), "from-env");
     assert_int_equal(c.v[CFG_MODEL].source, CFG_SRC_ENV);
     assert_string_equal(c.v[CFG_MODEL].where, "KVCHAT_MODEL");
@@ -223,7 +200,7 @@ static void test_models_resolve(void **st)
 {
     (void)st;
     char data[400], dir[500], out[1024];
-    snprintf(data, sizeof data, "%s/data", g_dir);
+    snprintf(data, sizeof data, "%s/data", tu_tmpdir());
     snprintf(dir, sizeof dir, "%s/kvchat/models", data);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && : > '%s/tiny.gguf'", dir, dir);
@@ -251,5 +228,5 @@ int main(void)
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_models_resolve),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, tu_tmpdir_teardown);
 }

@@ -1,5 +1,4 @@
 /* test_gguf: the GGUF reader (engine/gguf.c) on the real stories260K file, truncated and byte-flipped copies, and writer-made files. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
@@ -18,61 +17,14 @@
 #include "engine/gguf.h"
 #include "engine/gguf_writer.h"
 #include "engine/quant.h"
+#include "tests/support/testcheck.h"
 #include "tests/support/testutil.h"
 
 #define STORIES "models/stories260K.gguf"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
-static char g_dir[64];
-
-/* "<tmpdir>/<name>" in a rotating static buffer. */
-static const char *tmp_path(const char *name)
-{
-    static char bufs[4][256];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
-    return b;
-}
-
-static int group_setup(void **state)
-{
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-gguf-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    DIR *d = opendir(g_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(tmp_path(e->d_name));
-        closedir(d);
-    }
-    rmdir(g_dir);
-    return 0;
-}
-
-/* The message must start with "<path>:" and contain every string of the NULL-terminated list. */
-static void check_msg_v(const char *path, const char *msg, va_list ap)
-{
-    size_t pl = strlen(path);
-    if (strncmp(msg, path, pl) != 0 || msg[pl] != ':')
-        fail_msg("message does not start with '%s:': %s", path, msg);
-    const char *s;
-    while ((s = va_arg(ap, const char *)))
-        if (!strstr(msg, s)) fail_msg("message lacks '%s': %s", s, msg);
-}
-
-static void check_msg(const char *path, const char *msg, ...)
-{
-    va_list ap;
-    va_start(ap, msg);
-    check_msg_v(path, msg, ap);
-    va_end(ap);
-}
+static int group_setup(void **state) { return tu_tmpdir_make("test-gguf"); }
 
 /* gguf_open(path) must fail with `code` (any when < 0) and a message holding the strings. */
 static void expect_open_error(const char *path, int code, ...)
@@ -89,7 +41,7 @@ static void expect_open_error(const char *path, int code, ...)
     if (code >= 0 && rc != code) fail_msg("code %d, expected %d: %s", rc, code, err.msg);
     va_list ap;
     va_start(ap, code);
-    check_msg_v(path, err.msg, ap);
+    tu_check_msg_v(path, err.msg, ap);
     va_end(ap);
 }
 
@@ -123,7 +75,7 @@ static gguf_writer *base_writer(void)
 /* Write w (then free it) and expect gguf_open to fail with the given strings in the message. */
 #define EXPECT_WRITTEN_ERROR(w, name, code, ...)                                                    \
     do {                                                                                           \
-        const char *p_ = tmp_path(name);                                                           \
+        const char *p_ = tu_tmp_path(name);                                                        \
         write_ok((w), p_);                                                                         \
         gguf_writer_free(w);                                                                       \
         expect_open_error(p_, (code), __VA_ARGS__, (const char *)NULL);                            \
@@ -276,7 +228,7 @@ static void test_stories260k(void **state)
     memcpy(&tt0, types->data, 4);
     assert_int_equal(tt0, 2); /* <unk> is UNKNOWN */
     assert_int_equal(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, 513, &tok, &err), KV_ERR_FORMAT);
-    check_msg(path, err.msg, "tokenizer.ggml.tokens", "512", "513", NULL);
+    tu_check_msg(path, err.msg, "tokenizer.ggml.tokens", "512", "513", NULL);
 
     const gguf_tensor *t0 = &f->tensors[0];
     assert_string_equal(t0->name, "token_embd.weight");
@@ -331,10 +283,10 @@ static void test_legacy_v1(void **state)
 
 static void test_missing_and_not_regular(void **state)
 {
-    const char *path = tmp_path("does-not-exist.gguf");
+    const char *path = tu_tmp_path("does-not-exist.gguf");
     expect_open_error(path, KV_ERR_IO, "cannot open", (const char *)NULL);
-    expect_open_error(g_dir, KV_ERR_IO, "not a regular file", (const char *)NULL);
-    const char *empty = tmp_path("empty.gguf");
+    expect_open_error(tu_tmpdir(), KV_ERR_IO, "not a regular file", (const char *)NULL);
+    const char *empty = tu_tmp_path("empty.gguf");
     FILE *fp = fopen(empty, "wb");
     assert_non_null(fp);
     fwrite("GGUF", 1, 4, fp);
@@ -355,12 +307,12 @@ static void truncated_must_fail(const char *path, uint64_t len)
         fail_msg("%s truncated to %" PRIu64 " bytes opened", path, len);
     }
     assert_null(f);
-    check_msg(path, err.msg, NULL);
+    tu_check_msg(path, err.msg, NULL);
 }
 
 static void test_truncation(void **state)
 {
-    const char *path = tmp_path("trunc.gguf");
+    const char *path = tu_tmp_path("trunc.gguf");
     uint8_t *orig;
     size_t size;
     assert_int_equal(copy_file(tu_path(STORIES), path, &orig, &size), 0);
@@ -417,11 +369,17 @@ static void test_truncation(void **state)
 /* ---- byte flips ------------------------------------------------------------------------- */
 
 typedef struct flip_stats {
+    const char *path; /* the file being damaged */
     long tried, opened, rejected;
 } flip_stats;
 
-static void open_flipped(const char *path, flip_stats *st)
+/* Open the damaged file st->path (damaged at off, or at several places): it opens with every
+ * tensor inside it, or fails with a message naming it. */
+static void open_flipped(void *ud, uint64_t off)
 {
+    (void)off;
+    flip_stats *st = ud;
+    const char *path = st->path;
     gguf_file *f = NULL;
     kv_error err = {0};
     int rc = gguf_open(path, &f, &err);
@@ -433,7 +391,7 @@ static void open_flipped(const char *path, flip_stats *st)
     } else {
         st->rejected++;
         assert_null(f);
-        check_msg(path, err.msg, NULL);
+        tu_check_msg(path, err.msg, NULL);
         assert_true(strlen(err.msg) > strlen(path) + 2);
     }
 }
@@ -441,24 +399,15 @@ static void open_flipped(const char *path, flip_stats *st)
 /* Flip every byte of [0, end) of `src` (copied to a temp file) with three patterns. */
 static flip_stats flip_region(const char *src, const char *tmpname, uint64_t end_or_0)
 {
-    const char *path = tmp_path(tmpname);
+    const char *path = tu_tmp_path(tmpname);
     uint8_t *orig;
     size_t size;
     assert_int_equal(copy_file(src, path, &orig, &size), 0);
     uint64_t end = end_or_0 ? end_or_0 : size;
     int fd = open(path, O_WRONLY);
     assert_true(fd >= 0);
-    flip_stats st = {0};
-    for (uint64_t off = 0; off < end; off++) {
-        const uint8_t o = orig[off];
-        const uint8_t pats[3] = {(uint8_t)(o ^ 0xff), 0xff, 0x00};
-        for (int p = 0; p < 3; p++) {
-            if (pats[p] == o || (p == 1 && pats[0] == 0xff) || (p == 2 && pats[0] == 0x00)) continue;
-            assert_int_equal(pwrite(fd, &pats[p], 1, (off_t)off), 1);
-            open_flipped(path, &st);
-        }
-        assert_int_equal(pwrite(fd, &o, 1, (off_t)off), 1);
-    }
+    flip_stats st = {.path = path};
+    tu_flip_each_byte(fd, orig, end, open_flipped, &st);
     /* Random multi-byte damage (fixed seed): 1-8 bytes at random places of the region. */
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     for (int it = 0; it < 3000; it++) {
@@ -470,7 +419,7 @@ static flip_stats flip_region(const char *src, const char *tmpname, uint64_t end
             uint8_t v = (uint8_t)(rng >> 56);
             assert_int_equal(pwrite(fd, &v, 1, (off_t)offs[j]), 1);
         }
-        open_flipped(path, &st);
+        open_flipped(&st, 0);
         for (int j = 0; j < k; j++) assert_int_equal(pwrite(fd, &orig[offs[j]], 1, (off_t)offs[j]), 1);
     }
     close(fd);
@@ -530,7 +479,7 @@ static void test_string_past_end(void **state)
     gguf_writer_add_raw_kv(w, "test.str", GGUF_VT_STRING, &len, 8);
     EXPECT_WRITTEN_ERROR(w, "str2.gguf", KV_ERR_FORMAT, "test.str", "runs past the end of the file");
     /* a key whose own length runs past the end: a bare header claiming one key */
-    const char *p = tmp_path("keylen.gguf");
+    const char *p = tu_tmp_path("keylen.gguf");
     FILE *fp = fopen(p, "wb");
     assert_non_null(fp);
     uint32_t hv[2] = {0x46554747u /* "GGUF" */, 3};
@@ -643,7 +592,7 @@ static void test_duplicate_key(void **state)
     gguf_writer_set_u32(w, "test.n", 7);
     gguf_writer_set_arr_str(w, "test.s", a1, 2);
     gguf_writer_set_arr_str(w, "test.s", a1, 2);
-    const char *p = tmp_path("dupsame.gguf");
+    const char *p = tu_tmp_path("dupsame.gguf");
     write_ok(w, p);
     gguf_writer_free(w);
     gguf_file *f = open_ok(p);
@@ -731,7 +680,7 @@ static void test_offsets(void **state)
     EXPECT_WRITTEN_ERROR(w, "misal.gguf", KV_ERR_FORMAT, "tensor 'b' offset 4 is not a multiple of the alignment 32");
     /* the last tensor ends exactly at the end of the file: fine */
     w = base_writer();
-    const char *p = tmp_path("exact.gguf");
+    const char *p = tu_tmp_path("exact.gguf");
     write_ok(w, p);
     gguf_writer_free(w);
     gguf_file *f = open_ok(p);
@@ -768,7 +717,7 @@ static void test_alignment_key(void **state)
     /* A valid non-default alignment is honoured by both sides. */
     w = base_writer();
     gguf_writer_set_u32(w, "general.alignment", 256);
-    const char *p = tmp_path("al256.gguf");
+    const char *p = tu_tmp_path("al256.gguf");
     write_ok(w, p);
     gguf_writer_free(w);
     gguf_file *f = open_ok(p);
@@ -914,14 +863,14 @@ static void round_trip(uint32_t version)
 
     char name[32];
     snprintf(name, sizeof name, "rt_v%" PRIu32 ".gguf", version);
-    const char *path = tmp_path(name);
+    const char *path = tu_tmp_path(name);
     write_ok(w, path);
     assert_int_equal(log.calls, 3);
     assert_int_equal(log.next_row, 2100);
     /* writing twice gives the same file */
     char name2[40];
     snprintf(name2, sizeof name2, "rt_v%" PRIu32 "_again.gguf", version);
-    const char *path2 = tmp_path(name2);
+    const char *path2 = tu_tmp_path(name2);
     log = (fill_log){0};
     write_ok(w, path2);
     gguf_writer_free(w);
@@ -968,10 +917,10 @@ static void round_trip(uint32_t version)
     assert_int_equal(u32, 255);
     /* range checks of the integer getters */
     assert_int_equal(gguf_get_u32(f, "t.i8", 1, &u32, &err), KV_ERR_FORMAT);
-    check_msg(path, err.msg, "t.i8", "-128", "out of range", NULL);
+    tu_check_msg(path, err.msg, "t.i8", "-128", "out of range", NULL);
     int64_t i64 = 0;
     assert_int_equal(gguf_get_i64(f, "t.u64", 1, &i64, &err), KV_ERR_FORMAT);
-    check_msg(path, err.msg, "t.u64", "out of range", NULL);
+    tu_check_msg(path, err.msg, "t.u64", "out of range", NULL);
     const gguf_kv *kv = gguf_find_kv(f, "t.u64");
     uint64_t u64;
     memcpy(&u64, kv->data, 8);
@@ -1084,7 +1033,7 @@ static void test_byte_flips_small(void **state)
     gguf_writer_set_f64(w, "x.f64", 1.0);
     gguf_writer_set_bool(w, "x.b", 1);
     gguf_writer_set_u32(w, "general.alignment", 64);
-    const char *p = tmp_path("small.gguf");
+    const char *p = tu_tmp_path("small.gguf");
     write_ok(w, p);
     gguf_writer_free(w);
     flip_stats st = flip_region(p, "small_flip.gguf", 0);
@@ -1107,7 +1056,7 @@ static void test_getters(void **state)
     gguf_writer_set_bool(w, "g.bool", 1);
     static const float fs[] = {1, 2};
     gguf_writer_set_arr(w, "g.arr", GGUF_VT_FLOAT32, fs, 2);
-    const char *p = tmp_path("getters.gguf");
+    const char *p = tu_tmp_path("getters.gguf");
     write_ok(w, p);
     gguf_writer_free(w);
     gguf_file *f = open_ok(p);
@@ -1116,44 +1065,44 @@ static void test_getters(void **state)
     /* wrong type: names the file, the key and both types */
     uint32_t u = 77;
     assert_int_equal(gguf_get_u32(f, "g.str", 1, &u, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "'g.str'", "string", "integer", NULL);
+    tu_check_msg(p, err.msg, "'g.str'", "string", "integer", NULL);
     assert_int_equal(u, 77);
     int64_t i = 77;
     assert_int_equal(gguf_get_i64(f, "g.f32", 0, &i, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "'g.f32'", "float32", "integer", NULL);
+    tu_check_msg(p, err.msg, "'g.f32'", "float32", "integer", NULL);
     float fl = 7;
     assert_int_equal(gguf_get_f32(f, "g.u32", 1, &fl, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "metadata 'g.u32' has type uint32, expected float32", NULL);
+    tu_check_msg(p, err.msg, "metadata 'g.u32' has type uint32, expected float32", NULL);
     assert_true(fl == 7);
     int b = 7;
     assert_int_equal(gguf_get_bool(f, "g.u32", 1, &b, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "metadata 'g.u32' has type uint32, expected bool", NULL);
+    tu_check_msg(p, err.msg, "metadata 'g.u32' has type uint32, expected bool", NULL);
     char *s = NULL;
     assert_int_equal(gguf_get_str(f, "g.bool", 1, &s, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "metadata 'g.bool' has type bool, expected string", NULL);
+    tu_check_msg(p, err.msg, "metadata 'g.bool' has type bool, expected string", NULL);
     assert_null(s);
     const gguf_kv *kv = (const gguf_kv *)1;
     assert_int_equal(gguf_get_arr(f, "g.arr", GGUF_VT_INT32, -1, &kv, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "'g.arr'", "array of float32", "array of int32", NULL);
+    tu_check_msg(p, err.msg, "'g.arr'", "array of float32", "array of int32", NULL);
     assert_null(kv);
     assert_int_equal(gguf_get_arr(f, "g.u32", GGUF_VT_UINT32, -1, &kv, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "'g.u32'", "type uint32", "array of uint32", NULL);
+    tu_check_msg(p, err.msg, "'g.u32'", "type uint32", "array of uint32", NULL);
     assert_int_equal(gguf_get_arr(f, "g.arr", GGUF_VT_FLOAT32, 3, &kv, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "'g.arr' has 2 entries, expected 3", NULL);
+    tu_check_msg(p, err.msg, "'g.arr' has 2 entries, expected 3", NULL);
 
     /* missing and required */
     assert_int_equal(gguf_get_u32(f, "g.none", 1, &u, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "missing required metadata key 'g.none'", NULL);
+    tu_check_msg(p, err.msg, "missing required metadata key 'g.none'", NULL);
     assert_int_equal(gguf_get_i64(f, "g.none", 1, &i, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "missing required metadata key 'g.none'", NULL);
+    tu_check_msg(p, err.msg, "missing required metadata key 'g.none'", NULL);
     assert_int_equal(gguf_get_f32(f, "g.none", 1, &fl, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "missing required metadata key", NULL);
+    tu_check_msg(p, err.msg, "missing required metadata key", NULL);
     assert_int_equal(gguf_get_bool(f, "g.none", 1, &b, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "missing required metadata key", NULL);
+    tu_check_msg(p, err.msg, "missing required metadata key", NULL);
     assert_int_equal(gguf_get_str(f, "g.none", 1, &s, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "missing required metadata key", NULL);
+    tu_check_msg(p, err.msg, "missing required metadata key", NULL);
     assert_int_equal(gguf_get_arr(f, "g.none", GGUF_VT_UINT32, -1, &kv, &err), KV_ERR_FORMAT);
-    check_msg(p, err.msg, "missing required metadata key 'g.none'", NULL);
+    tu_check_msg(p, err.msg, "missing required metadata key 'g.none'", NULL);
 
     /* optional and absent: default untouched, KV_OK */
     u = 11; i = -12; fl = 13.5f; b = 14; s = NULL;
@@ -1190,7 +1139,7 @@ static int fill_fails(void *user, const gguf_writer_chunk *c, kv_error *err)
 
 static void test_writer_errors(void **state)
 {
-    const char *p = tmp_path("werr.gguf");
+    const char *p = tu_tmp_path("werr.gguf");
     kv_error err = {0};
     int64_t ne_bad[2] = {48, 2}, ne_zero[2] = {32, 0}, ne_ok[1] = {32};
 
@@ -1198,7 +1147,7 @@ static void test_writer_errors(void **state)
     assert_int_equal(gguf_writer_add_tensor(w, "q", GGML_TYPE_Q4_0, 2, ne_bad, NULL), KV_ERR_INVALID);
     assert_int_equal(gguf_writer_add_tensor(w, "z", GGML_TYPE_F32, 2, ne_zero, NULL), KV_ERR_INVALID);
     assert_int_equal(gguf_writer_write(w, p, &err), KV_ERR_INVALID);
-    check_msg(p, err.msg, "tensor 'q'", "48", "Q4_0", NULL); /* the first error is reported */
+    tu_check_msg(p, err.msg, "tensor 'q'", "48", "Q4_0", NULL); /* the first error is reported */
     assert_int_equal(access(p, F_OK), -1);
     gguf_writer_free(w);
 
@@ -1226,7 +1175,7 @@ static void test_writer_errors(void **state)
     w = gguf_writer_create();
     gguf_writer_set_u32(w, "general.alignment", 24);
     assert_int_equal(gguf_writer_write(w, p, &err), KV_ERR_INVALID);
-    check_msg(p, err.msg, "general.alignment", NULL);
+    tu_check_msg(p, err.msg, "general.alignment", NULL);
     gguf_writer_free(w);
 
     /* a failing fill callback: error passed on, no file and no temporary left */
@@ -1234,14 +1183,14 @@ static void test_writer_errors(void **state)
     int64_t ne[2] = {32, 4};
     assert_int_equal(gguf_writer_add_tensor_fill(w, "f", GGML_TYPE_F32, 2, ne, fill_fails, NULL), KV_OK);
     assert_int_equal(gguf_writer_write(w, p, &err), KV_ERR_INVALID);
-    check_msg(p, err.msg, "tensor 'f'", "no data for row 0", NULL);
+    tu_check_msg(p, err.msg, "tensor 'f'", "no data for row 0", NULL);
     assert_int_equal(access(p, F_OK), -1);
     char tmp[300];
     snprintf(tmp, sizeof tmp, "%s.tmp", p);
     assert_int_equal(access(tmp, F_OK), -1);
     /* an unwritable place */
     assert_int_equal(gguf_writer_write(w, "/nonexistent-dir/x.gguf", &err), KV_ERR_IO);
-    check_msg("/nonexistent-dir/x.gguf", err.msg, "cannot create", NULL);
+    tu_check_msg("/nonexistent-dir/x.gguf", err.msg, "cannot create", NULL);
     gguf_writer_free(w);
     gguf_writer_free(NULL);
 }
@@ -1275,5 +1224,5 @@ int main(void)
         cmocka_unit_test(test_getters),
         cmocka_unit_test(test_writer_errors),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, tu_tmpdir_teardown);
 }

@@ -1,5 +1,4 @@
 /* test_model_load: model_load (engine/model.c) on writer-made llama/qwen2 files — hyperparameters, defaults and every load error. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
@@ -17,6 +16,7 @@
 #include "engine/gguf_writer.h"
 #include "engine/model.h"
 #include "engine/quant.h"
+#include "tests/support/testcheck.h"
 #include "tests/support/testutil.h"
 
 /* A file may claim sizes that make the loader's allocations fail: malloc must return NULL to
@@ -24,35 +24,7 @@
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
-static char g_dir[64];
-
-static const char *tmp_path(const char *name)
-{
-    static char bufs[4][256];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
-    return b;
-}
-
-static int group_setup(void **state)
-{
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-model-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    DIR *d = opendir(g_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(tmp_path(e->d_name));
-        closedir(d);
-    }
-    rmdir(g_dir);
-    return 0;
-}
+static int group_setup(void **state) { return tu_tmpdir_make("test-model"); }
 
 /* ---- building llama-shaped files --------------------------------------------------------- */
 
@@ -195,7 +167,7 @@ static const char *build_model(const mspec *s, const char *file)
         }
 #undef L
     }
-    const char *path = tmp_path(file);
+    const char *path = tu_tmp_path(file);
     kv_error err = {0};
     if (gguf_writer_write(w, path, &err) != KV_OK) fail_msg("writing %s: %s", path, err.msg);
     gguf_writer_free(w);
@@ -223,13 +195,9 @@ static void expect_load_error(const char *path, int code, ...)
     }
     assert_null(m);
     if (code >= 0 && rc != code) fail_msg("code %d, expected %d: %s", rc, code, err.msg);
-    size_t pl = strlen(path);
-    if (strncmp(err.msg, path, pl) != 0 || err.msg[pl] != ':') fail_msg("message does not start with the path: %s", err.msg);
     va_list ap;
     va_start(ap, code);
-    const char *s;
-    while ((s = va_arg(ap, const char *)))
-        if (!strstr(err.msg, s)) fail_msg("message lacks '%s': %s", s, err.msg);
+    tu_check_msg_v(path, err.msg, ap);
     va_end(ap);
 }
 
@@ -405,7 +373,7 @@ static void test_arch_wrong_type(void **state)
 {
     gguf_writer *w = gguf_writer_create();
     gguf_writer_set_u32(w, "general.architecture", 1);
-    const char *path = tmp_path("archtype.gguf");
+    const char *path = tu_tmp_path("archtype.gguf");
     kv_error err = {0};
     assert_int_equal(gguf_writer_write(w, path, &err), KV_OK);
     gguf_writer_free(w);
@@ -546,6 +514,41 @@ static void test_q8_0_fixture(void **state)
                       (const char *)NULL);
 }
 
+typedef struct flip_count {
+    const char *path; /* the file being damaged */
+    long tried, loaded;
+} flip_count;
+
+/* model_load on the file damaged at off: it fails with a message naming the file or loads a
+ * consistent model. */
+static void load_flipped(void *ud, uint64_t off)
+{
+    flip_count *fc = ud;
+    const char *path = fc->path;
+    model *m = NULL;
+    kv_error err = {0};
+    fc->tried++;
+    if (model_load(path, &m, &err) == KV_OK) {
+        fc->loaded++;
+        const model_hparams *hp = &m->hp;
+        assert_true(hp->n_embd > 0 && hp->n_layer > 0 && hp->n_head > 0 && hp->n_head_kv > 0);
+        assert_int_equal(hp->n_embd % hp->n_head, 0);
+        assert_int_equal(hp->n_head % hp->n_head_kv, 0);
+        assert_int_equal(m->tok_embd->ne[0], hp->n_embd);
+        assert_int_equal(m->tok_embd->ne[1], hp->n_vocab);
+        for (int il = 0; il < hp->n_layer; il++) {
+            const model_layer *L = &m->layers[il];
+            assert_int_equal(L->wk->ne[1], hp->n_embd_kv);
+            assert_int_equal(L->w_down->ne[0], hp->n_ff);
+        }
+        model_free(m);
+    } else {
+        assert_null(m);
+        size_t pl = strlen(path);
+        if (strncmp(err.msg, path, pl) != 0) fail_msg("flip at %" PRIu64 ": message without the path: %s", off, err.msg);
+    }
+}
+
 /* Every byte of the header, metadata and tensor table of a small valid model, flipped three
  * ways: model_load either fails with a message naming the file or loads a consistent model. */
 static void test_byte_flips(void **state)
@@ -561,49 +564,19 @@ static void test_byte_flips(void **state)
     model *m0 = load_ok(src);
     uint64_t end = m0->gguf->data_offset;
     model_free(m0);
-    const char *path = tmp_path("flip.gguf");
+    const char *path = tu_tmp_path("flip.gguf");
     FILE *fp = fopen(path, "wb");
     assert_non_null(fp);
     assert_int_equal(fwrite(orig, 1, size, fp), size);
     fclose(fp);
     int fd = open(path, O_WRONLY);
     assert_true(fd >= 0);
-    long tried = 0, loaded = 0;
-    for (uint64_t off = 0; off < end; off++) {
-        const uint8_t o = orig[off];
-        const uint8_t pats[3] = {(uint8_t)(o ^ 0xff), 0xff, 0x00};
-        for (int p = 0; p < 3; p++) {
-            if (pats[p] == o || (p == 1 && pats[0] == 0xff) || (p == 2 && pats[0] == 0x00)) continue;
-            assert_int_equal(pwrite(fd, &pats[p], 1, (off_t)off), 1);
-            model *m = NULL;
-            kv_error err = {0};
-            tried++;
-            if (model_load(path, &m, &err) == KV_OK) {
-                loaded++;
-                const model_hparams *hp = &m->hp;
-                assert_true(hp->n_embd > 0 && hp->n_layer > 0 && hp->n_head > 0 && hp->n_head_kv > 0);
-                assert_int_equal(hp->n_embd % hp->n_head, 0);
-                assert_int_equal(hp->n_head % hp->n_head_kv, 0);
-                assert_int_equal(m->tok_embd->ne[0], hp->n_embd);
-                assert_int_equal(m->tok_embd->ne[1], hp->n_vocab);
-                for (int il = 0; il < hp->n_layer; il++) {
-                    const model_layer *L = &m->layers[il];
-                    assert_int_equal(L->wk->ne[1], hp->n_embd_kv);
-                    assert_int_equal(L->w_down->ne[0], hp->n_ff);
-                }
-                model_free(m);
-            } else {
-                assert_null(m);
-                size_t pl = strlen(path);
-                if (strncmp(err.msg, path, pl) != 0) fail_msg("flip at %" PRIu64 ": message without the path: %s", off, err.msg);
-            }
-        }
-        assert_int_equal(pwrite(fd, &o, 1, (off_t)off), 1);
-    }
+    flip_count fc = {.path = path};
+    tu_flip_each_byte(fd, orig, end, load_flipped, &fc);
     close(fd);
     print_message("model_load byte flips: bytes 0..%" PRIu64 " x {xor 0xff, = 0xff, = 0x00} = %ld corrupted loads: "
                   "%ld rejected with a message, %ld loaded consistently\n",
-                  end, tried, tried - loaded, loaded);
+                  end, fc.tried, fc.tried - fc.loaded, fc.loaded);
     free(orig);
     unlink(path);
     unlink(src);
@@ -629,5 +602,5 @@ int main(void)
         cmocka_unit_test(test_q8_0_fixture),
         cmocka_unit_test(test_byte_flips),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, group_setup, tu_tmpdir_teardown);
 }

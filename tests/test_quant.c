@@ -16,6 +16,7 @@
 
 #include "engine/gguf.h"
 #include "engine/quant.h"
+#include "tests/support/testutil.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -970,14 +971,9 @@ static void test_unsupported_types(void **state) {
  * llama.cpp's quantizer: every tensor dequantized here must match the F32 original with the
  * quantization error expected of its type (a wrong layout gives a relative RMS error ~1.4). */
 
-static const char *shared_dir(void) {
-    const char *s = getenv("KVCHAT_SHARED");
-    return s && *s ? s : "../shared";
-}
-
 static gguf_file *open_model(const char *name) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/%s", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/models/%s", tu_shared(), name);
     gguf_file *f = NULL;
     kv_error err = {0};
     if (gguf_open(path, &f, &err) != KV_OK) {

@@ -18,36 +18,14 @@
 
 #include "engine/kv_cache.h"
 #include "storage/store.h"
+#include "tests/support/testcheck.h"
+#include "tests/support/testutil.h"
 
-static char g_dir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char bufs[8][512];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
-    return b;
-}
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-store-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown_dir(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
+static int setup_dir(void **state) { return tu_tmpdir_make("test-store"); }
 
 static store *open_new(const char *name)
 {
-    const char *p = tmp_path(name);
+    const char *p = tu_tmp_path(name);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -f '%s' '%s-wal' '%s-shm'", p, p, p);
     assert_int_equal(system(cmd), 0);
@@ -69,18 +47,6 @@ static void raw_exec(const char *path, const char *sql)
     sqlite3_close(db);
 }
 
-static long long raw_int(const char *path, const char *sql)
-{
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
-
 static char *raw_text(const char *path, const char *sql)
 {
     sqlite3 *db;
@@ -93,21 +59,6 @@ static char *raw_text(const char *path, const char *sql)
     return v;
 }
 
-static char *file_bytes(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
 /* ---- opening ------------------------------------------------------------------------------------ */
 
 static void test_open_creates_schema(void **state)
@@ -115,23 +66,23 @@ static void test_open_creates_schema(void **state)
     (void)state;
     store *s = open_new("a.db");
     store_close(s);
-    const char *p = tmp_path("a.db");
-    assert_int_equal(raw_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
-    assert_int_equal(raw_int(p, "PRAGMA application_id"), STORE_APPLICATION_ID);
+    const char *p = tu_tmp_path("a.db");
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
+    assert_int_equal(tu_sql_int(p, "PRAGMA application_id"), STORE_APPLICATION_ID);
     char *jm = raw_text(p, "PRAGMA journal_mode");
     assert_string_equal(jm, "wal");
     free(jm);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'messages_fts'"), 1);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'messages_fts'"), 1);
     /* reopening an up-to-date database changes nothing */
     store_error err = {0};
     assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
     store_close(s);
-    assert_int_equal(raw_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
     /* a missing file with NO_CREATE */
-    assert_int_equal(store_open(tmp_path("missing.db"), STORE_OPEN_NO_CREATE, &s, &err), STORE_ERR_NOTFOUND);
-    assert_int_equal(access(tmp_path("missing.db"), F_OK), -1);
+    assert_int_equal(store_open(tu_tmp_path("missing.db"), STORE_OPEN_NO_CREATE, &s, &err), STORE_ERR_NOTFOUND);
+    assert_int_equal(access(tu_tmp_path("missing.db"), F_OK), -1);
     /* a missing directory */
-    assert_int_equal(store_open(tmp_path("no/such/dir.db"), 0, &s, &err), STORE_ERR_IO);
+    assert_int_equal(store_open(tu_tmp_path("no/such/dir.db"), 0, &s, &err), STORE_ERR_IO);
     assert_non_null(strstr(err.msg, "does not exist"));
 }
 
@@ -140,10 +91,11 @@ static void test_newer_version_untouched(void **state)
     (void)state;
     store *s = open_new("newer.db");
     store_close(s);
-    const char *p = tmp_path("newer.db");
+    const char *p = tu_tmp_path("newer.db");
     raw_exec(p, "PRAGMA journal_mode = DELETE; PRAGMA user_version = 99;");
     size_t n1, n2;
-    char *before = file_bytes(p, &n1);
+    char *before = tu_read_file(p, &n1);
+    assert_non_null(before);
     struct stat st1, st2;
     stat(p, &st1);
     store_error err = {0};
@@ -153,14 +105,15 @@ static void test_newer_version_untouched(void **state)
     assert_non_null(strstr(err.msg, "99"));
     assert_non_null(strstr(err.msg, "untouched"));
     assert_non_null(strstr(err.msg, p));
-    char *after = file_bytes(p, &n2);
+    char *after = tu_read_file(p, &n2);
+    assert_non_null(after);
     stat(p, &st2);
     assert_int_equal(n1, n2);
     assert_memory_equal(before, after, n1);
     assert_int_equal(st1.st_mtime, st2.st_mtime);
     free(before);
     free(after);
-    assert_int_equal(raw_int(p, "PRAGMA user_version"), 99);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 99);
     char *jm = raw_text(p, "PRAGMA journal_mode");
     assert_string_equal(jm, "delete"); /* not switched to WAL either */
     free(jm);
@@ -171,27 +124,29 @@ static void test_foreign_databases(void **state)
     (void)state;
     store *s = NULL;
     store_error err = {0};
-    const char *p = tmp_path("other.db");
+    const char *p = tu_tmp_path("other.db");
     unlink(p);
     raw_exec(p, "CREATE TABLE recipes(id INTEGER PRIMARY KEY, name TEXT); INSERT INTO recipes(name) VALUES ('soup');");
     size_t n1, n2;
-    char *before = file_bytes(p, &n1);
+    char *before = tu_read_file(p, &n1);
+    assert_non_null(before);
     assert_int_equal(store_open(p, 0, &s, &err), STORE_ERR_FOREIGN);
     assert_non_null(strstr(err.msg, "not a kvchat database"));
     assert_non_null(strstr(err.msg, "recipes"));
-    char *after = file_bytes(p, &n2);
+    char *after = tu_read_file(p, &n2);
+    assert_non_null(after);
     assert_int_equal(n1, n2);
     assert_memory_equal(before, after, n1);
     free(before);
     free(after);
     /* another application's id */
-    const char *q = tmp_path("app.db");
+    const char *q = tu_tmp_path("app.db");
     unlink(q);
     raw_exec(q, "PRAGMA application_id = 1234; PRAGMA user_version = 1;");
     assert_int_equal(store_open(q, 0, &s, &err), STORE_ERR_FOREIGN);
     assert_non_null(strstr(err.msg, "another application"));
     /* not SQLite at all */
-    const char *t = tmp_path("text.db");
+    const char *t = tu_tmp_path("text.db");
     FILE *f = fopen(t, "w");
     for (int i = 0; i < 200; i++) fputs("this is not a database, just some text\n", f);
     fclose(f);
@@ -203,8 +158,8 @@ static void test_foreign_databases(void **state)
 static void test_readonly_directory(void **state)
 {
     (void)state;
-    const char *d = tmp_path("ro");
-    chmod(g_dir, 0755);
+    const char *d = tu_tmp_path("ro");
+    chmod(tu_tmpdir(), 0755);
     mkdir(d, 0755);
     chmod(d, 0555);
     char p[600];
@@ -338,8 +293,8 @@ static void test_conversations_and_branches(void **state)
     assert_int_equal(store_conv_get(s, conv, &c, &err), STORE_ERR_NOTFOUND);
     assert_int_equal(store_conv_delete(s, conv, &err), STORE_ERR_NOTFOUND);
     store_close(s);
-    assert_int_equal(raw_int(tmp_path("conv.db"), "SELECT count(*) FROM messages"), 1);
-    assert_int_equal(raw_int(tmp_path("conv.db"), "SELECT count(*) FROM generations"), 1);
+    assert_int_equal(tu_sql_int(tu_tmp_path("conv.db"), "SELECT count(*) FROM messages"), 1);
+    assert_int_equal(tu_sql_int(tu_tmp_path("conv.db"), "SELECT count(*) FROM generations"), 1);
 }
 
 static size_t count_hits(store *s, const char *q)
@@ -401,8 +356,8 @@ static void test_corrupt_rows_named(void **state)
              "PRAGMA ignore_check_constraints = ON; UPDATE messages SET content = x'00ff' WHERE id = %lld; "
              "UPDATE messages SET role = 'wizard' WHERE id = %lld;",
              (long long)a, (long long)u2);
-    raw_exec(tmp_path("bad.db"), sql);
-    assert_int_equal(store_open(tmp_path("bad.db"), 0, &s, &err), STORE_OK);
+    raw_exec(tu_tmp_path("bad.db"), sql);
+    assert_int_equal(store_open(tu_tmp_path("bad.db"), 0, &s, &err), STORE_OK);
     store_msg *m;
     size_t n;
     assert_int_equal(store_conv_path(s, conv, u2, &m, &n, &err), STORE_OK);
@@ -427,13 +382,13 @@ static void test_corrupt_rows_named(void **state)
     /* a broken parent chain is an error naming the message */
     store_close(s);
     snprintf(sql, sizeof sql, "PRAGMA foreign_keys = OFF; UPDATE messages SET parent_id = 777 WHERE id = %lld;", (long long)u2);
-    raw_exec(tmp_path("bad.db"), sql);
-    assert_int_equal(store_open(tmp_path("bad.db"), 0, &s, &err), STORE_OK);
+    raw_exec(tu_tmp_path("bad.db"), sql);
+    assert_int_equal(store_open(tu_tmp_path("bad.db"), 0, &s, &err), STORE_OK);
     assert_int_equal(store_conv_path(s, conv, u2, &m, &n, &err), STORE_ERR_CORRUPT);
     snprintf(want, sizeof want, "message %lld (conversation %lld): its parent 777", (long long)u2, (long long)conv);
     assert_non_null(strstr(err.msg, want));
     store_close(s);
-    assert_int_equal(raw_int(tmp_path("bad.db"), "SELECT count(*) FROM messages"), 3);
+    assert_int_equal(tu_sql_int(tu_tmp_path("bad.db"), "SELECT count(*) FROM messages"), 3);
 }
 
 static void test_import(void **state)
@@ -529,7 +484,7 @@ static void test_kv_store(void **state)
     store_kv_put_result r;
     put(s, &A, STORE_KV_SNAPSHOT, ba, 3500, 0, &r);
     assert_true(r.stored);
-    assert_int_equal(raw_int(tmp_path("kv.db"), "SELECT count(*) FROM kv_chunks"), 4);
+    assert_int_equal(tu_sql_int(tu_tmp_path("kv.db"), "SELECT count(*) FROM kv_chunks"), 4);
     /* found by a longer query; read back byte for byte */
     make_key(&Q, model, base, 130);
     store_kv_hit hit;
@@ -551,14 +506,14 @@ static void test_kv_store(void **state)
     /* the same key again: nothing new */
     put(s, &A, STORE_KV_SNAPSHOT, ba, 3500, 0, &r);
     assert_false(r.stored);
-    assert_int_equal(raw_int(tmp_path("kv.db"), "SELECT count(*) FROM kv_prefixes"), 1);
+    assert_int_equal(tu_sql_int(tu_tmp_path("kv.db"), "SELECT count(*) FROM kv_prefixes"), 1);
     /* a longer snapshot of the same chat supersedes it */
     make_key(&B, model, base, 150);
     uint8_t *bb = blob_of(5000, 2);
     put(s, &B, STORE_KV_SNAPSHOT, bb, 5000, 0, &r);
     assert_true(r.stored);
     assert_int_equal(r.n_superseded, 1);
-    assert_int_equal(raw_int(tmp_path("kv.db"), "SELECT count(*) FROM kv_prefixes"), 1);
+    assert_int_equal(tu_sql_int(tu_tmp_path("kv.db"), "SELECT count(*) FROM kv_prefixes"), 1);
     int64_t id_b = r.id;
     /* a chat sharing the first 40 tokens: a shared prefix of 32 (whole blocks) is suggested */
     int32_t other_toks[200];
@@ -598,7 +553,7 @@ static void test_kv_store(void **state)
     assert_int_equal(ev, 1);
     assert_int_equal(store_kv_stats_get(s, &st, &err), STORE_OK);
     assert_true(st.bytes <= 9000);
-    assert_int_equal(raw_int(tmp_path("kv.db"), "SELECT count(*) FROM kv_prefixes WHERE id = (SELECT max(id) FROM kv_prefixes WHERE n_tokens = 150)"), 1);
+    assert_int_equal(tu_sql_int(tu_tmp_path("kv.db"), "SELECT count(*) FROM kv_prefixes WHERE id = (SELECT max(id) FROM kv_prefixes WHERE n_tokens = 150)"), 1);
     /* larger than the whole budget: skipped, not stored */
     make_key(&Q, model, base, 300);
     uint8_t *big = blob_of(20000, 5);
@@ -634,7 +589,7 @@ static void test_kv_corruption_named(void **state)
     store_kv_put_result r;
     put(s, &K, STORE_KV_SNAPSHOT, b, 2500, 0, &r);
     store_close(s);
-    const char *p = tmp_path("kvbad.db");
+    const char *p = tu_tmp_path("kvbad.db");
     char sql[300], want[80];
     void *got;
     size_t len;
@@ -670,9 +625,7 @@ static void test_kv_corruption_named(void **state)
     assert_non_null(strstr(err.msg, "chunk 1 of 3 is missing"));
     /* dropping it leaves the store consistent */
     assert_int_equal(store_kv_drop(s, r.id, &err), STORE_OK);
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     store_close(s);
     free(b);
 }
@@ -693,7 +646,7 @@ static void test_kv_half_written_never_used(void **state)
     pid_t dead = fork();
     if (dead == 0) _exit(0);
     waitpid(dead, NULL, 0);
-    const char *p = tmp_path("kvhalf.db");
+    const char *p = tu_tmp_path("kvhalf.db");
     char sql[600];
     snprintf(sql, sizeof sql,
              "INSERT INTO kv_prefixes(id, model_id, kv_type, n_tokens, n_blocks, key_hash, tokens, kind, size, n_chunks, "
@@ -712,7 +665,7 @@ static void test_kv_half_written_never_used(void **state)
     int removed = 0;
     assert_int_equal(store_kv_cleanup(s, &removed, &err), STORE_OK);
     assert_int_equal(removed, 1);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_chunks"), 0);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_chunks"), 0);
     /* a live writer's row stays */
     snprintf(sql, sizeof sql,
              "INSERT INTO kv_prefixes(id, model_id, kv_type, n_tokens, n_blocks, key_hash, tokens, kind, size, n_chunks, "
@@ -747,20 +700,20 @@ static void test_migration_1_to_2(void **state)
     assert_int_equal(store_conv_create(s, model, "sys", NULL, 0, &conv, &err), STORE_OK);
     store_close(s);
     /* back to schema 1, as the first kvchat wrote it (with a prefix and a conversation in it) */
-    const char *p = tmp_path("v1.db");
+    const char *p = tu_tmp_path("v1.db");
     raw_exec(p, "DROP INDEX kv_prefixes_base; ALTER TABLE kv_prefixes DROP COLUMN base_id; PRAGMA user_version = 1;");
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 0);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 0);
     /* read-only, it cannot be migrated: said so, untouched */
     assert_int_equal(store_open(p, STORE_OPEN_READONLY, &s, &err), STORE_ERR_READONLY);
     assert_non_null(strstr(err.msg, "needs migrating"));
-    assert_int_equal(raw_int(p, "PRAGMA user_version"), 1);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 1);
     /* opened for writing: migrated forward, the rows kept */
     assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
-    assert_int_equal(raw_int(p, "PRAGMA user_version"), 2);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 2);
     assert_int_equal(STORE_SCHEMA_VERSION, 2);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 1);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'kv_prefixes_base'"), 1);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM conversations"), 1);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 1);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'kv_prefixes_base'"), 1);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM conversations"), 1);
     make_key(&Q, model, t, 100);
     store_kv_hit hit;
     assert_int_equal(store_kv_find(s, &Q.k, &hit, &err), STORE_OK);
@@ -778,11 +731,7 @@ static void test_migration_1_to_2(void **state)
     make_key(&A, model, t, 99);
     assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, r.id, ba, 800, 0, &rd, &err), STORE_OK);
     assert_true(rd.stored);
-    char *report;
-    int problems;
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     store_close(s);
     free(ba);
 }
@@ -803,14 +752,14 @@ static long long row_of(const char *p, const char *what, long long id)
 {
     char sql[300];
     snprintf(sql, sizeof sql, "SELECT %s FROM kv_prefixes WHERE id = %lld", what, id);
-    return raw_int(p, sql);
+    return tu_sql_int(p, sql);
 }
 
 static void test_kv_deltas(void **state)
 {
     (void)state;
     store *s = open_new("kvdelta.db");
-    const char *p = tmp_path("kvdelta.db");
+    const char *p = tu_tmp_path("kvdelta.db");
     store_set_kv_chunk_size(s, 1000);
     store_error err = {0};
     int64_t model, other;
@@ -840,7 +789,7 @@ static void test_kv_deltas(void **state)
     assert_int_equal(store_kv_put_delta(s, &C.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 0, &r, &err), STORE_ERR_INVALID);
     assert_int_equal(store_kv_put_delta(s, &S.k, STORE_KV_SNAPSHOT, id_s, ba, 2000, 0, &r, &err), STORE_OK); /* itself: there */
     assert_false(r.stored);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 1);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_prefixes"), 1);
     /* the plan for A: rest on the shared prompt */
     store_kv_plan_result plan;
     assert_int_equal(store_kv_plan(s, &A.k, &plan, &err), STORE_OK);
@@ -887,7 +836,7 @@ static void test_kv_deltas(void **state)
     assert_int_equal(store_kv_rebase(s, id_s2, 8, half_blob, &calls, &n_rebased, &err), STORE_OK);
     assert_int_equal(calls, 1);
     assert_int_equal(n_rebased, 1);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 4);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_prefixes"), 4);
     assert_int_equal(store_kv_find(s, &Q.k, &hit, &err), STORE_OK);
     assert_true(hit.id != id_a);
     assert_int_equal(row_of(p, "count(*)", id_a), 0);
@@ -920,12 +869,7 @@ static void test_kv_deltas(void **state)
     assert_int_equal(ks.n_delta, 3);
     assert_int_equal(ks.bytes, 3000 + 400 + 1500 + 1000);
     assert_int_equal(ks.bytes_delta, 400 + 1500 + 1000);
-    char *report;
-    int problems;
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    if (problems) print_message("%s", report);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     /* using a delta uses its bases */
     raw_exec(p, "UPDATE kv_prefixes SET last_used = 1, hits = 0");
     assert_int_equal(store_kv_read(s, id_a, &got, &len, &err), STORE_OK);
@@ -940,16 +884,16 @@ static void test_kv_deltas(void **state)
     int ev = 0;
     assert_int_equal(store_kv_evict(s, 5900 - 1, &ev, &err), STORE_OK);
     assert_int_equal(ev, 1);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 2);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_prefixes WHERE kind = 1"), 2);
     /* dropping a delta leaves its base; dropping a base takes its deltas */
-    long long left = raw_int(p, "SELECT id FROM kv_prefixes WHERE kind = 0");
+    long long left = tu_sql_int(p, "SELECT id FROM kv_prefixes WHERE kind = 0");
     assert_int_equal(store_kv_drop(s, left, &err), STORE_OK);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 2);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_prefixes"), 2);
     assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s2, ba, 1000, 0, &r, &err), STORE_OK);
     assert_int_equal(store_kv_drop(s, id_s, &err), STORE_OK);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 0);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_chunks"), 0);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_blocks"), 0);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_prefixes"), 0);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_chunks"), 0);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_blocks"), 0);
     /* a shorter shared row that comes after a longer one: the longer one is re-stored over it
      * and hands on its deltas */
     put(s, &B80, STORE_KV_SHARED, b80, 400, 0, &r);
@@ -967,11 +911,9 @@ static void test_kv_deltas(void **state)
     assert_int_equal(links[1].n_base, 64);
     assert_int_equal(links[1].size, 200);
     assert_int_equal(links[2].id, id_b);
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     assert_int_equal(store_kv_drop(s, id_s, &err), STORE_OK);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes"), 0);
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_prefixes"), 0);
     /* the budget: a delta counts with its bases, which are never evicted to make room for it */
     put(s, &S, STORE_KV_SHARED, bs, 3000, 0, &r);
     id_s = r.id;
@@ -982,7 +924,7 @@ static void test_kv_deltas(void **state)
     put(s, &X, STORE_KV_SNAPSHOT, bb, 1000, 5500, &r); /* the delta goes, its base stays */
     assert_true(r.stored);
     assert_int_equal(r.n_evicted, 1);
-    assert_int_equal(raw_int(p, "SELECT count(*) FROM kv_prefixes WHERE n_tokens = 150"), 0); /* (ids are reused) */
+    assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM kv_prefixes WHERE n_tokens = 150"), 0); /* (ids are reused) */
     assert_int_equal(row_of(p, "count(*)", id_s), 1);
     /* `kvchat check` names a delta whose base does not fit it */
     assert_int_equal(store_kv_put_delta(s, &A.k, STORE_KV_SNAPSHOT, id_s, ba, 1000, 0, &r, &err), STORE_OK);
@@ -990,6 +932,8 @@ static void test_kv_deltas(void **state)
     snprintf(sql, sizeof sql, "UPDATE kv_prefixes SET base_id = (SELECT id FROM kv_prefixes WHERE n_tokens = 90) WHERE id = %lld",
              (long long)r.id);
     raw_exec(p, sql);
+    char *report;
+    int problems = 0;
     assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
     assert_int_equal(problems, 1);
     assert_non_null(strstr(report, "its base"));
@@ -1018,5 +962,5 @@ int main(void)
         cmocka_unit_test(test_migration_1_to_2),
         cmocka_unit_test(test_kv_deltas),
     };
-    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+    return cmocka_run_group_tests(tests, setup_dir, tu_tmpdir_teardown);
 }

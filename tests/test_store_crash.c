@@ -18,41 +18,12 @@
 
 #include "engine/kv_cache.h"
 #include "storage/store.h"
+#include "tests/support/testcheck.h"
+#include "tests/support/testutil.h"
 
 #define KILL_ROUNDS 12
 
-static char g_dir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char bufs[4][512];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
-    return b;
-}
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/kvchat-test-crash-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown_dir(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+static int setup_dir(void **state) { return tu_tmpdir_make("test-crash"); }
 
 typedef struct kkey {
     store_kv_key k;
@@ -157,30 +128,18 @@ static void writer(const char *db, int fd, unsigned seed)
     }
 }
 
-static long long count(const char *db, const char *sql)
-{
-    sqlite3 *d;
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_open(db, &d), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(d, sql, -1, &st, NULL), SQLITE_OK);
-    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_finalize(st);
-    sqlite3_close(d);
-    return v;
-}
-
 static void test_kill9_loop(void **state)
 {
     (void)state;
-    const char *db = tmp_path("crash.db");
+    const char *db = tu_tmp_path("crash.db");
     store *s;
     store_error err = {0};
     assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
     store_close(s);
     srand(12345);
     int mid_blob = 0, total_msgs = 0, total_blobs = 0;
-    double t_start = now_ms();
-    for (int round = 0; round < KILL_ROUNDS && now_ms() - t_start < 30000; round++) {
+    double t_start = tu_now_ms();
+    for (int round = 0; round < KILL_ROUNDS && tu_now_ms() - t_start < 30000; round++) {
         int p[2];
         assert_int_equal(pipe(p), 0);
         pid_t pid = fork();
@@ -191,19 +150,19 @@ static void test_kill9_loop(void **state)
         }
         close(p[1]);
         /* even rounds: a random moment; odd rounds: just after a KV blob write began */
-        double kill_at = now_ms() + 30 + rand() % 400;
+        double kill_at = tu_now_ms() + 30 + rand() % 400;
         int blob_wait = round % 2, killed = 0, blobs_to_skip = (round / 2) % 3;
         long long *ids = malloc(sizeof *ids * 100000), *kvs = malloc(sizeof *kvs * 10000);
         size_t n_ids = 0, n_kvs = 0;
         char buf[4096], line[128];
         size_t ll = 0;
         for (;;) {
-            int timeout = killed ? 1000 : (int)(kill_at - now_ms());
+            int timeout = killed ? 1000 : (int)(kill_at - tu_now_ms());
             if (!killed && blob_wait) timeout = 3000;
             if (timeout < 0) timeout = 0;
             struct pollfd pf = {.fd = p[0], .events = POLLIN};
             int pr = poll(&pf, 1, timeout);
-            if (!killed && (pr == 0 || (!blob_wait && now_ms() >= kill_at))) {
+            if (!killed && (pr == 0 || (!blob_wait && tu_now_ms() >= kill_at))) {
                 kill(pid, SIGKILL);
                 killed = 1;
                 continue;
@@ -233,7 +192,7 @@ static void test_kill9_loop(void **state)
         waitpid(pid, &status, 0);
         assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
         /* after the crash */
-        long long writing = count(db, "SELECT count(*) FROM kv_prefixes WHERE state = 0");
+        long long writing = tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE state = 0");
         if (writing > 0) mid_blob++;
         assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
         char *report = NULL;
@@ -244,7 +203,7 @@ static void test_kill9_loop(void **state)
         for (size_t i = 0; i < n_ids; i++) {
             char sql[96];
             snprintf(sql, sizeof sql, "SELECT count(*) FROM messages WHERE id = %lld", ids[i]);
-            if (count(db, sql) != 1) fail_msg("round %d: committed message %lld is missing", round, ids[i]);
+            if (tu_sql_int(db, sql) != 1) fail_msg("round %d: committed message %lld is missing", round, ids[i]);
         }
         for (size_t i = 0; i < n_kvs; i++) { /* every completed blob reads back whole */
             void *b;
@@ -257,7 +216,7 @@ static void test_kill9_loop(void **state)
         int removed = 0;
         assert_int_equal(store_kv_cleanup(s, &removed, &err), STORE_OK);
         assert_int_equal(removed, writing);
-        assert_int_equal(count(db, "SELECT count(*) FROM kv_prefixes WHERE state = 0"), 0);
+        assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE state = 0"), 0);
         store_close(s);
         total_msgs += (int)n_ids;
         total_blobs += (int)n_kvs;
@@ -275,7 +234,7 @@ static void test_kill9_loop(void **state)
 static void test_two_writers(void **state)
 {
     (void)state;
-    const char *db = tmp_path("two.db");
+    const char *db = tu_tmp_path("two.db");
     store *s;
     store_error err = {0};
     assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
@@ -342,15 +301,11 @@ static void test_two_writers(void **state)
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
     }
-    assert_int_equal(count(db, "SELECT count(*) FROM messages"), 2 * N_MSG);
-    assert_int_equal(count(db, "SELECT count(DISTINCT conversation_id) FROM messages"), 2);
-    assert_int_equal(count(db, "SELECT count(*) FROM kv_prefixes WHERE state = 1"), 2 * (N_MSG / 10));
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM messages"), 2 * N_MSG);
+    assert_int_equal(tu_sql_int(db, "SELECT count(DISTINCT conversation_id) FROM messages"), 2);
+    assert_int_equal(tu_sql_int(db, "SELECT count(*) FROM kv_prefixes WHERE state = 1"), 2 * (N_MSG / 10));
     assert_int_equal(store_open(db, 0, &s, &err), STORE_OK);
-    char *report;
-    int problems;
-    assert_int_equal(store_check(s, &report, &problems, &err), STORE_OK);
-    assert_int_equal(problems, 0);
-    free(report);
+    tu_store_check_clean(s);
     store_close(s);
 }
 
@@ -361,5 +316,5 @@ int main(void)
         cmocka_unit_test(test_two_writers),
     };
     if (getenv("KVCHAT_TEST_FILTER")) cmocka_set_test_filter(getenv("KVCHAT_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+    return cmocka_run_group_tests(tests, setup_dir, tu_tmpdir_teardown);
 }

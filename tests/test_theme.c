@@ -12,18 +12,7 @@
 #include <unistd.h>
 
 #include "ui/theme.h"
-
-typedef struct warnings {
-    char msg[16][600];
-    int n;
-} warnings;
-
-static void collect(void *ud, const char *msg)
-{
-    warnings *w = ud;
-    if (w->n < 16) snprintf(w->msg[w->n], sizeof w->msg[0], "%s", msg);
-    w->n++;
-}
+#include "tests/support/testutil.h"
 
 static void test_parse_style(void **st)
 {
@@ -85,9 +74,9 @@ static void test_shipped_themes(void **st)
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[256], why[300];
         snprintf(path, sizeof path, "themes/%s.theme", names[i]);
-        warnings w = {0};
+        tu_warnings w = {0};
         ui_theme t;
-        assert_int_equal(ui_theme_load_file(path, &t, collect, &w, why, sizeof why), 0);
+        assert_int_equal(ui_theme_load_file(path, &t, tu_collect_warning, &w, why, sizeof why), 0);
         if (w.n) fail_msg("%s", w.msg[0]);
         assert_string_equal(t.name, names[i]);
         assert_true(t.gauge_mid_pct < t.gauge_high_pct);
@@ -127,11 +116,11 @@ static void test_bad_lines(void **st)
                        "error = red on\n";                   /* 11 */
     assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
-    warnings w = {0};
+    tu_warnings w = {0};
     ui_theme t, def;
     char why[300];
     ui_theme_builtin_default(&def);
-    assert_int_equal(ui_theme_load_file(path, &t, collect, &w, why, sizeof why), 0);
+    assert_int_equal(ui_theme_load_file(path, &t, tu_collect_warning, &w, why, sizeof why), 0);
     unlink(path);
     assert_int_equal(w.n, 6);
     const int lines[] = {4, 6, 7, 9, 10, 11};
@@ -153,8 +142,8 @@ static void test_bad_lines(void **st)
 static void test_search(void **st)
 {
     (void)st;
-    char dir[] = "/tmp/kvchat-test-xdg-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    assert_int_equal(tu_tmpdir_make("test-xdg"), 0);
+    const char *dir = tu_tmpdir();
     char p[600];
     snprintf(p, sizeof p, "%s/kvchat", dir);
     assert_int_equal(mkdir(p, 0700), 0);
@@ -181,8 +170,7 @@ static void test_search(void **st)
     /* built-ins always exist */
     assert_int_equal(ui_theme_load("default", &t, NULL, NULL, why, sizeof why), 0);
     assert_int_equal(ui_theme_load("mono", &t, NULL, NULL, why, sizeof why), 0);
-    snprintf(p, sizeof p, "rm -rf '%s'", dir);
-    assert_int_equal(system(p), 0);
+    assert_int_equal(tu_tmpdir_remove(), 0);
     unsetenv("XDG_CONFIG_HOME");
 }
 

@@ -53,13 +53,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 typedef struct result {
     char text[65536];
     size_t len;
@@ -76,9 +69,9 @@ static void run_until_done(worker *w, result *r, size_t cancel_after, size_t par
                            const sampler_params *params)
 {
     memset(r, 0, sizeof *r);
-    double t_end = now_ms() + 60000;
+    double t_end = tu_now_ms() + 60000;
     int cancelled = 0, posted = 0;
-    while (now_ms() < t_end) {
+    while (tu_now_ms() < t_end) {
         struct pollfd pfd = {.fd = worker_fd(w), .events = POLLIN};
         poll(&pfd, 1, 100);
         worker_event ev;
