@@ -1292,6 +1292,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     c->opt = *o;
     c->sp = *sampler_get_params(s);
     c->max_tokens = o->n_predict;
+    if (o->system && *o->system) c->system = strdup(o->system); /* --system, or the config's */
 
     /* theme first: a bad --theme is a usage error before the screen opens */
     ui_theme theme;
@@ -1386,6 +1387,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s · chat template %s. F1 help · F2 sliders · Ctrl-D quits.",
                   KVCHAT_VERSION, c->model_label, chat_template_name(c->tmpl));
     show_warnings(c, &tw);
+    if (c->system && !resume_id) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
     if (o->db_path && !c->cs) ui_notice(c->u, UI_ROLE_ERROR, "conversations are not saved: %s", store_why);
     /* the gauge starts from the engine's real figures (a resumed chat: with its restored KV) */
     if (!(resume_id && open_conversation(c, resume_id) == 0)) request_reset(c);

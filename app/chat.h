@@ -20,6 +20,7 @@ typedef struct chat_options {
     const char *resume;       /* NULL, or "last" / a conversation ID to open at start */
     const char *const *stops; /* --stop: the chat's first stop strings (/set stop adds, clears) */
     int n_stops;
+    const char *system;       /* --system: the system prompt of new conversations; NULL: none */
 } chat_options;
 
 /* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator

@@ -28,6 +28,7 @@ enum cfg_type {
     T_TEMPLATE, /* a chat template family, or none */
     T_BOOL,
     T_SIZE,     /* MiB, or a size with a unit: 512M, 2G (chatstore_parse_cache_size) */
+    T_TEXT,     /* any text (a system prompt) */
 };
 
 typedef struct key_def {
@@ -58,6 +59,7 @@ static const key_def keys[CFG_COUNT] = {
     [CFG_N_PREDICT] = {"n_predict", "sampling", "n-predict", NULL, T_INT, -1, INT_MAX, NULL},
     [CFG_THEME] = {"theme", "chat", "theme", NULL, T_NAME, 0, 0, NULL},
     [CFG_MOUSE] = {"mouse", "chat", NULL, NULL, T_BOOL, 0, 0, NULL},
+    [CFG_SYSTEM] = {"system", "chat", "system", NULL, T_TEXT, 0, 0, "the system prompt of new chats (none)"},
     [CFG_DB] = {"db", "storage", "db", "KVCHAT_DB", T_PATH, 0, 0, NULL},
     [CFG_CACHE_SIZE] = {"cache_size", "storage", "cache-size", NULL, T_SIZE, 0, 0, NULL},
 };
@@ -143,6 +145,13 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
     switch (d->type) {
     case T_PATH:
         expand_home(t, out, cap);
+        return 0;
+    case T_TEXT:
+        if (strlen(t) >= cap) {
+            util_set_why(why, why_cap, "longer than %zu bytes", cap - 1);
+            return -1;
+        }
+        snprintf(out, cap, "%s", t);
         return 0;
     case T_NAME:
         if (strchr(t, '/')) expand_home(t, out, cap);

@@ -44,6 +44,8 @@ typedef struct cli {
     const char *theme;
     int no_mouse;
     const char *chat_template;
+    const char *system;      /* --system (else the config's system): new chats' system prompt */
+    int system_cli;          /* it came from --system */
     const char *stops[STOP_MAX_STRINGS];   /* --stop, repeatable */
     int n_stops;
     const char *db;          /* --db (else the config's db / KVCHAT_DB, else the default) */
@@ -114,6 +116,7 @@ static void usage(FILE *out)
             "                           then " KVCHAT_DATADIR "/themes, then themes/ next to\n"
             "                           the binary (NO_COLOR set: no colours)\n"
             "      --no-mouse           leave the mouse to the terminal (no wheel scrolling)\n"
+            "      --system TEXT        the system prompt of new conversations (/set system changes it)\n"
             "      --db PATH            the conversation database (env KVCHAT_DB; default\n"
             "                           $XDG_DATA_HOME/kvchat/kvchat.db, i.e. ~/.local/share/kvchat/kvchat.db)\n"
             "      --resume [ID|last]   reopen a saved conversation and its KV cache (without -m: with\n"
@@ -199,7 +202,7 @@ static int parse_float(const char *s, const char *opt, float *out)
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE,
     OPT_FREQUENCY, OPT_SEED, OPT_STATS, OPT_KV_TYPE, OPT_NO_BOS, OPT_THEME, OPT_NO_MOUSE, OPT_CHAT_TEMPLATE,
-    OPT_STOP,
+    OPT_STOP, OPT_SYSTEM,
 };
 
 static int parse_args(int argc, char **argv, cli *c)
@@ -221,7 +224,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {"theme", required_argument, 0, OPT_THEME},  {"no-mouse", no_argument, 0, OPT_NO_MOUSE},
         {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
-        {"stop", required_argument, 0, OPT_STOP},
+        {"stop", required_argument, 0, OPT_STOP},   {"system", required_argument, 0, OPT_SYSTEM},
         {"json", no_argument, 0, OPT_JSON},          {"print-config", no_argument, 0, OPT_PRINT_CONFIG},
         {"db", required_argument, 0, OPT_DB},        {"resume", optional_argument, 0, OPT_RESUME},
         {"cache-size", required_argument, 0, OPT_CACHE_SIZE},
@@ -235,6 +238,7 @@ static int parse_args(int argc, char **argv, cli *c)
     config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
     c->theme = config_get(&g_config, CFG_THEME);
     c->chat_template = config_get(&g_config, CFG_CHAT_TEMPLATE);
+    c->system = config_get(&g_config, CFG_SYSTEM);
     c->no_mouse = !config_parse_bool(config_get(&g_config, CFG_MOUSE));
     opterr = 0;
     int o, idx;
@@ -288,6 +292,10 @@ static int parse_args(int argc, char **argv, cli *c)
                 return EXIT_USAGE;
             }
             c->chat_template = optarg;
+            break;
+        case OPT_SYSTEM:
+            c->system = optarg;
+            c->system_cli = 1;
             break;
         case OPT_KV_TYPE:
             if ((c->ep.kv_type = engine_kv_type_from_name(optarg)) < 0)
@@ -578,6 +586,11 @@ int main(int argc, char **argv)
         while (l && stdin_prompt[l - 1] == '\n') stdin_prompt[--l] = 0;
         c.prompt = stdin_prompt;
     }
+    if (c.prompt && c.system_cli) {
+        free(stdin_prompt);
+        return usage_error("%s is the chat's system prompt; with a prompt (-p or standard input) the model continues "
+                           "the text as it is", "--system");
+    }
     if (g_json && !c.prompt) {
         free(stdin_prompt);
         return usage_error("%s needs a prompt (-p TEXT, or text on standard input)", "--json");
@@ -618,7 +631,7 @@ int main(int argc, char **argv)
     else {
         chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
                            .chat_template = c.chat_template, .resume = c.resume,
-                           .stops = c.stops, .n_stops = c.n_stops};
+                           .stops = c.stops, .n_stops = c.n_stops, .system = c.system};
         /* the conversation store (app/chatstore.h): --db > config db / KVCHAT_DB > the default */
         char db_path[4096], why[900];
         const char *cs_text = c.cache_size ? c.cache_size : config_get(&g_config, CFG_CACHE_SIZE);

@@ -5,7 +5,7 @@
 
 _kvchat_opts='-m --model -p --prompt -n --n-predict -c --ctx-size -b --batch-size -t --threads
     --kv-type --keep --no-context-shift --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
-    --presence-penalty --frequency-penalty --seed --theme --no-mouse --chat-template --db --resume
+    --presence-penalty --frequency-penalty --seed --theme --no-mouse --system --chat-template --db --resume
     --cache-size --stats --json --print-config -h --help -V --version'
 _kvchat_cmds='models themes list export import rm check bench gen-model tokenize'
 _kvchat_templates='none chatml llama2 llama2-sys llama2-sys-bos llama2-sys-strip mistral-v1 mistral-v3
@@ -50,7 +50,7 @@ _kvchat()
         case $w in
             -m|--model|-p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--kv-type|--keep|--stop|\
             --temp|--top-k|--top-p|--min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|\
-            --frequency-penalty|--seed|--theme|--chat-template|--db|--resume|--cache-size|-r|-o|--shape|--type|--layers|--format)
+            --frequency-penalty|--seed|--theme|--system|--chat-template|--db|--resume|--cache-size|-r|-o|--shape|--type|--layers|--format)
                 ((i++)) ;;
             -*|=) ;;
             *) cmd=$w; break ;;
@@ -71,7 +71,7 @@ _kvchat()
         --type) COMPREPLY=($(compgen -W 'f16 q8_0 q4_0 q4_k_m' -- "$cur")); return ;;
         -p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--keep|--stop|--temp|--top-k|--top-p|\
         --min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|--frequency-penalty|--seed|--cache-size|\
-        -r|--layers)
+        --system|-r|--layers)
             return ;; # a value of the user's own
     esac
 

@@ -80,7 +80,9 @@ static void test_file_values_and_warnings(void **st)
                                   "mouse = off\n"                       /* 16 */
                                   "[storage]\n"
                                   "cache_size = 2GiB\n"                /* 18 */
-                                  "db = \n");                           /* 19: empty */
+                                  "db = \n"                             /* 19: empty */
+                                  "[chat]\n"
+                                  "system = You are terse: one line, no lists.\n"); /* 21 */
     setenv("HOME", "/home/someone", 1);
     kv_config c;
     config_init(&c);
@@ -97,6 +99,7 @@ static void test_file_values_and_warnings(void **st)
     assert_string_equal(config_get(&c, CFG_MOUSE), "false");
     assert_string_equal(config_get(&c, CFG_CACHE_SIZE), "2GiB");
     assert_null(config_get(&c, CFG_DB));
+    assert_string_equal(config_get(&c, CFG_SYSTEM), "You are terse: one line, no lists.");
     assert_int_equal(c.v[CFG_TEMP].source, CFG_SRC_FILE);
     char where[600];
     snprintf(where, sizeof where, "%s:4", path);

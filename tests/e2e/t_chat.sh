@@ -278,4 +278,17 @@ chat_start 100 30 -- -t 1 --theme nosuchtheme
 if wait_for 'EXIT=2' 20 && grep -q "no theme 'nosuchtheme'" "$CH/err"; then ok "chat: --theme with an unknown name exits 2 ($(head -c 80 "$CH/err"))"
 else bad "chat: unknown --theme" "$(screen_dump; cat "$CH/err")"; fi
 
+# ---- 12. --system: the system prompt of a new chat; with -p it is a usage error --------------------
+chat_start 100 30 -- -t 1 --db "$tmp/system.db" --system "You tell short stories."
+if wait_idle 30 && grep -q 'system prompt: You tell short stories\.' "$CH/screen" && keys "/show params" Enter &&
+    wait_for 'mode: completion · system prompt: You tell short stories\.' 10; then
+    ok "chat: --system sets the system prompt of a new chat (shown, and in /show params)"
+else
+    bad "chat: --system sets the system prompt" "$(screen_dump; cat "$CH/err")"
+fi
+"$BIN" -m "$MODEL" --system "x" -p "Once" >/dev/null 2>"$CH/syserr"
+rc=$?
+if [ $rc = 2 ] && grep -q -- "--system is the chat's system prompt" "$CH/syserr"; then ok "--system with -p is a usage error (exit 2)"
+else bad "--system with -p is a usage error" "rc=$rc $(cat "$CH/syserr")"; fi
+
 chat_stop
