@@ -94,7 +94,8 @@ static const char help_text[] =
     "Left, Right\t(sliders) change the selected slider\n"
     "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
     "Up, Down\t(sliders) select; (chat) scroll; (input) history\n"
-    "Up (empty input)\tedit your last message (Esc cancels); Ctrl-P: history\n"
+    "Up (empty input)\tedit your last message; Up, Down again: earlier,\n"
+    "\t  later ones (Esc cancels); Ctrl-P, Ctrl-N: history\n"
     "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
     "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
     "Ctrl-R\tsearch the message history\n"
@@ -680,12 +681,29 @@ static void cmd_branch(chat *c, const char *args)
     ui_flash(c->u, "branch %zu/%zu of message %ld", want, n, p + 1);
 }
 
-/* The path position of the last message the user wrote, or -1. */
-static long last_user_pos(const chat *c)
+/* The path position of the last message the user wrote before position before, or -1. */
+static long user_pos_before(const chat *c, size_t before)
 {
-    for (size_t i = c->n_turns; i-- > 0;)
+    for (size_t i = before < c->n_turns ? before : c->n_turns; i-- > 0;)
         if (T(c, i)->role == UI_ROLE_USER) return (long)i;
     return -1;
+}
+
+/* ... after position after, or -1. */
+static long user_pos_after(const chat *c, size_t after)
+{
+    for (size_t i = after + 1; i < c->n_turns; i++)
+        if (T(c, i)->role == UI_ROLE_USER) return (long)i;
+    return -1;
+}
+
+/* Put the user message at path position q in the input to edit it. */
+static void edit_at(chat *c, size_t q)
+{
+    c->editing = q + 1;
+    ui_input_edit(c->u, T(c, q)->text, T(c, q)->len, "edit> ");
+    ui_flash(c->u, "editing %s · Enter: answer it on a new branch · Up/Down: others · Esc: cancel",
+             user_pos_after(c, q) < 0 ? "your last message" : "an earlier message");
 }
 
 /* Send text as a new version of the user message at path position q: it follows the same
@@ -709,15 +727,10 @@ static void edit_send(chat *c, size_t q, const char *text, size_t len)
 /* /edit [TEXT], Up on an empty input: edit the last message you wrote. */
 static int begin_edit(chat *c, const char *text)
 {
-    long q = last_user_pos(c);
+    long q = user_pos_before(c, c->n_turns);
     if (q < 0) return 0;
-    if (text && *text) {
-        edit_send(c, (size_t)q, text, strlen(text));
-        return 1;
-    }
-    c->editing = (size_t)q + 1;
-    ui_input_edit(c->u, T(c, q)->text, T(c, q)->len, "edit> ");
-    ui_flash(c->u, "editing · Enter: answer on a new branch (the old one stays) · Esc: cancel");
+    if (text && *text) edit_send(c, (size_t)q, text, strlen(text));
+    else edit_at(c, (size_t)q);
     return 1;
 }
 
@@ -1048,10 +1061,21 @@ static int cb_submit(void *ud, const char *line)
     return 1;
 }
 
-static int cb_edit_last(void *ud)
+/* Up on an empty input edits your last message; Up / Down while an edit is unchanged move to
+ * the message before / after it (Down past the last one ends the edit). */
+static int cb_edit_step(void *ud, int dir)
 {
     chat *c = ud;
-    return !c->busy && begin_edit(c, NULL);
+    if (c->busy) return 0;
+    if (!c->editing) return dir < 0 && begin_edit(c, NULL);
+    size_t cur = c->editing - 1;
+    long q = dir < 0 ? user_pos_before(c, cur) : user_pos_after(c, cur);
+    if (q >= 0) edit_at(c, (size_t)q);
+    else if (dir > 0) {
+        c->editing = 0;
+        ui_input_edit_end(c->u);
+    } else ui_flash(c->u, "this is your first message");
+    return 1;
 }
 
 static void cb_edit_cancel(void *ud)
@@ -1348,7 +1372,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         .help_text = help_text,
     };
     ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c,
-                       .sessions = cb_sessions, .edit_last = cb_edit_last, .edit_cancel = cb_edit_cancel};
+                       .sessions = cb_sessions, .edit_step = cb_edit_step, .edit_cancel = cb_edit_cancel};
     struct sigaction old[9];
     if (pipe2(g_sigpipe, O_NONBLOCK | O_CLOEXEC)) g_sigpipe[0] = g_sigpipe[1] = -1;
     g_signal = 0;

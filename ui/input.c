@@ -295,6 +295,11 @@ void input_command(int (*fn)(int, int))
 }
 
 int input_empty(void) { return rl_end == 0; }
+const char *input_text(size_t *len)
+{
+    *len = rl_line_buffer ? (size_t)rl_end : 0;
+    return rl_line_buffer ? rl_line_buffer : "";
+}
 int input_starts_with_slash(void) { return rl_end > 0 && rl_line_buffer[0] == '/'; }
 
 void input_clear(void)

@@ -262,6 +262,7 @@ void ui_close(ui *u)
     pane_free(&u->pane);
     sessions_free(u);
     free(u->help_text);
+    free(u->edit_text);
     free(u);
 }
 
@@ -478,10 +479,21 @@ static void on_key(ui *u, int k)
     case KEYX_CTRL_LEFT: input_command(rl_backward_word); break;
     case KEYX_CTRL_RIGHT: input_command(rl_forward_word); break;
     case KEY_UP:
-        if (input_empty() && !u->busy && !u->editing && u->cb.edit_last && u->cb.edit_last(u->cb.ud)) break;
-        input_command(rl_get_previous_history);
+    case KEY_DOWN: {
+        int dir = k == KEY_UP ? -1 : 1;
+        if (!u->busy && u->cb.edit_step) {
+            size_t len;
+            const char *t = input_text(&len);
+            int unchanged = u->editing && len == u->edit_len && !memcmp(t, u->edit_text, len);
+            if (((!u->editing && dir < 0 && input_empty()) || unchanged) && u->cb.edit_step(u->cb.ud, dir)) break;
+            if (u->editing && !unchanged) { /* keep the edit: history would replace it */
+                ui_flash(u, "Enter sends the edited message · Esc cancels the edit");
+                break;
+            }
+        }
+        input_command(dir < 0 ? rl_get_previous_history : rl_get_next_history);
         break;
-    case KEY_DOWN: input_command(rl_get_next_history); break;
+    }
     case KEY_DC: input_command(rl_delete); break;
     case KEY_BACKSPACE: input_feed("\177", 1); break;
     case KEY_ENTER: input_feed("\r", 1); break;
@@ -562,9 +574,22 @@ static void on_char(ui *u, wint_t c)
 
 void ui_input_edit(ui *u, const char *text, size_t len, const char *prompt)
 {
+    char *copy = malloc(len ? len : 1);
+    if (!copy) return;
+    if (len) memcpy(copy, text, len);
+    free(u->edit_text);
+    u->edit_text = copy;
+    u->edit_len = len;
     u->focus = FOCUS_INPUT;
     u->editing = 1;
     input_set(text, len, prompt);
+    u->dirty = 1;
+}
+
+void ui_input_edit_end(ui *u)
+{
+    u->editing = 0;
+    input_set("", 0, NULL);
     u->dirty = 1;
 }
 

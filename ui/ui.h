@@ -53,10 +53,12 @@ typedef struct ui_callbacks {
      * _SEARCH (text: the query so far), _OPEN / _DELETE (id), _RENAME (id, text: the new
      * title), _NEW (start a new conversation). NULL: F3 does nothing. */
     void (*sessions)(void *ud, int action, long long id, const char *text);
-    /* Up on an empty input (input focused, no reply streaming): return 1 if the controller took
-     * it (e.g. put the last message in the input with ui_input_edit), 0 for the history. NULL:
-     * always the history. */
-    int (*edit_last)(void *ud);
+    /* Up on an empty input (input focused, no reply streaming; dir -1), and Up / Down (-1 / +1)
+     * while the input still holds unchanged what ui_input_edit put there: return 1 if the
+     * controller took it (e.g. put an earlier or later message in the input with
+     * ui_input_edit, or ended the edit with ui_input_edit_end), 0 for the history. NULL: always
+     * the history. */
+    int (*edit_step)(void *ud, int dir);
     /* The input left ui_input_edit's mode without being sent (Esc / Ctrl-C cleared it). */
     void (*edit_cancel)(void *ud);
 } ui_callbacks;
@@ -141,6 +143,8 @@ void ui_set_busy(ui *u, int busy);
  * "> " (e.g. "edit> ", a string that outlives the edit; NULL keeps "> ") until the line is sent or cleared: Esc / Ctrl-C then
  * empty it and call cb.edit_cancel. */
 void ui_input_edit(ui *u, const char *text, size_t len, const char *prompt);
+/* Leave that mode: the input is emptied and the prompt is "> " again (no edit_cancel call). */
+void ui_input_edit_end(ui *u);
 void ui_show_help(ui *u, int on);
 /* A one-line message in the status bar for a few seconds. */
 void ui_flash(ui *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

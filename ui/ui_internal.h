@@ -75,6 +75,8 @@ void input_command(int (*fn)(int, int));
 int input_empty(void);
 int input_starts_with_slash(void);
 void input_clear(void);
+/* The line being edited (not NUL-terminated): *len bytes. */
+const char *input_text(size_t *len);
 /* Replace the line with text[0..len), cursor at the end; prompt NULL: "> ". */
 void input_set(const char *text, size_t len, const char *prompt);
 /* Rows the input wants at width w (prompt included), at most max_h. */
@@ -140,6 +142,8 @@ struct ui {
     double ctrl_c_at;         /* first Ctrl-C on an empty input (ms), 0 if none */
     int paste;                /* inside a bracketed paste */
     int editing;              /* the input holds a message being edited (ui_input_edit) */
+    char *edit_text;          /* what ui_input_edit put there (Up / Down step while unchanged) */
+    size_t edit_len;
 
     int dirty;                /* redraw at the next ui_render */
     int dirty_stream;         /* redraw soon (throttled) */

@@ -26,6 +26,15 @@ else bad "branch: Up on an empty input edits the last message" "$(screen_dump)";
 keys Escape
 if wait_for '^> *$' 10 && wait_for 'edit cancelled' 5; then ok "branch: Esc cancels the edit"
 else bad "branch: Esc cancels the edit" "$(screen_dump)"; fi
+keys Up
+wait_for '^edit> Tom had a dog' 10
+keys Up
+if wait_for '^edit> Once upon a time' 10 && keys Down && wait_for '^edit> Tom had a dog' 10 && keys Down &&
+    wait_for '^> *$' 10; then
+    ok "branch: Up / Down step through your messages while editing; Down past the last ends the edit"
+else
+    bad "branch: Up / Down step through your messages" "$(screen_dump)"
+fi
 
 # ---- the edited message is answered from the shared prefix, on a new branch ---------------------
 keys Up
@@ -106,5 +115,22 @@ if wait_for 'you · branch 2/2' 20 && wait_idle 20; then
     fi
 else
     bad "branch: /edit TEXT answers the edited message" "$(screen_dump)"
+fi
+# an earlier message: the conversation branches there, what followed it leaves the screen
+keys "She ran to the park." Enter
+wait_for '^ She ran to the park' 20 && wait_idle 20
+keys Up
+wait_for '^edit> She ran' 10
+keys Up
+if wait_for '^edit> Lily had a red ball' 10; then
+    keys C-u "Sam had a kite" Enter
+    if wait_for 'you · branch 3/3' 20 && wait_idle 20 && pane_joined | grep -q 'you · branch 3/3 Sam had a kite' &&
+        ! cap | pane_text | grep -q 'She ran to the park'; then
+        ok "branch: editing an earlier message branches the conversation there (branch 3/3)"
+    else
+        bad "branch: editing an earlier message" "$(screen_dump)"
+    fi
+else
+    bad "branch: Up reaches an earlier message" "$(screen_dump)"
 fi
 chat_stop
