@@ -850,11 +850,22 @@ void chatstore_report(chatstore *cs, char *buf, size_t cap)
                  cs->kv_type);
 }
 
+int chatstore_open_reading(const char *path, store **s, store_error *err)
+{
+    int rc = store_open(path, STORE_OPEN_READONLY, s, err);
+    if (rc == STORE_ERR_READONLY && access(path, W_OK) == 0) { /* an older schema: migrate, then read */
+        store_error e2 = {0};
+        rc = store_open(path, STORE_OPEN_NO_CREATE, s, &e2);
+        if (rc) *err = e2;
+    }
+    return rc;
+}
+
 int chatstore_resume_model(const char *db_path, const char *spec, char *path, size_t cap, char *why, size_t why_cap)
 {
     store *s = NULL;
     store_error err = {0};
-    if (store_open(db_path, STORE_OPEN_READONLY, &s, &err)) {
+    if (chatstore_open_reading(db_path, &s, &err)) {
         util_set_why(why, why_cap, "%s", err.code == STORE_ERR_IO ? "no saved conversations yet" : err.msg);
         return -1;
     }

@@ -117,6 +117,12 @@ int chatstore_delete(chatstore *cs, int64_t id, char *why, size_t why_cap);
 /* /show cache: the store's size, budget, prefixes, this session's hit rate and restores. */
 void chatstore_report(chatstore *cs, char *buf, size_t cap);
 
+/* Open the database at path to read it (kvchat list, export, --resume without -m): read-only,
+ * but a database of an older schema is migrated first when the file is writable (the
+ * forward-only migrations of storage/store.c; a kvchat upgrade must not make `kvchat list`
+ * fail). Returns store_open's status with err filled. */
+int chatstore_open_reading(const char *path, store **s, store_error *err);
+
 /* --resume without -m: the model file conversation spec ("last" or an ID) was saved with, read
  * from the database at db_path (read-only). Returns 0 with the path, or -1 with why (no such
  * conversation, its model file is gone). */

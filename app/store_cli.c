@@ -62,8 +62,7 @@ static int open_db(const char *opt, int write, int missing_ok, store **s)
 {
     *s = NULL;
     kv_config cfg;
-    config_init(&cfg);
-    config_load_all(&cfg, NULL, NULL);
+    config_load_all(&cfg, NULL, NULL); /* config_init included */
     const char *db = opt ? opt : config_get(&cfg, CFG_DB);
     char path[4096], why[700];
     int rc = chatstore_db_path(db, write == 1, path, sizeof path, why, sizeof why);
@@ -76,7 +75,7 @@ static int open_db(const char *opt, int write, int missing_ok, store **s)
     store_error err = {0};
     int flags = !write ? STORE_OPEN_READONLY : write == 2 ? STORE_OPEN_NO_CREATE : 0;
     if (write == 2 && access(path, W_OK) != 0) flags = STORE_OPEN_READONLY;
-    if (store_open(path, flags, s, &err)) {
+    if (flags == STORE_OPEN_READONLY ? chatstore_open_reading(path, s, &err) : store_open(path, flags, s, &err)) {
         fprintf(stderr, "kvchat: %s\n", err.msg);
         return SC_DB;
     }

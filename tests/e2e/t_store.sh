@@ -193,6 +193,19 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 1 ] && grep -q "no conversation 999" "$ST/err" &
     ok "store: kvchat rm deletes; unknown IDs and foreign JSON get clear errors"
 else bad "store: kvchat rm / import errors" "rc $rc1 $rc2 $rc3 $(cat "$ST/err" "$ST/err2")"; fi
 
+# ---- a database of the previous schema (1): reading commands migrate it when it is writable --------
+V1="$ST/v1.db"
+rm -f "$V1"
+"$BIN" import "$ST/e1.json" --db "$V1" >/dev/null
+st_sql_write "$V1" "DROP INDEX kv_prefixes_base; ALTER TABLE kv_prefixes DROP COLUMN base_id; PRAGMA user_version = 1;"
+if [ "$(st_sql "$V1" 'PRAGMA user_version')" = 1 ] && "$BIN" list --db "$V1" >"$ST/v1.out" 2>&1 &&
+    grep -q 'Once upon a time' "$ST/v1.out" && [ "$(st_sql "$V1" 'PRAGMA user_version')" = 2 ] &&
+    [ "$(st_sql "$V1" "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'")" = 1 ]; then
+    ok "store: kvchat list on a schema-1 database migrates it to schema 2 and lists it"
+else
+    bad "store: kvchat list on a schema-1 database" "$(cat "$ST/v1.out")"
+fi
+
 # ---- kill -9 during a reply: the user message is there, the database is intact -----------------
 K="$ST/k.db"
 okk=1
