@@ -6,10 +6,11 @@
  * weight has a standard deviation near 0.02, as an initialised network would), norms are 1.
  * The mix of types follows llama-quantize: "q4_k_m" is Q4_K with Q6_K for the output matrix
  * and for attn_v / ffn_down of the layers use_more_bits() picks, and rows whose length is not
- * a multiple of 256 fall back to Q5_0 / Q8_0; the other types are pure (every 2-D weight in
- * that type, like llama-quantize --pure). The tokenizer is a self-contained SentencePiece-style
- * vocabulary — <unk> <s> </s>, the 256 byte tokens <0x00>…<0xFF>, then filler pieces — padded
- * to the shape's vocabulary size, which both kvchat and llama.cpp load.
+ * a multiple of 256 fall back to Q5_0 / Q8_0; "q5_k_m" is the same mix over Q5_K (fallback
+ * Q5_1 / Q8_0); the other types are pure (every 2-D weight in that type, like llama-quantize
+ * --pure). The tokenizer is a self-contained SentencePiece-style vocabulary — <unk> <s> </s>,
+ * the 256 byte tokens <0x00>…<0xFF>, then filler pieces — padded to the shape's vocabulary
+ * size, which both kvchat and llama.cpp load.
  * Files are streamed to disk (gguf_writer_add_tensor_fill), never held in memory.
  */
 #include <getopt.h>
@@ -41,10 +42,11 @@ static const model_shape SHAPES[] = {
 const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", NULL};
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
-enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M };
+enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M };
 static const struct { const char *name, *title; int file_type; } FTYPES[] = {
     [FT_F16] = {"f16", "F16", 1}, [FT_Q8_0] = {"q8_0", "Q8_0", 7},
     [FT_Q4_0] = {"q4_0", "Q4_0", 2}, [FT_Q4_K_M] = {"q4_k_m", "Q4_K_M", 15},
+    [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", 17},
 };
 
 /* ---- random numbers: splitmix64 ------------------------------------------------------------ */
@@ -82,10 +84,14 @@ static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64
     case FT_Q4_0: return GGML_TYPE_Q4_0;
     default: break;
     }
-    int t = GGML_TYPE_Q4_K;
+    /* Q4_K_M / Q5_K_M (llama_tensor_get_type): the base K type; Q6_K for the output (or the
+     * token embedding it is tied to) and, in both mixes, for attn_v and ffn_down where
+     * use_more_bits holds */
+    int base = ftype == FT_Q5_K_M ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K, t = base;
     if (kind == TK_OUTPUT || (kind == TK_EMBD && tied)) t = GGML_TYPE_Q6_K;
     if ((kind == TK_V || kind == TK_DOWN) && use_more_bits(il, n_layer)) t = GGML_TYPE_Q6_K;
-    if (ne0 % QUANT_QK_K) t = t == GGML_TYPE_Q6_K ? GGML_TYPE_Q8_0 : GGML_TYPE_Q5_0; /* llama-quantize's fallback */
+    if (ne0 % QUANT_QK_K) /* llama-quantize's fallback: Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0 */
+        t = t == GGML_TYPE_Q6_K ? GGML_TYPE_Q8_0 : base == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1 : GGML_TYPE_Q5_0;
     return t;
 }
 
@@ -134,10 +140,23 @@ static int fill_random(void *user, const gguf_writer_chunk *c, kv_error *err)
     case GGML_TYPE_Q5_0:
         for (size_t b = 0; b < nb; b++) put_f16(p + b * sizeof(block_q5_0), 0.02f / 9.2f);
         break;
+    case GGML_TYPE_Q5_1: /* d·q + m, q uniform in 0..31 (mean 15.5, rms about the mean 9.2) */
+        for (size_t b = 0; b < nb; b++) {
+            put_f16(p + b * sizeof(block_q5_1), 0.02f / 9.2f);
+            put_f16(p + b * sizeof(block_q5_1) + 2, -15.5f * 0.02f / 9.2f);
+        }
+        break;
     case GGML_TYPE_Q4_K: /* d·sc·q - dmin·m with sc, m, q random */
         for (size_t b = 0; b < nb; b++) {
             block_q4_K *k = (block_q4_K *)(p + b * sizeof(block_q4_K));
             k->d = fp32_to_fp16(1e-4f);
+            k->dmin = fp32_to_fp16(7.5e-4f);
+        }
+        break;
+    case GGML_TYPE_Q5_K: /* as Q4_K, with half the d for q in 0..31 */
+        for (size_t b = 0; b < nb; b++) {
+            block_q5_K *k = (block_q5_K *)(p + b * sizeof(block_q5_K));
+            k->d = fp32_to_fp16(5e-5f);
             k->dmin = fp32_to_fp16(7.5e-4f);
         }
         break;
@@ -233,7 +252,8 @@ int gen_model_write(const char *path, const char *shape_name, const char *type_n
     int ft = -1;
     for (int i = 0; i < (int)(sizeof FTYPES / sizeof *FTYPES); i++)
         if (!strcmp(FTYPES[i].name, type_name)) ft = i;
-    if (ft < 0) return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q4_k_m)", type_name);
+    if (ft < 0)
+        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q4_k_m, q5_k_m)", type_name);
     int n_layer = n_layer_override > 0 ? n_layer_override : sh->n_layer;
     const int E = sh->n_embd, head_dim = E / sh->n_head, EKV = head_dim * sh->n_head_kv;
     const char *a = sh->arch;
@@ -332,7 +352,9 @@ static void gen_usage(FILE *out)
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--seed N]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests)\n"
-            "  --type TYPE     f16, q8_0, q4_0 (every matrix in that type) or q4_k_m (llama-quantize's mix)\n"
+            "  --type TYPE     f16, q8_0, q4_0 (every matrix in that type), q4_k_m or q5_k_m\n"
+            "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
+            "                  attn_v / ffn_down)\n"
             "  -o FILE         output path (files are large: TinyLlama F16 is 2.1 GiB)\n"
             "  --layers N      override the number of layers\n"
             "  --seed N        random seed (default 1)\n");

@@ -18,7 +18,7 @@ int gen_model_main(int argc, char **argv);
 
 /* The shapes gen-model knows (NULL-terminated names) and the library call behind it:
  * shape "tinyllama", "llama3.2-1b", "qwen2.5-0.5b" or "tiny" (a 2-layer model for tests);
- * type "f16", "q8_0", "q4_0" or "q4_k_m"; n_layer > 0 overrides the shape's layer count.
+ * type "f16", "q8_0", "q4_0", "q4_k_m" or "q5_k_m"; n_layer > 0 overrides the shape's layer count.
  * Writes `path` (through path.tmp). */
 extern const char *const gen_model_shapes[];
 int gen_model_write(const char *path, const char *shape, const char *type, int n_layer, uint64_t seed,

@@ -175,9 +175,9 @@ void quant_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_str
                 size_t act_stride, int n_tokens, float *out, size_t out_stride);
 
 /* Weights packed once (at model load) for the panel kernels: QUANT_PANEL_ROWS rows interleaved
- * so one vector load feeds 16 rows (layouts at the top of engine/quant_gemm.c). Q4_0, Q8_0,
- * Q4_K and Q6_K with AVX-512 VNNI; quant_pack_size is 0 for every other case (use the GGUF
- * layout). The packed size equals the GGUF size (Q4_K: +2.8%) for whole panels. */
+ * so one vector load feeds 16 rows (layouts at the top of engine/quant_gemm.c). Q4_0, Q5_0,
+ * Q8_0, Q4_K, Q5_K and Q6_K with AVX-512 VNNI; quant_pack_size is 0 for every other case (use the
+ * GGUF layout). The packed size equals the GGUF size (Q4_K: +2.8%, Q5_K: +2.3%) for whole panels. */
 #define QUANT_PANEL_ROWS 16
 size_t quant_pack_size(int wtype, int64_t n, int64_t nrows);
 void quant_pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, void *dst);

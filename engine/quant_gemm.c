@@ -9,17 +9,18 @@
  *   Q4_0/Q5_0 4 blocks: x[0..15] of each, x[16..31] of each (int8), d_x per     VNNI u8·s8
  *             block, −8·Σq (Q5_0: −16·Σq) per block (int32)
  *   Q8_0      4 blocks: x (int8), d_x per block, −128·Σq per block              VNNI (q+128)·s8
- *   Q4_K      256: x in the order sub-blocks 0,2,1,3,4,6,5,7 (the nibble order),
+ *   Q4_K/Q5_K 256: x in the order sub-blocks 0,2,1,3,4,6,5,7 (the nibble order),
  *             d_x, Σq per 32                                                    VNNI / maddubs
  *   Q6_K      256: x in order, d_x, Σq per 16 (and −32·Σq per 16)              VNNI / maddubs
  *   others    the vec_dot_type row of quant_quantize_row                        quant_vec_dot
  *
- * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K matrices are packed once at model load (quant_pack,
- * called by op_weights_pack) into 16-row panels where one 64-byte vector holds 4 elements of 16
- * rows (layouts below): decode and prefill then run the same panel kernel — a vector load (and a
- * nibble unpack) feeds vpdpbusd with a broadcast activation dword, each 32-bit lane sums one
- * row exactly — with 1 token (decode: one sequential stream through memory, prefetched ahead)
- * or up to 8 tokens at a time (prefill: the panel slice stays in L1 while the tokens pass).
+ * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices are packed once at model load
+ * (quant_pack, called by op_weights_pack) into 16-row panels where one 64-byte vector holds 4
+ * elements of 16 rows (layouts below): decode and prefill then run the same panel kernel — a
+ * vector load (and a nibble unpack) feeds vpdpbusd with a broadcast activation dword, each
+ * 32-bit lane sums one row exactly — with 1 token (decode: one sequential stream through
+ * memory, prefetched ahead) or up to 8 tokens at a time (prefill: the panel slice stays in L1
+ * while the tokens pass).
  * quant_gemv on GGUF rows of these types packs 16 rows into a scratch panel and runs the same
  * kernel. F32 / F16 rows are used as they are: GEMV streams one row at a time, GEMM is an
  * inner-product kernel over tiles of 4 rows × 6 tokens (no packing). Every other type goes
@@ -29,7 +30,8 @@
  * the scalar reference with the block scale fused, acc = fma(d_w·d_x, Σ_block, acc) block after
  * block, in every kernel — 1 token or 8, any number of threads — because the next layer
  * re-quantizes the output and a different rounding there shows up in the logits (the golden
- * tests against llama.cpp see it). K-quants sum a super-block exactly in integers first.
+ * tests against llama.cpp see it). K-quants sum a super-block exactly in integers first; Q5_K then
+ * scales it exactly as the scalar reference does (below).
  *
  * The kernels need AVX-512 (F, BW, VL, VNNI, VBMI) and F16C/FMA at build time (-march=native on
  * this project's machines); without them quant_pack_size is 0, every type uses the vec_dot_type
@@ -38,6 +40,7 @@
 #include "engine/quant.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +64,7 @@ static int act_kind(int wtype)
     case GGML_TYPE_Q4_0: return ACT_Q4_0;
     case GGML_TYPE_Q5_0: return ACT_Q5_0;
     case GGML_TYPE_Q8_0: return ACT_Q8_0;
-    case GGML_TYPE_Q4_K: return ACT_K4;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: return ACT_K4;
     case GGML_TYPE_Q6_K: return ACT_K6;
     default: return ACT_STD;
     }
@@ -143,7 +146,7 @@ static void prep_q8_0(const float *x, int64_t n, uint8_t *act)
     }
 }
 
-/* K layouts: Q8_K values (quant_quantize_row), x reordered for Q4_K's nibble order. */
+/* K layouts: Q8_K values (quant_quantize_row), x reordered for Q4_K's / Q5_K's nibble order. */
 static void prep_k(const float *x, int64_t n, uint8_t *act, int k6)
 {
     static const int order4[8] = {0, 2, 1, 3, 4, 6, 5, 7};
@@ -247,12 +250,12 @@ static inline __m128i k4_unpack_scales(const uint8_t *s)
 }
 
 /* ---- weights packed at load: 16-row panels -----------------------------------------------------
- * quant_pack rewrites a matrix of Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K rows, 16 rows (QUANT_PANEL_ROWS) at a
- * time, so that one 64-byte vector holds the same 4 elements of all 16 rows (dword lane r =
- * row r). One sequential stream then feeds 16 rows: a vector load (plus a nibble unpack) goes
- * to vpdpbusd with an activation dword broadcast, and every 32-bit lane sums the products of one
- * row exactly. The packed matrix is the size of the GGUF one (Q4_K: +2.8%) and keeps quants
- * unsigned (the activation's −bias·Σq starts each sum, so Σ u·x − bias·Σx = Σ q·x exactly):
+ * quant_pack rewrites a matrix of Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K rows, 16 rows
+ * (QUANT_PANEL_ROWS) at a time, so that one 64-byte vector holds the same 4 elements of all 16
+ * rows (dword lane r = row r). One sequential stream then feeds 16 rows: a vector load (plus a
+ * nibble unpack) goes to vpdpbusd with an activation dword broadcast, and every 32-bit lane sums
+ * the products of one row exactly. The packed matrix is the size of the GGUF one (Q4_K: +2.8%,
+ * Q5_K: +2.3%) and keeps quants unsigned (the activation's −bias·Σq starts each sum, so Σ u·x − bias·Σx = Σ q·x exactly):
  *
  *   Q4_0, per block (288 B):    V[4] (lane r byte i: low nibble = element 4k+i, high = 16+4k+i),
  *                               fp16 d[16]
@@ -263,18 +266,27 @@ static inline __m128i k4_unpack_scales(const uint8_t *s)
  *   Q4_K, per super-block (2368 B): P[4][8] (pair c: low nibble = element 64c+4k+i (sub-block 2c),
  *                               high = 64c+32+4k+i (2c+1)), u8 sc[8][16], u8 m[8][16], fp16 d[16],
  *                               fp16 dmin[16]
+ *   Q5_K, per super-block (2880 B): P[4][8] as Q4_K (low 4 bits), H[4][2] (pair c: bit k of byte
+ *                               (r,i) of H[c][0] / H[c][1] = 5th bit of the low / high nibble of
+ *                               P[c][k]), u8 sc[8][16], u8 m[8][16], fp16 d[16], fp16 dmin[16]
  *   Q6_K, per super-block (3360 B): L[8][4] (pair p: low 4 bits of sub-blocks 2p | 2p+1 << 4),
  *                               H[4][4] (quad q: high 2 bits of sub-blocks 4q..4q+3 at bits 0,2,4,6),
  *                               i8 sc[16][16], fp16 d[16]
  *
  * The per-row float arithmetic is fixed, whatever the number of threads or tokens: Q4_0 / Q8_0
  * acc = fma(d_w·d_x, Σ_block, acc) block after block (the reference's order); K-quants take the
- * exact integer sum of a super-block (Σ_j sc_j·Σq_w·q_x, Σ_j m_j·Σq_x) before one scaling. */
+ * exact integer sum of a super-block (Σ_j sc_j·Σq_w·q_x, Σ_j m_j·Σq_x) before one scaling:
+ * Q4_K acc = fma(d_x, fma(d_w, Σ, −dmin_w·Σm), acc); Q5_K acc += d_x·(d_w·Σ − dmin_w·Σm), each
+ * operation rounded (the build's -std=c11 keeps GCC from contracting them into FMAs), which is
+ * quant_vec_dot_ref's order bit for bit: the golden tests against llama.cpp agree best with it
+ * (syn-llama-q5_k_m.p1 within 1e-5, where GGML's x86 AVX2 vec_dot order or the Q4_K form flip an
+ * activation rounding and move logits by 0.4). */
 
 #define PB_Q4_0 288
 #define PB_Q5_0 352
 #define PB_Q8_0 544
 #define PB_Q4_K 2368
+#define PB_Q5_K 2880
 #define PB_Q6_K 3360
 
 /* Bytes of one 16-row panel of rows of n elements; 0 for types without a packed layout. */
@@ -285,6 +297,7 @@ static size_t panel_bytes(int wtype, int64_t n)
     case GGML_TYPE_Q5_0: return (size_t)(n / 32) * PB_Q5_0;
     case GGML_TYPE_Q8_0: return (size_t)(n / 32) * PB_Q8_0;
     case GGML_TYPE_Q4_K: return (size_t)(n / 256) * PB_Q4_K;
+    case GGML_TYPE_Q5_K: return (size_t)(n / 256) * PB_Q5_K;
     case GGML_TYPE_Q6_K: return (size_t)(n / 256) * PB_Q6_K;
     default: return 0;
     }
@@ -360,6 +373,18 @@ static inline __attribute__((always_inline)) void rows64(int wtype, const uint8_
             out[r] = _mm512_and_si512(_mm512_srlv_epi64(qq, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), m4);
             break;
         }
+        case GGML_TYPE_Q5_K: { /* as Q4_K, plus bit 2c (low nibbles) / 2c+1 (high) of qh[l] as bit 4 */
+            const block_q5_K *blk = (const block_q5_K *)row + e0 / 256;
+            int c = (int)(e0 % 256) / 64;
+            __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * c));
+            __m256i h = _mm256_loadu_si256((const __m256i *)blk->qh);
+            __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+            __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+            qq = _mm512_and_si512(_mm512_srlv_epi64(qq, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), m4);
+            hh = _mm512_srlv_epi64(hh, _mm512_set_epi64(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c));
+            out[r] = _mm512_or_si512(qq, _mm512_slli_epi16(_mm512_and_si512(hh, _mm512_set1_epi8(1)), 4));
+            break;
+        }
         default: { /* Q6_K: elements 64c..64c+63 of the super-block (ggml's element map) */
             const block_q6_K *x = (const block_q6_K *)row + e0 / 256;
             int c = (int)(e0 % 256) / 64, h = c / 2, hi = c % 2;
@@ -428,22 +453,37 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
         break;
     }
     case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K: {
+        /* Q4_K and Q5_K share d, dmin and the scale block at the start of a super-block */
+        const int q5 = wtype == GGML_TYPE_Q5_K, pb = q5 ? PB_Q5_K : PB_Q4_K, so = q5 ? 2560 : 2048;
+        const size_t bb = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+        const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
         for (int64_t b = 0; b < n / 256; b++) {
-            uint8_t *sb = dst + b * PB_Q4_K;
+            uint8_t *sb = dst + b * pb;
             for (int c = 0; c < 4; c++) {
                 rows64(wtype, w, stride, nrows, 256 * b + 64 * c, n, v);
                 for (int k = 0; k < 8; k++)
-                    _mm512_storeu_si512(sb + 64 * (8 * c + k), _mm512_or_si512(v[k], _mm512_slli_epi16(v[k + 8], 4)));
+                    _mm512_storeu_si512(sb + 64 * (8 * c + k),
+                                        _mm512_or_si512(_mm512_and_si512(v[k], m4), _mm512_slli_epi16(_mm512_and_si512(v[k + 8], m4), 4)));
+                if (q5) { /* the 5th bits of step k of sub-block 2c (v[k]) / 2c+1 (v[8+k]) at bit k */
+                    __m512i h0 = _mm512_setzero_si512(), h1 = h0;
+                    for (int k = 0; k < 8; k++) {
+                        h0 = _mm512_or_si512(h0, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(v[k], 4), one), k));
+                        h1 = _mm512_or_si512(h1, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(v[k + 8], 4), one), k));
+                    }
+                    _mm512_storeu_si512(sb + 2048 + 128 * c, h0);
+                    _mm512_storeu_si512(sb + 2048 + 128 * c + 64, h1);
+                }
             }
-            uint8_t *sc = sb + 2048, *mn = sb + 2176;
-            uint16_t *d = (uint16_t *)(sb + 2304), *dmin = (uint16_t *)(sb + 2336);
+            uint8_t *sc = sb + so, *mn = sb + so + 128;
+            uint16_t *d = (uint16_t *)(sb + so + 256), *dmin = (uint16_t *)(sb + so + 288);
             for (int r = 0; r < 16; r++) {
                 uint8_t sm[16] = {0};
                 if (r < nrows) {
-                    const block_q4_K *blk = (const block_q4_K *)(w + (size_t)r * stride) + b;
-                    _mm_storeu_si128((__m128i *)sm, k4_unpack_scales(blk->scales));
-                    d[r] = blk->d;
-                    dmin[r] = blk->dmin;
+                    const uint8_t *blk = w + (size_t)r * stride + (size_t)b * bb;
+                    _mm_storeu_si128((__m128i *)sm, k4_unpack_scales(blk + offsetof(block_q4_K, scales)));
+                    memcpy(&d[r], blk + offsetof(block_q4_K, d), 2);
+                    memcpy(&dmin[r], blk + offsetof(block_q4_K, dmin), 2);
                 } else {
                     d[r] = dmin[r] = 0;
                 }
@@ -454,6 +494,7 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
             }
         }
         break;
+    }
     case GGML_TYPE_Q6_K:
         for (int64_t b = 0; b < n / 256; b++) {
             uint8_t *sb = dst + b * PB_Q6_K;
@@ -550,18 +591,26 @@ static inline __attribute__((always_inline)) void pgemm_q8blk(int kind, const ui
     }
 }
 
-/* Q4_K panel · T tokens, super-blocks [b0, b1). */
-static inline __attribute__((always_inline)) void pgemm_q4_K(const uint8_t *panel, int64_t b0, int64_t b1,
-                                                            const uint8_t *act, size_t as, int T, __m512 *acc)
+/* 5th bits of step k (0..7) of a Q5_K pair from its H vector (bit k of each byte), at bit 4:
+ * shifted in 16-bit lanes, bit 4 of every byte comes from bit k of the same byte. */
+static inline __attribute__((always_inline)) __m512i k5_bit4(__m512i H, int k)
+{
+    return k < 4 ? _mm512_slli_epi16(H, 4 - k) : k > 4 ? _mm512_srli_epi16(H, k - 4) : H;
+}
+
+/* Q4_K (q5 = 0) / Q5_K (q5 = 1) panel · T tokens, super-blocks [b0, b1). */
+static inline __attribute__((always_inline)) void pgemm_k45(int q5, const uint8_t *panel, int64_t b0, int64_t b1,
+                                                           const uint8_t *act, size_t as, int T, __m512 *acc)
 {
     static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int pb = q5 ? PB_Q5_K : PB_Q4_K, so = q5 ? 2560 : 2048;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
     for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *sb = panel + b * PB_Q4_K;
+        const uint8_t *sb = panel + b * pb;
         const uint8_t *g[4];
         __m512i A[4], B[4];
         if (T == 1)
-            for (int l = 0; l < PB_Q4_K; l += 64) _mm_prefetch((const char *)sb + PF_K(PB_Q4_K) + l, _MM_HINT_T0);
+            for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)sb + PF_K(pb) + l, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             g[t] = act + (size_t)t * as + b * KG_BYTES;
@@ -570,20 +619,29 @@ static inline __attribute__((always_inline)) void pgemm_q4_K(const uint8_t *pane
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i s0[4], s1[4];
+            __m512i H0 = _mm512_setzero_si512(), H1 = H0;
+            if (q5) {
+                H0 = _mm512_loadu_si512(sb + 2048 + 128 * c);
+                H1 = _mm512_loadu_si512(sb + 2048 + 128 * c + 64);
+            }
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) s0[t] = s1[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 __m512i P = _mm512_loadu_si512(sb + 64 * (8 * c + k));
                 __m512i lo = _mm512_and_si512(P, m4), hi = _mm512_and_si512(_mm512_srli_epi16(P, 4), m4);
+                if (q5) { /* lo | (bit4 & 0x10), hi likewise (vpternlogd 0xF8: A | (B & C)) */
+                    lo = _mm512_ternarylogic_epi32(lo, k5_bit4(H0, k), m10, 0xF8);
+                    hi = _mm512_ternarylogic_epi32(hi, k5_bit4(H1, k), m10, 0xF8);
+                }
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
                     s0[t] = _mm512_dpbusd_epi32(s0[t], lo, BCAST32(g[t] + 32 * pos[2 * c] + 4 * k));
                     s1[t] = _mm512_dpbusd_epi32(s1[t], hi, BCAST32(g[t] + 32 * pos[2 * c + 1] + 4 * k));
                 }
             }
-            __m512i sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2048 + 16 * (2 * c))));
-            __m512i sc1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2048 + 16 * (2 * c + 1))));
+            __m512i sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + so + 16 * (2 * c))));
+            __m512i sc1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + so + 16 * (2 * c + 1))));
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 A[t] = _mm512_add_epi32(A[t], _mm512_add_epi32(_mm512_mullo_epi32(s0[t], sc0), _mm512_mullo_epi32(s1[t], sc1)));
@@ -593,18 +651,23 @@ static inline __attribute__((always_inline)) void pgemm_q4_K(const uint8_t *pane
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             __m512i M = _mm512_or_si512(
-                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2176 + 32 * i))),
-                _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 2176 + 32 * i + 16))), 16));
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + so + 128 + 32 * i))),
+                _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + so + 128 + 32 * i + 16))), 16));
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) B[t] = _mm512_dpwssd_epi32(B[t], M, BCAST32(g[t] + 260 + 4 * i));
         }
-        __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 2304)));
-        __m512 Dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 2336)));
+        __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + so + 256)));
+        __m512 Dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + so + 288)));
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            float dx = *(const float *)(g[t] + 256);
-            __m512 v = _mm512_fmsub_ps(D, _mm512_cvtepi32_ps(A[t]), _mm512_mul_ps(Dm, _mm512_cvtepi32_ps(B[t])));
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(dx), v, acc[t]);
+            __m512 dx = _mm512_set1_ps(*(const float *)(g[t] + 256));
+            if (q5) { /* the scalar reference's order, every product and sum rounded on its own */
+                __m512 v = _mm512_sub_ps(_mm512_mul_ps(D, _mm512_cvtepi32_ps(A[t])), _mm512_mul_ps(Dm, _mm512_cvtepi32_ps(B[t])));
+                acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(dx, v));
+            } else {
+                __m512 v = _mm512_fmsub_ps(D, _mm512_cvtepi32_ps(A[t]), _mm512_mul_ps(Dm, _mm512_cvtepi32_ps(B[t])));
+                acc[t] = _mm512_fmadd_ps(dx, v, acc[t]);
+            }
         }
     }
 }
@@ -679,7 +742,8 @@ static inline __attribute__((always_inline)) void ptile(int wtype, const uint8_t
     case GGML_TYPE_Q4_0: pgemm_q8blk(0, panel, e0 / 32, e1 / 32, act, as, T, acc); break;
     case GGML_TYPE_Q5_0: pgemm_q8blk(1, panel, e0 / 32, e1 / 32, act, as, T, acc); break;
     case GGML_TYPE_Q8_0: pgemm_q8blk(2, panel, e0 / 32, e1 / 32, act, as, T, acc); break;
-    case GGML_TYPE_Q4_K: pgemm_q4_K(panel, e0 / 256, e1 / 256, act, as, T, acc); break;
+    case GGML_TYPE_Q4_K: pgemm_k45(0, panel, e0 / 256, e1 / 256, act, as, T, acc); break;
+    case GGML_TYPE_Q5_K: pgemm_k45(1, panel, e0 / 256, e1 / 256, act, as, T, acc); break;
     case GGML_TYPE_Q6_K: pgemm_q6_K(panel, e0 / 256, e1 / 256, act, as, T, acc); break;
     default: break;
     }
@@ -716,6 +780,7 @@ PGEMM(pgemm_run_q4_0, GGML_TYPE_Q4_0, 8)
 PGEMM(pgemm_run_q5_0, GGML_TYPE_Q5_0, 8)
 PGEMM(pgemm_run_q8_0, GGML_TYPE_Q8_0, 8)
 PGEMM(pgemm_run_q4_K, GGML_TYPE_Q4_K, 4)
+PGEMM(pgemm_run_q5_K, GGML_TYPE_Q5_K, 4)
 PGEMM(pgemm_run_q6_K, GGML_TYPE_Q6_K, 4)
 
 /* ---- float weights: inner-product GEMM, no packing -------------------------------------------
@@ -928,6 +993,7 @@ void quant_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const 
         case GGML_TYPE_Q5_0: pgemm_run_q5_0(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
         case GGML_TYPE_Q8_0: pgemm_run_q8_0(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
         case GGML_TYPE_Q4_K: pgemm_run_q4_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
+        case GGML_TYPE_Q5_K: pgemm_run_q5_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
         case GGML_TYPE_Q6_K: pgemm_run_q6_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
         default: break;
         }

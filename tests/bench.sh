@@ -9,7 +9,7 @@
 #
 # Environment: KVCHAT (./kvchat), SHARED (../shared), BENCH_DIR (/tmp/kvchat-models),
 # BENCH_THREADS (2), BENCH_PP (128), BENCH_TG (32), BENCH_ROUNDS (5), BENCH_TYPES
-# ("q4_0 q8_0 q4_k_m f16"), BENCH_STORIES (1: also stories260K, decode on 1 thread),
+# ("q4_0 q8_0 q4_k_m q5_k_m f16"), BENCH_STORIES (1: also stories260K, decode on 1 thread),
 # BENCH_PEAK_GBS (60: the read bandwidth the fractions refer to), BENCH_LLAMA (1: run llama.cpp).
 set -eu
 KVCHAT=${KVCHAT:-./kvchat}
@@ -19,7 +19,7 @@ TH=${BENCH_THREADS:-2}
 PP=${BENCH_PP:-128}
 TG=${BENCH_TG:-32}
 ROUNDS=${BENCH_ROUNDS:-5}
-TYPES=${BENCH_TYPES:-"q4_0 q8_0 q4_k_m f16"}
+TYPES=${BENCH_TYPES:-"q4_0 q8_0 q4_k_m q5_k_m f16"}
 PEAK=${BENCH_PEAK_GBS:-60}
 LLAMA=${BENCH_LLAMA:-1}
 REF="$SHARED/bench/llamacpp-bench.sh"

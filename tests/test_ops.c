@@ -158,8 +158,8 @@ static void test_matmul_threads(void **state) {
  * has the type mix asked for, and runs a prefill and decode steps to finite logits. */
 static void test_gen_model(void **state) {
     (void)state;
-    static const char *types[] = {"f16", "q8_0", "q4_0", "q4_k_m"};
-    static const int main_type[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+    static const char *types[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"};
+    static const int main_type[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K};
     char path[256];
     snprintf(path, sizeof path, "%s/kvchat-test-gen-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
@@ -170,13 +170,15 @@ static void test_gen_model(void **state) {
         assert_int_equal(m->weight_type, main_type[i]);
         assert_int_equal(m->hp.n_layer, 2);
         assert_int_equal(m->hp.n_vocab, 1024);
-        if (i == 3) { /* llama-quantize's Q4_K_M: Q6_K output, attn_v / ffn_down where use_more_bits
-                       * (of 2 layers: the last) */
+        if (i >= 3) { /* llama-quantize's Q4_K_M / Q5_K_M: Q6_K output, attn_v / ffn_down where
+                       * use_more_bits (of 2 layers: the last), the base K type elsewhere */
             assert_int_equal(m->output->type, GGML_TYPE_Q6_K);
-            assert_int_equal(m->layers[0].wv->type, GGML_TYPE_Q4_K);
+            assert_int_equal(m->layers[0].wv->type, main_type[i]);
+            assert_int_equal(m->layers[0].w_down->type, main_type[i]);
             assert_int_equal(m->layers[1].wv->type, GGML_TYPE_Q6_K);
             assert_int_equal(m->layers[1].w_down->type, GGML_TYPE_Q6_K);
-            assert_int_equal(m->layers[1].wq->type, GGML_TYPE_Q4_K);
+            assert_int_equal(m->layers[1].wq->type, main_type[i]);
+            assert_int_equal(m->tok_embd->type, main_type[i]);
         }
         kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, 64, GGML_TYPE_F16, &err);
         forward_ctx *fc = forward_ctx_create(m, 16, 64, &err);

@@ -847,7 +847,45 @@ static void test_vec_dot_rows(void **state) {
     free(x); free(wd); free(xd); free(xq);
 }
 
-/* Largest quants against the largest activations: the integer paths must not saturate. */
+/* Largest quants against the largest activations: pattern bit 0 sets every quant bit (the
+ * maximum unsigned value) or clears it (the most negative value), bit 1 picks the scale extreme
+ * where the format has a signed one; the rest of the row is random (random_bytes_row). */
+static void extreme_row(int type, uint8_t *w, int64_t n, int pattern) {
+    const quant_traits *tr = quant_traits_of(type);
+    random_bytes_row(type, w, n);
+    int64_t nb = n / tr->block_size;
+    uint8_t fillb = (pattern & 1) ? 0xFF : 0x00;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = w + b * tr->type_size;
+        switch (type) {
+        case GGML_TYPE_Q8_0: memset(((block_q8_0 *)blk)->qs, (pattern & 1) ? 0x80 : 0x7F, 32); break;
+        case GGML_TYPE_Q4_0: memset(((block_q4_0 *)blk)->qs, fillb, 16); break;
+        case GGML_TYPE_Q4_1: memset(((block_q4_1 *)blk)->qs, fillb, 16); break;
+        case GGML_TYPE_Q5_0: memset(((block_q5_0 *)blk)->qs, fillb, 16); memset(((block_q5_0 *)blk)->qh, fillb, 4); break;
+        case GGML_TYPE_Q5_1: memset(((block_q5_1 *)blk)->qs, fillb, 16); memset(((block_q5_1 *)blk)->qh, fillb, 4); break;
+        case GGML_TYPE_Q2_K: memset(((block_q2_K *)blk)->qs, fillb, 64); memset(((block_q2_K *)blk)->scales, 0xFF, 16); break;
+        case GGML_TYPE_Q3_K:
+            memset(((block_q3_K *)blk)->qs, fillb, 64);
+            memset(((block_q3_K *)blk)->hmask, fillb, 32);
+            memset(((block_q3_K *)blk)->scales, pattern & 2 ? 0x00 : 0xFF, 12);
+            break;
+        case GGML_TYPE_Q4_K: memset(((block_q4_K *)blk)->qs, fillb, 128); memset(((block_q4_K *)blk)->scales, 0xFF, 12); break;
+        case GGML_TYPE_Q5_K:
+            memset(((block_q5_K *)blk)->qs, fillb, 128);
+            memset(((block_q5_K *)blk)->qh, fillb, 32);
+            memset(((block_q5_K *)blk)->scales, 0xFF, 12);
+            break;
+        case GGML_TYPE_Q6_K:
+            memset(((block_q6_K *)blk)->ql, fillb, 128);
+            memset(((block_q6_K *)blk)->qh, fillb, 64);
+            memset(((block_q6_K *)blk)->scales, pattern & 2 ? 0x80 : 0x7F, 16); /* -128 / 127 */
+            break;
+        default: break;
+        }
+    }
+}
+
+/* The integer paths of the dot products must not saturate. */
 static void test_vec_dot_extremes(void **state) {
     (void)state;
     enum { N = 1024 };
@@ -859,38 +897,7 @@ static void test_vec_dot_extremes(void **state) {
         if (tr->block_size == 1) continue;
         for (int pattern = 0; pattern < 4; pattern++) {
             rng_seed(50 + pattern);
-            random_bytes_row(type, w, N);
-            /* all quant bits set (maximum unsigned value) or clear (most negative value) */
-            int64_t nb = N / tr->block_size;
-            uint8_t fillb = (pattern & 1) ? 0xFF : 0x00;
-            for (int64_t b = 0; b < nb; b++) {
-                uint8_t *blk = w + b * tr->type_size;
-                switch (type) {
-                case GGML_TYPE_Q8_0: memset(((block_q8_0 *)blk)->qs, (pattern & 1) ? 0x80 : 0x7F, 32); break;
-                case GGML_TYPE_Q4_0: memset(((block_q4_0 *)blk)->qs, fillb, 16); break;
-                case GGML_TYPE_Q4_1: memset(((block_q4_1 *)blk)->qs, fillb, 16); break;
-                case GGML_TYPE_Q5_0: memset(((block_q5_0 *)blk)->qs, fillb, 16); memset(((block_q5_0 *)blk)->qh, fillb, 4); break;
-                case GGML_TYPE_Q5_1: memset(((block_q5_1 *)blk)->qs, fillb, 16); memset(((block_q5_1 *)blk)->qh, fillb, 4); break;
-                case GGML_TYPE_Q2_K: memset(((block_q2_K *)blk)->qs, fillb, 64); memset(((block_q2_K *)blk)->scales, 0xFF, 16); break;
-                case GGML_TYPE_Q3_K:
-                    memset(((block_q3_K *)blk)->qs, fillb, 64);
-                    memset(((block_q3_K *)blk)->hmask, fillb, 32);
-                    memset(((block_q3_K *)blk)->scales, pattern & 2 ? 0x00 : 0xFF, 12);
-                    break;
-                case GGML_TYPE_Q4_K: memset(((block_q4_K *)blk)->qs, fillb, 128); memset(((block_q4_K *)blk)->scales, 0xFF, 12); break;
-                case GGML_TYPE_Q5_K:
-                    memset(((block_q5_K *)blk)->qs, fillb, 128);
-                    memset(((block_q5_K *)blk)->qh, fillb, 32);
-                    memset(((block_q5_K *)blk)->scales, 0xFF, 12);
-                    break;
-                case GGML_TYPE_Q6_K:
-                    memset(((block_q6_K *)blk)->ql, fillb, 128);
-                    memset(((block_q6_K *)blk)->qh, fillb, 64);
-                    memset(((block_q6_K *)blk)->scales, pattern & 2 ? 0x80 : 0x7F, 16); /* -128 / 127 */
-                    break;
-                default: break;
-                }
-            }
+            extreme_row(type, w, N, pattern);
             /* activations all at ±amax, so every quant is ±127 */
             for (int i = 0; i < N; i++) x[i] = (pattern & 2) ? -1.0f : 1.0f;
             quant_quantize_row(tr->vec_dot_type, x, xq, N);
@@ -1135,9 +1142,58 @@ static float fused_row_q8blk(int type, int64_t n, const void *w_row, const float
     return acc;
 }
 
+/* The Q4_K panel kernel sums a super-block exactly in integers, then scales it in a fixed float
+ * order: v = fma(d_w, Σ_j sc_j·Σ q_w·q_x, -(dmin_w · Σ_j m_j·Σ q_x)), acc = fma(d_x, v, acc)
+ * super-block after super-block. This is that, in plain C, from the GGUF layout (the 6-bit
+ * scales and mins: j < 4 in the low 6 bits of bytes j / j+4; j >= 4 low / high nibble of byte
+ * j+4, top 2 bits from the top of bytes j-4 / j). (Q5_K's kernel promises the scalar reference
+ * itself, quant_vec_dot_ref.) */
+static float fused_row_q4_K(int64_t n, const void *w_row, const float *x) {
+    int64_t nb = n / 256;
+    block_q8_K *xq = malloc(sizeof(block_q8_K) * (size_t)nb);
+    quant_quantize_row_ref(GGML_TYPE_Q8_K, x, xq, n);
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q4_K *blk = (const block_q4_K *)w_row + b;
+        const uint8_t *sc = blk->scales;
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int s6 = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+            int m6 = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+            int t = 0;
+            for (int l = 0; l < 32; l++) {
+                int c = j / 2, u = (j & 1) ? blk->qs[32 * c + l] >> 4 : blk->qs[32 * c + l] & 15;
+                t += u * xq[b].qs[32 * j + l];
+            }
+            sumi += s6 * t;
+            summ += m6 * (xq[b].bsums[2 * j] + xq[b].bsums[2 * j + 1]);
+        }
+        float v = fmaf(fp16_to_fp32(blk->d), (float)sumi, -(fp16_to_fp32(blk->dmin) * (float)summ));
+        acc = fmaf(xq[b].d, v, acc);
+    }
+    free(xq);
+    return acc;
+}
+
+/* The types with packed panels (engine/quant_gemm.c). */
+static const int PACKED[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+#define N_PACKED (sizeof(PACKED) / sizeof(PACKED[0]))
+
+/* The value the panel kernels promise bit for bit for a row, or NAN where only the scalar
+ * reference's rounding bound is promised. */
+static float fused_row(int type, int64_t n, const void *w_row, const float *x) {
+    switch (type) {
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: return fused_row_q8blk(type, n, w_row, x);
+    case GGML_TYPE_Q4_K: return fused_row_q4_K(n, w_row, x);
+    case GGML_TYPE_Q5_K: return ref_row(type, n, w_row, x);
+    default: return NAN;
+    }
+}
+
 /* quant_gemv on GGUF rows, every supported type: each row equals the scalar reference to
- * rounding order; Q4_0 / Q5_0 / Q8_0 bit for bit equal the fused reference order. Row counts around 16,
- * lengths with a partial group of blocks, activations with outliers. */
+ * rounding order; Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K bit for bit equal the order their panel kernel
+ * promises (fused_row). Row counts around 16, lengths with a partial group of blocks, activations
+ * with outliers. */
 static void test_gemv_vs_ref(void **state) {
     (void)state;
     rng_seed(71);
@@ -1170,11 +1226,10 @@ static void test_gemv_vs_ref(void **state) {
                     if (!(fabs((double)out[r] - ref) <= tol))
                         fail_msg("%s gemv n=%lld nrows=%d row %d: %.9g vs scalar %.9g", tname(type), (long long)n,
                                  nrows, r, (double)out[r], (double)ref);
-                    if ((type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0) &&
-                        quant_pack_size(type, n, 16) &&
-                        out[r] != fused_row_q8blk(type, n, wr, x))
+                    float fused = quant_pack_size(type, n, 16) ? fused_row(type, n, wr, x) : NAN;
+                    if (!isnan(fused) && out[r] != fused)
                         fail_msg("%s gemv n=%lld row %d: %a is not the fused reference order %a", tname(type),
-                                 (long long)n, r, (double)out[r], (double)fused_row_q8blk(type, n, wr, x));
+                                 (long long)n, r, (double)out[r], (double)fused);
                 }
             }
             free(act);
@@ -1184,21 +1239,20 @@ static void test_gemv_vs_ref(void **state) {
     free(x);
 }
 
-/* Packed panels (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K): quant_gemm_packed for 1..11 tokens, whole and
+/* Packed panels (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K): quant_gemm_packed for 1..11 tokens, whole and
  * partial panels, a row range starting at a later panel; every value within rounding of the scalar
- * reference, Q4_0 / Q5_0 / Q8_0 bit-equal to the fused order, and the same bits for 1 token as for a
- * batch (decode and prefill agree). */
+ * reference, Q4_0 / Q5_0 / Q8_0 / Q4_K bit-equal to their fused order and Q5_K to the scalar
+ * reference itself, and the same bits for 1 token as for a batch (decode and prefill agree). */
 static void test_gemm_packed(void **state) {
     (void)state;
     rng_seed(73);
-    static const int ptypes[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
     static const int64_t lens[] = {256, 32 * 9, 1024 + 256, 4864};
     static const int toks[] = {1, 3, 8, 11};
     enum { ROWS = 37, TMAX = 11, NMAX = 4864 };
     float *x = malloc((size_t)NMAX * TMAX * sizeof(float));
     float *out = malloc(sizeof(float) * ROWS * TMAX), *one = malloc(sizeof(float) * ROWS);
-    for (size_t ti = 0; ti < sizeof(ptypes) / sizeof(ptypes[0]); ti++) {
-        int type = ptypes[ti];
+    for (size_t ti = 0; ti < N_PACKED; ti++) {
+        int type = PACKED[ti];
         const quant_traits *tr = quant_traits_of(type);
         for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
             int64_t n = lens[li];
@@ -1233,10 +1287,10 @@ static void test_gemm_packed(void **state) {
                             if (v != one[r])
                                 fail_msg("%s packed n=%lld row %d tok %d: batch of %d gives %a, one token %a",
                                          tname(type), (long long)n, row0 + r, t, T, (double)v, (double)one[r]);
-                            if ((type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q5_0 || type == GGML_TYPE_Q8_0) &&
-                                v != fused_row_q8blk(type, n, wr, xt))
-                                fail_msg("%s packed n=%lld row %d: %a is not the fused reference order", tname(type),
-                                         (long long)n, row0 + r, (double)v);
+                            float fused = fused_row(type, n, wr, xt);
+                            if (!isnan(fused) && v != fused)
+                                fail_msg("%s packed n=%lld row %d: %a is not the fused reference order %a",
+                                         tname(type), (long long)n, row0 + r, (double)v, (double)fused);
                         }
                     }
                 }
@@ -1251,12 +1305,54 @@ static void test_gemm_packed(void **state) {
     free(one);
 }
 
+/* Packed panels on the largest quants, scales and mins against activations at ±amax (every
+ * activation quant ±127), decode and a batch: no integer path may saturate or wrap. */
+static void test_gemm_packed_extremes(void **state) {
+    (void)state;
+    enum { ROWS = 21, N = 4096, T = 5 };
+    float *x = malloc(sizeof(float) * N * T), *out = malloc(sizeof(float) * ROWS * T), one[ROWS];
+    for (size_t ti = 0; ti < N_PACKED; ti++) {
+        int type = PACKED[ti];
+        size_t rs = quant_row_size(type, N), as = quant_act_row_size(type, N), ps = quant_pack_size(type, N, ROWS);
+        if (!ps) { print_message("%s: no packed layout in this build\n", tname(type)); continue; }
+        uint8_t *w = malloc(rs * ROWS), *act = aligned_alloc(64, as * T);
+        void *packed = aligned_alloc(64, (ps + 63) & ~(size_t)63);
+        for (int pattern = 0; pattern < 4; pattern++) {
+            rng_seed(90 + pattern);
+            for (int r = 0; r < ROWS; r++) extreme_row(type, w + (size_t)r * rs, N, pattern ^ (r & 1));
+            quant_pack(type, N, ROWS, w, rs, packed);
+            for (int t = 0; t < T; t++) {
+                for (int i = 0; i < N; i++) x[(size_t)t * N + i] = ((pattern >> 1) ^ t) & 1 ? -1.0f : 1.0f;
+                quant_act_prepare(type, x + (size_t)t * N, N, act + (size_t)t * as);
+            }
+            quant_gemm_packed(type, N, 0, ROWS, packed, act, as, T, out, ROWS);
+            for (int t = 0; t < T; t++) {
+                quant_gemm_packed(type, N, 0, ROWS, packed, act + (size_t)t * as, as, 1, one, ROWS);
+                for (int r = 0; r < ROWS; r++) {
+                    const void *wr = w + (size_t)r * rs;
+                    const float *xt = x + (size_t)t * N;
+                    float v = out[t * ROWS + r], ref = ref_row(type, N, wr, xt), fused = fused_row(type, N, wr, xt);
+                    double tol = 1e-5 * abs_dot(type, N, wr, xt) + 1e-30;
+                    if (!(fabs((double)v - ref) <= tol) || v != one[r] || (!isnan(fused) && v != fused))
+                        fail_msg("%s extremes pattern %d row %d tok %d: batch %.9g, one token %.9g, scalar %.9g, fused %.9g",
+                                 tname(type), pattern, r, t, (double)v, (double)one[r], (double)ref, (double)fused);
+                }
+            }
+        }
+        free(packed);
+        free(act);
+        free(w);
+    }
+    free(x);
+    free(out);
+}
+
 /* quant_gemm for batches of GGUF rows: F32 / F16 (inner-product kernel, tails of rows and
- * tokens) and a type that falls back to per-token GEMV. */
+ * tokens) and types without panels, which fall back to per-token GEMV. */
 static void test_gemm_rows(void **state) {
     (void)state;
     rng_seed(79);
-    static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q5_K};
+    static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q3_K, GGML_TYPE_Q5_1};
     static const int64_t lens[] = {256, 64 + 7 * 16, 2048 + 5};
     enum { ROWS = 11, TMAX = 13, NMAX = 2048 + 5 };
     float *x = malloc((size_t)NMAX * TMAX * sizeof(float)), *out = malloc(sizeof(float) * ROWS * TMAX);
@@ -1322,6 +1418,7 @@ int main(void) {
         cmocka_unit_test(test_q4_0_dot_vs_f32),
         cmocka_unit_test(test_gemv_vs_ref),
         cmocka_unit_test(test_gemm_packed),
+        cmocka_unit_test(test_gemm_packed_extremes),
         cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_unsupported_types),
         cmocka_unit_test(test_real_gguf_llama),
