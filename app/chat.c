@@ -271,6 +271,7 @@ static void turns_clear(chat *c)
     while (c->n_turns) turn_drop_last(c);
     for (size_t i = 0; i < c->n_tree; i++) free(c->tree[i].text);
     c->n_tree = 0;
+    if (c->editing) ui_input_edit_end(c->u); /* an edit of a message that is gone */
     c->editing = 0;
 }
 
