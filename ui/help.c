@@ -13,20 +13,8 @@ void help_draw(ui *u)
     int bh = H - 2 < n_lines + 2 ? H - 2 : n_lines + 2;
     if (bw < 20 || bh < 4) return;
     int x0 = (W - bw) / 2, y0 = (H - bh) / 2;
-    attr_t a = u->attr[UI_EL_HELP], k = u->attr[UI_EL_HELP_KEY], b = u->attr[UI_EL_BORDER];
-    (void)b;
-    for (int y = 0; y < bh; y++) ui_fill(u, y0 + y, x0, bw, " ", a);
-    /* frame */
-    ui_fill(u, y0, x0, bw, ui_glyph(u, "─", "-"), a);
-    ui_fill(u, y0 + bh - 1, x0, bw, ui_glyph(u, "─", "-"), a);
-    for (int y = 1; y < bh - 1; y++) {
-        ui_puts(u, y0 + y, x0, 1, ui_glyph(u, "│", "|"), a);
-        ui_puts(u, y0 + y, x0 + bw - 1, 1, ui_glyph(u, "│", "|"), a);
-    }
-    ui_puts(u, y0, x0, 1, ui_glyph(u, "┌", "+"), a);
-    ui_puts(u, y0, x0 + bw - 1, 1, ui_glyph(u, "┐", "+"), a);
-    ui_puts(u, y0 + bh - 1, x0, 1, ui_glyph(u, "└", "+"), a);
-    ui_puts(u, y0 + bh - 1, x0 + bw - 1, 1, ui_glyph(u, "┘", "+"), a);
+    attr_t a = u->attr[UI_EL_HELP], k = u->attr[UI_EL_HELP_KEY];
+    ui_box(u, y0, x0, bh, bw, a);
     ui_puts(u, y0, x0 + 2, bw - 4, " kvchat help ", k);
     const char *foot = u->unicode ? " ↑↓ PgUp PgDn scroll · any other key closes " : " Up/Down scroll - any other key closes ";
     int fw = ui_text_width(foot, strlen(foot));

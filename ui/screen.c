@@ -78,6 +78,21 @@ int ui_put(ui *u, int y, int x, int w, const char *s, size_t len, attr_t a)
 
 int ui_puts(ui *u, int y, int x, int w, const char *s, attr_t a) { return ui_put(u, y, x, w, s, strlen(s), a); }
 
+void ui_box(ui *u, int y0, int x0, int bh, int bw, attr_t a)
+{
+    for (int y = 0; y < bh; y++) ui_fill(u, y0 + y, x0, bw, " ", a);
+    ui_fill(u, y0, x0, bw, ui_glyph(u, "─", "-"), a);
+    ui_fill(u, y0 + bh - 1, x0, bw, ui_glyph(u, "─", "-"), a);
+    for (int y = 1; y < bh - 1; y++) {
+        ui_puts(u, y0 + y, x0, 1, ui_glyph(u, "│", "|"), a);
+        ui_puts(u, y0 + y, x0 + bw - 1, 1, ui_glyph(u, "│", "|"), a);
+    }
+    ui_puts(u, y0, x0, 1, ui_glyph(u, "┌", "+"), a);
+    ui_puts(u, y0, x0 + bw - 1, 1, ui_glyph(u, "┐", "+"), a);
+    ui_puts(u, y0 + bh - 1, x0, 1, ui_glyph(u, "└", "+"), a);
+    ui_puts(u, y0 + bh - 1, x0 + bw - 1, 1, ui_glyph(u, "┘", "+"), a);
+}
+
 void ui_fill(ui *u, int y, int x, int n, const char *ch, attr_t a)
 {
     if (n <= 0 || y < 0 || y >= LINES) return;

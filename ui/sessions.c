@@ -195,17 +195,7 @@ void sessions_draw(ui *u)
     if (bw < 30 || bh < 8) return;
     int x0 = (W - bw) / 2, y0 = 1;
     attr_t a = u->attr[UI_EL_HELP], k = u->attr[UI_EL_HELP_KEY];
-    for (int y = 0; y < bh; y++) ui_fill(u, y0 + y, x0, bw, " ", a);
-    ui_fill(u, y0, x0, bw, ui_glyph(u, "─", "-"), a);
-    ui_fill(u, y0 + bh - 1, x0, bw, ui_glyph(u, "─", "-"), a);
-    for (int y = 1; y < bh - 1; y++) {
-        ui_puts(u, y0 + y, x0, 1, ui_glyph(u, "│", "|"), a);
-        ui_puts(u, y0 + y, x0 + bw - 1, 1, ui_glyph(u, "│", "|"), a);
-    }
-    ui_puts(u, y0, x0, 1, ui_glyph(u, "┌", "+"), a);
-    ui_puts(u, y0, x0 + bw - 1, 1, ui_glyph(u, "┐", "+"), a);
-    ui_puts(u, y0 + bh - 1, x0, 1, ui_glyph(u, "└", "+"), a);
-    ui_puts(u, y0 + bh - 1, x0 + bw - 1, 1, ui_glyph(u, "┘", "+"), a);
+    ui_box(u, y0, x0, bh, bw, a);
     char t[96];
     snprintf(t, sizeof t, " conversations (%zu) ", v->n);
     ui_puts(u, y0, x0 + 2, bw - 4, t, k);

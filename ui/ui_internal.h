@@ -163,6 +163,8 @@ int ui_put(ui *u, int y, int x, int w, const char *s, size_t len, attr_t a);
 int ui_puts(ui *u, int y, int x, int w, const char *s, attr_t a);
 /* Fill n cells with character ch (a UTF-8 string of one character). */
 void ui_fill(ui *u, int y, int x, int n, const char *ch, attr_t a);
+/* A blank h x w box at (y, x) with a one-cell frame (box drawing, or +-| without Unicode). */
+void ui_box(ui *u, int y, int x, int h, int w, attr_t a);
 const char *ui_glyph(const ui *u, const char *unicode, const char *ascii);
 void ui_mark_dirty(ui *u);
 
