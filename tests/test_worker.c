@@ -21,16 +21,23 @@ typedef struct fixture {
     worker *w;
 } fixture;
 
-static int setup(void **state)
+/* stories260K with n_ctx positions on one thread; NULL with err filled on failure. */
+static engine *stories_engine(int n_ctx, kv_error *err)
 {
-    fixture *f = calloc(1, sizeof *f);
     engine_params ep;
     engine_params_default(&ep);
     ep.model_path = tu_path("models/stories260K.gguf");
-    ep.n_ctx = 512;
+    ep.n_ctx = n_ctx;
     ep.n_threads = 1;
+    engine *e = NULL;
+    return engine_open(&ep, &e, err) == KV_OK ? e : NULL;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
     kv_error err = {0};
-    if (engine_open(&ep, &f->e, &err)) {
+    if (!(f->e = stories_engine(512, &err))) {
         fprintf(stderr, "engine_open: %s\n", err.msg);
         return -1;
     }
@@ -313,14 +320,9 @@ static void test_busy_and_reset(void **state)
 static void test_context_shift(void **state)
 {
     (void)state;
-    engine_params ep;
-    engine_params_default(&ep);
-    ep.model_path = tu_path("models/stories260K.gguf");
-    ep.n_ctx = 64;
-    ep.n_threads = 1;
     kv_error err = {0};
-    engine *e = NULL;
-    assert_int_equal(engine_open(&ep, &e, &err), KV_OK);
+    engine *e = stories_engine(64, &err);
+    assert_non_null(e);
     sampler_params sp;
     sampler_params_default(&sp);
     sp.temperature = 0;
@@ -435,14 +437,9 @@ static int text_collect(void *ud, const char *t, size_t n, int32_t tok)
 
 static engine *open_engine(void)
 {
-    engine_params ep;
-    engine_params_default(&ep);
-    ep.model_path = tu_path("models/stories260K.gguf");
-    ep.n_ctx = 512;
-    ep.n_threads = 1;
     kv_error err = {0};
-    engine *e = NULL;
-    assert_int_equal(engine_open(&ep, &e, &err), KV_OK);
+    engine *e = stories_engine(512, &err);
+    assert_non_null(e);
     return e;
 }
 
