@@ -160,6 +160,41 @@ static float vd_q8_0(const block_q8_0 *w, const block_q8_0 *x, int64_t nb) {
     return hsum_ps(_mm256_add_ps(a0, a1));
 }
 
+/* ---- IQ4_NL / IQ4_XS: a 16-entry table lookup (vpshufb) turns the nibbles into int8 values ---- */
+
+static inline __m256i iq4_values32(const uint8_t *qs) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+    return _mm256_shuffle_epi8(lut, nibbles32(qs));
+}
+
+/* Σ w·x over 32 int8 pairs as 8 int32 lanes (|w| <= 127: the u8·s8 pairs never saturate). */
+static inline __m256i dot32_s8(__m256i w, __m256i x) {
+    return DPBUSD(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+static float vd_iq4_nl(const block_iq4_nl *w, const block_q8_0 *x, int64_t nb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i p = dot32_s8(iq4_values32(w[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        s = fmaf(h2f(w[i].d) * h2f(x[i].d), (float)hsum_epi32(p), s); /* the reference's order */
+    }
+    return s;
+}
+
+static float vd_iq4_xs(const block_iq4_xs *w, const block_q8_K *x, int64_t nb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int b = 0; b < 8; b++) {
+            int ls = ((w[i].scales_l[b / 2] >> (4 * (b % 2))) & 0x0f) | (((w[i].scales_h >> (2 * b)) & 3) << 4);
+            __m256i p = dot32_s8(iq4_values32(w[i].qs + 16 * b), _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * b)));
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, _mm256_set1_epi32(ls - 32)));
+        }
+        s += x[i].d * h2f(w[i].d) * (float)hsum_epi32(acc);
+    }
+    return s;
+}
+
 /* Horizontal sums of eight int32 vectors, returned as one vector [Σp0, …, Σp7]. */
 static inline __m256i reduce8_epi32(const __m256i p[8]) {
     __m256i a0 = _mm256_hadd_epi32(p[0], p[1]), a1 = _mm256_hadd_epi32(p[2], p[3]);
@@ -814,6 +849,8 @@ static float x_vec_dot(int type, int64_t n, const void *w, const void *x) {
     case GGML_TYPE_Q4_K: if (OK256(n)) return vd_q4_K(w, x, n >> 8); break;
     case GGML_TYPE_Q5_K: if (OK256(n)) return vd_q5_K(w, x, n >> 8); break;
     case GGML_TYPE_Q6_K: if (OK256(n)) return vd_q6_K(w, x, n >> 8); break;
+    case GGML_TYPE_IQ4_NL: if (OK32(n)) return vd_iq4_nl(w, x, n >> 5); break;
+    case GGML_TYPE_IQ4_XS: if (OK256(n)) return vd_iq4_xs(w, x, n >> 8); break;
     default: break;
     }
     return quant_vec_dot_ref(type, n, w, x); /* also the NaN answer for bad type / n */
