@@ -889,7 +889,7 @@ static void x_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, si
 
 #endif /* QUANT_X86 */
 
-#if defined(__AVXVNNI__)
+#if defined(KERN_VNNI) /* the wrapper x86_avxvnni.c; also names the no-op on other architectures */
 #define FILL_NAME kern_fill_x86_avxvnni
 #else
 #define FILL_NAME kern_fill_x86_avx2
