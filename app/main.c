@@ -616,6 +616,8 @@ int main(int argc, char **argv)
         return err.code == KV_ERR_NOMEM ? EXIT_RUNTIME : EXIT_MODEL;
     }
     if (engine_notice(e)) fprintf(stderr, "kvchat: %s\n", engine_notice(e));
+    /* e.g. a BPE vocab with no tokenizer.ggml.pre: said in every mode, as `kvchat tokenize` does */
+    if (tokenizer_warning(engine_tokenizer(e))) fprintf(stderr, "kvchat: warning: %s\n", tokenizer_warning(engine_tokenizer(e)));
     sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &c.sp, &err);
     if (!s) {
         fprintf(stderr, "kvchat: %s\n", err.msg);
