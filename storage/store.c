@@ -396,31 +396,101 @@ static int schema_objects(store *s, char *buf, size_t cap, int *n, store_error *
     return rc;
 }
 
+/* The database header and schema as one snapshot: application_id, user_version and the
+ * schema's objects (read inside one transaction, so another process's commit never falls
+ * between two of the reads). */
+typedef struct st_header {
+    int64_t appid, ver;
+    char objs[256];
+    int n_objs;
+} st_header;
+
+static int read_header(store *s, st_header *h, store_error *err)
+{
+    int rc;
+    if ((rc = pragma_int(s, "PRAGMA application_id", &h->appid, err)) ||
+        (rc = pragma_int(s, "PRAGMA user_version", &h->ver, err)) ||
+        (rc = schema_objects(s, h->objs, sizeof h->objs, &h->n_objs, err))) {
+        if (rc == STORE_ERR_FOREIGN || rc == STORE_ERR_CORRUPT)
+            rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (%s)", sqlite3_errmsg(s->db));
+    }
+    return rc;
+}
+
+/* Whose database is it: another application's, a newer kvchat's, or ours (any version up to
+ * STORE_SCHEMA_VERSION, 0 = empty). */
+static int check_header(store *s, const st_header *h, store_error *err)
+{
+    if (h->appid != 0 && h->appid != STORE_APPLICATION_ID)
+        return st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it belongs to another application: id %#llx)",
+                      (unsigned long long)h->appid);
+    if (h->ver == 0 && h->n_objs > 0)
+        return st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it holds %s%s and no kvchat schema version)",
+                      h->objs, h->n_objs > 6 ? ", …" : "");
+    if (h->ver > 0 && h->appid != STORE_APPLICATION_ID)
+        return st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (schema version %lld but no kvchat id)",
+                      (long long)h->ver);
+    if (h->ver > STORE_SCHEMA_VERSION)
+        return st_set(s, err, STORE_ERR_NEWER,
+                      "written by a newer kvchat (schema version %lld; this kvchat knows up to %d); it was left "
+                      "untouched — use a newer kvchat, or another --db",
+                      (long long)h->ver, STORE_SCHEMA_VERSION);
+    return STORE_OK;
+}
+
+/* Creation and every migration in one write transaction (BEGIN IMMEDIATE: other openers wait
+ * on the busy timeout), the header read and checked again once the lock is held: another
+ * process may have created, migrated — or replaced — the file since we looked. Nobody ever
+ * sees a half-made schema or a schema version without the kvchat id. */
 static int migrate(store *s, store_error *err)
 {
-    int64_t ver = 0;
-    for (;;) {
-        int rc = pragma_int(s, "PRAGMA user_version", &ver, err);
-        if (rc) return rc;
-        if (ver >= STORE_SCHEMA_VERSION) return STORE_OK;
-        if ((rc = st_begin(s, err))) return rc;
-        /* another process may have migrated between our read and our lock */
-        if ((rc = pragma_int(s, "PRAGMA user_version", &ver, err))) {
-            st_rollback(s);
-            return rc;
-        }
-        if (ver >= STORE_SCHEMA_VERSION) {
-            st_rollback(s);
-            return STORE_OK;
-        }
+    st_header h;
+    int rc = st_begin(s, err);
+    if (rc) return rc;
+    if ((rc = read_header(s, &h, err)) || (rc = check_header(s, &h, err))) {
+        st_rollback(s);
+        return rc;
+    }
+    if (h.ver >= STORE_SCHEMA_VERSION) {
+        st_rollback(s);
+        return STORE_OK;
+    }
+    for (int64_t v = h.ver; v < STORE_SCHEMA_VERSION; v++) {
         char tail[96];
-        snprintf(tail, sizeof tail, "PRAGMA user_version = %d; PRAGMA application_id = %d;", (int)ver + 1,
+        snprintf(tail, sizeof tail, "PRAGMA user_version = %d; PRAGMA application_id = %d;", (int)v + 1,
                  STORE_APPLICATION_ID);
-        if ((rc = st_exec(s, migrations[ver], err)) || (rc = st_exec(s, tail, err)) || (rc = st_commit(s, err))) {
+        if ((rc = st_exec(s, migrations[v], err)) || (rc = st_exec(s, tail, err))) {
             st_rollback(s);
-            return st_set(s, err, rc, "migrating the schema from version %d to %d: %s", (int)ver, (int)ver + 1,
+            return st_set(s, err, rc, "migrating the schema from version %d to %d: %s", (int)v, (int)v + 1,
                           err ? err->msg : "");
         }
+    }
+    if ((rc = st_commit(s, err)))
+        return st_set(s, err, rc, "migrating the schema from version %d to %d: %s", (int)h.ver, STORE_SCHEMA_VERSION,
+                      err ? err->msg : "");
+    return STORE_OK;
+}
+
+/* PRAGMA journal_mode = WAL needs the database alone for a moment; while other processes open
+ * it at the same time SQLite can answer SQLITE_BUSY at once (without calling the busy
+ * handler), so retry for as long as the busy timeout × BEGIN_RETRIES. */
+static int set_wal(store *s, store_error *err)
+{
+    for (int waited = 0;; waited += 10) {
+        sqlite3_stmt *st;
+        int rc = st_prepare(s, "PRAGMA journal_mode = WAL", &st, err);
+        if (rc) return rc;
+        int r = sqlite3_step(st);
+        int wal = r == SQLITE_ROW && sqlite3_column_text(st, 0) && !strcmp((const char *)sqlite3_column_text(st, 0), "wal");
+        sqlite3_finalize(st);
+        if (wal) return STORE_OK;
+        if (r != SQLITE_ROW && (r & 0xff) != SQLITE_BUSY && (r & 0xff) != SQLITE_LOCKED)
+            return st_fail(s, err, r, "switching to WAL");
+        if (waited >= BUSY_TIMEOUT_MS * BEGIN_RETRIES)
+            return st_set(s, err, STORE_ERR_BUSY, "switching to WAL: the database stayed locked for %d s",
+                          waited / 1000);
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
     }
 }
 
@@ -497,47 +567,17 @@ int store_open(const char *path, int flags, store **out, store_error *err)
     sqlite3_extended_result_codes(s->db, 1);
     sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
 
-    /* Look before writing anything: the header (application_id, user_version) and the schema. */
-    int64_t appid = 0, ver = 0;
-    if ((rc = pragma_int(s, "PRAGMA application_id", &appid, err)) ||
-        (rc = pragma_int(s, "PRAGMA user_version", &ver, err))) {
-        if (rc == STORE_ERR_FOREIGN || rc == STORE_ERR_CORRUPT)
-            rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (%s)", sqlite3_errmsg(s->db));
-        goto fail;
-    }
-    char objs[256];
-    int n_objs = 0;
-    if ((rc = schema_objects(s, objs, sizeof objs, &n_objs, err))) {
-        if (rc == STORE_ERR_FOREIGN || rc == STORE_ERR_CORRUPT)
-            rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (%s)", sqlite3_errmsg(s->db));
-        goto fail;
-    }
-    if (appid != 0 && appid != STORE_APPLICATION_ID) {
-        rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it belongs to another application: id %#llx)",
-                    (unsigned long long)appid);
-        goto fail;
-    }
-    if (ver == 0 && n_objs > 0) {
-        rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it holds %s%s and no kvchat schema version)",
-                    objs, n_objs > 6 ? ", …" : "");
-        goto fail;
-    }
-    if (ver > 0 && appid != STORE_APPLICATION_ID) {
-        rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (schema version %lld but no kvchat id)",
-                    (long long)ver);
-        goto fail;
-    }
-    if (ver > STORE_SCHEMA_VERSION) {
-        rc = st_set(s, err, STORE_ERR_NEWER,
-                    "written by a newer kvchat (schema version %lld; this kvchat knows up to %d); it was left "
-                    "untouched — use a newer kvchat, or another --db",
-                    (long long)ver, STORE_SCHEMA_VERSION);
-        goto fail;
-    }
+    /* Look before writing anything: the header (application_id, user_version) and the schema,
+     * as one snapshot. */
+    st_header h;
+    if ((rc = st_exec(s, "BEGIN", err))) goto fail;
+    rc = read_header(s, &h, err);
+    st_rollback(s);
+    if (rc || (rc = check_header(s, &h, err))) goto fail;
     if (s->readonly) {
-        if (ver < STORE_SCHEMA_VERSION && n_objs > 0) {
+        if (h.ver < STORE_SCHEMA_VERSION && h.n_objs > 0) {
             rc = st_set(s, err, STORE_ERR_READONLY, "schema version %lld needs migrating to %d: open it once with write access",
-                        (long long)ver, STORE_SCHEMA_VERSION);
+                        (long long)h.ver, STORE_SCHEMA_VERSION);
             goto fail;
         }
         if ((rc = st_exec(s, "PRAGMA foreign_keys = ON; PRAGMA query_only = ON;", err))) goto fail;
@@ -545,14 +585,14 @@ int store_open(const char *path, int flags, store **out, store_error *err)
         return STORE_OK;
     }
 
-    if (ver == 0 && (rc = st_exec(s, "PRAGMA auto_vacuum = INCREMENTAL;", err))) goto fail;
+    if (h.ver == 0 && (rc = st_exec(s, "PRAGMA auto_vacuum = INCREMENTAL;", err))) goto fail;
     /* journal_mode is persistent; set it only when it is not WAL yet (it needs a moment alone) */
     sqlite3_stmt *jm;
     if ((rc = st_prepare(s, "PRAGMA journal_mode", &jm, err))) goto fail;
     int is_wal = sqlite3_step(jm) == SQLITE_ROW && sqlite3_column_text(jm, 0) &&
                  !strcmp((const char *)sqlite3_column_text(jm, 0), "wal");
     sqlite3_finalize(jm);
-    if (!is_wal && (rc = st_exec(s, "PRAGMA journal_mode = WAL;", err))) goto fail;
+    if (!is_wal && (rc = set_wal(s, err))) goto fail;
     const char *sync = (flags & STORE_OPEN_SYNC_NORMAL) ? "PRAGMA synchronous = NORMAL; PRAGMA secure_delete = FAST;"
                                                          : "PRAGMA synchronous = FULL;";
     /* the WAL is cut back to 64 MiB after checkpoints (KV blobs would otherwise leave it large) */

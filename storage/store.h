@@ -74,8 +74,10 @@ enum store_open_flags {
 };
 
 /* Open (creating it and its schema when absent) the database at path and migrate it forward to
- * STORE_SCHEMA_VERSION, each migration in its own transaction. Nothing is written before the
- * checks: a newer schema → STORE_ERR_NEWER ("written by a newer kvchat (schema N, this one
+ * STORE_SCHEMA_VERSION. Creation and all migrations are one write transaction that other
+ * openers wait for (busy timeout; the switch to WAL retries as long), the header checked again
+ * once the lock is held, so any number of processes may open a new file at once. Nothing is
+ * written before the checks: a newer schema → STORE_ERR_NEWER ("written by a newer kvchat (schema N, this one
  * knows up to M); left untouched"), another application's database or a file that is not
  * SQLite → STORE_ERR_FOREIGN, an unwritable file or directory → STORE_ERR_READONLY / _IO.
  * The parent directory must exist. */
