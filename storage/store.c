@@ -357,6 +357,17 @@ static const char *const migrations[] = {
     /* 1 → 2: deltas — a KV prefix may rest on a shared one, its blob holding only the rest */
     "ALTER TABLE kv_prefixes ADD COLUMN base_id INTEGER REFERENCES kv_prefixes(id) ON DELETE CASCADE;\n"
     "CREATE INDEX kv_prefixes_base ON kv_prefixes(base_id);\n",
+    /* 2 → 3: seeds as unsigned decimal text. SQLite's INTEGER is signed 64-bit, so a seed >= 2^63
+     * (half of the random ones) read back negative in SQL; the old values are converted: x < 0
+     * held 2^64 + x = 2^63 + (x + 2^63), added in two 9-digit halves to stay within int64. */
+    "ALTER TABLE generations RENAME COLUMN seed TO seed_i64;\n"
+    "ALTER TABLE generations ADD COLUMN seed TEXT;\n"
+    "UPDATE generations SET seed = CASE WHEN seed_i64 >= 0 THEN CAST(seed_i64 AS TEXT) ELSE CAST(((seed_i64 + 9223372036854775807) + 1) / 1000000000 + 9223372036 + ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) / 1000000000 AS TEXT) || printf('%09d', ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) % 1000000000) END WHERE seed_i64 IS NOT NULL;\n"
+    "ALTER TABLE generations DROP COLUMN seed_i64;\n"
+    "ALTER TABLE conversations RENAME COLUMN seed TO seed_i64;\n"
+    "ALTER TABLE conversations ADD COLUMN seed TEXT;\n"
+    "UPDATE conversations SET seed = CASE WHEN seed_i64 >= 0 THEN CAST(seed_i64 AS TEXT) ELSE CAST(((seed_i64 + 9223372036854775807) + 1) / 1000000000 + 9223372036 + ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) / 1000000000 AS TEXT) || printf('%09d', ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) % 1000000000) END WHERE seed_i64 IS NOT NULL;\n"
+    "ALTER TABLE conversations DROP COLUMN seed_i64;\n",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -733,8 +744,13 @@ static void bind_params(sqlite3_stmt *st, int i, const store_params *p)
     sqlite3_bind_int(st, i + 5, p->repeat_last_n);
     sqlite3_bind_double(st, i + 6, p->presence_penalty);
     sqlite3_bind_double(st, i + 7, p->frequency_penalty);
-    if (p->seed_set) sqlite3_bind_int64(st, i + 8, (int64_t)p->seed);
-    else sqlite3_bind_null(st, i + 8);
+    if (p->seed_set) {
+        char seed[24];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed); /* TEXT: a u64 (schema 3) */
+        sqlite3_bind_text(st, i + 8, seed, -1, SQLITE_TRANSIENT);
+    } else {
+        sqlite3_bind_null(st, i + 8);
+    }
     sqlite3_bind_int(st, i + 9, p->max_tokens);
 }
 
@@ -752,7 +768,12 @@ static void read_params(sqlite3_stmt *st, int i, store_params *p)
     p->presence_penalty = sqlite3_column_double(st, i + 6);
     p->frequency_penalty = sqlite3_column_double(st, i + 7);
     p->seed_set = sqlite3_column_type(st, i + 8) != SQLITE_NULL;
-    p->seed = (uint64_t)sqlite3_column_int64(st, i + 8);
+    if (sqlite3_column_type(st, i + 8) == SQLITE_INTEGER) {
+        p->seed = (uint64_t)sqlite3_column_int64(st, i + 8);
+    } else if (p->seed_set) {
+        const char *t = (const char *)sqlite3_column_text(st, i + 8);
+        p->seed = t ? strtoull(t, NULL, 10) : 0;
+    }
     p->max_tokens = sqlite3_column_int(st, i + 9);
 }
 

@@ -18,7 +18,7 @@
  *                  token context of that head (the exact tokens the model saw, for resuming)
  *   messages       conversation, parent (branches: siblings share a parent), role, content,
  *                  token count, time; replies are partial = 1 when stopped
- *   generations    one per reply: parameters and seed used, TTFT, prefill / decode tokens/s,
+ *   generations    one per reply: parameters and seed used (seed: the u64 as decimal TEXT), TTFT, prefill / decode tokens/s,
  *                  token counts, finish reason
  *   messages_fts   FTS5 index over messages.content (external content, kept by triggers)
  *   kv_prefixes    a KV blob: model, KV type, its token prefix (n_tokens int32 keys), the
@@ -41,7 +41,8 @@
  * A store handle is used by one thread at a time; use one handle per thread.
  */
 
-#define STORE_SCHEMA_VERSION 2  /* 1: the first schema; 2: kv_prefixes.base_id (deltas) */
+#define STORE_SCHEMA_VERSION 3  /* 1: the first schema; 2: kv_prefixes.base_id (deltas); 3: seeds as
+                                   unsigned decimal TEXT (INTEGER is signed: seeds >= 2^63 read negative) */
 #define STORE_APPLICATION_ID 0x6b766368 /* "kvch" */
 #define STORE_KV_CHUNK_DEFAULT (1u << 20)
 

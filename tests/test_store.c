@@ -682,6 +682,67 @@ static void test_kv_half_written_never_used(void **state)
 
 /* ---- schema 1 → 2; KV deltas --------------------------------------------------------------------- */
 
+/* Seeds are u64: stored as their unsigned decimal (SQLite's INTEGER is signed, a seed >= 2^63
+ * read negative in SQL before schema 3), and a schema-2 file's negative values are converted. */
+static void test_seed_u64(void **state)
+{
+    (void)state;
+    store *s = open_new("seed.db");
+    const char *p = tu_tmp_path("seed.db");
+    store_error err = {0};
+    int64_t conv = 0;
+    store_params cp = {.set = 1, .temperature = 0.5, .seed_set = 1, .seed = UINT64_MAX};
+    assert_int_equal(store_conv_create(s, 0, NULL, &cp, 0, &conv, &err), STORE_OK);
+    int64_t u = add(s, conv, 0, STORE_ROLE_USER, "hi");
+    int64_t a = add(s, conv, u, STORE_ROLE_ASSISTANT, "hello"); /* seed 0xfedcba9876543210 */
+    char *t = raw_text(p, "SELECT seed FROM generations");
+    assert_string_equal(t, "18364758544493064720");
+    free(t);
+    t = raw_text(p, "SELECT typeof(seed) || ' ' || seed FROM conversations");
+    assert_string_equal(t, "text 18446744073709551615");
+    free(t);
+    store_msg *m;
+    size_t n;
+    assert_int_equal(store_conv_messages(s, conv, &m, &n, &err), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(m[1].id, a);
+    assert_true(m[1].gen.params.seed_set);
+    assert_true(m[1].gen.params.seed == 0xfedcba9876543210ULL);
+    store_msgs_free(m, n);
+    store_conv c;
+    assert_int_equal(store_conv_get(s, conv, &c, &err), STORE_OK);
+    assert_true(c.params.seed == UINT64_MAX);
+    store_conv_clear(&c);
+    store_close(s);
+    /* a schema-2 file: INTEGER seeds, two's complement */
+    raw_exec(p, "ALTER TABLE generations DROP COLUMN seed; ALTER TABLE generations ADD COLUMN seed INTEGER;"
+                "UPDATE generations SET seed = -81985529216486896;"
+                "ALTER TABLE conversations DROP COLUMN seed; ALTER TABLE conversations ADD COLUMN seed INTEGER;"
+                "UPDATE conversations SET seed = -1; PRAGMA user_version = 2;");
+    raw_exec(p, "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('b', 0, 0, 1, 42);"
+                "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('c', 0, 0, 1, "
+                "-9223372036854775808);"
+                "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('d', 0, 0, 1, "
+                "9223372036854775807);"
+                "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('e', 0, 0, 1, "
+                "-1000000000);"
+                "INSERT INTO conversations(title, created_at, updated_at) VALUES ('f', 0, 0);");
+    assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 3);
+    t = raw_text(p, "SELECT group_concat(typeof(seed) || ':' || coalesce(seed, '-'), ' ') FROM "
+                    "(SELECT seed FROM conversations ORDER BY id)");
+    assert_string_equal(t, "text:18446744073709551615 text:42 text:9223372036854775808 text:9223372036854775807 "
+                           "text:18446744072709551616 null:-");
+    free(t);
+    t = raw_text(p, "SELECT seed FROM generations");
+    assert_string_equal(t, "18364758544493064720");
+    free(t);
+    assert_int_equal(store_conv_messages(s, conv, &m, &n, &err), STORE_OK);
+    assert_true(m[1].gen.params.seed == 0xfedcba9876543210ULL);
+    store_msgs_free(m, n);
+    store_close(s);
+}
+
 static void test_migration_1_to_2(void **state)
 {
     (void)state;
@@ -709,8 +770,8 @@ static void test_migration_1_to_2(void **state)
     assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 1);
     /* opened for writing: migrated forward, the rows kept */
     assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
-    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 2);
-    assert_int_equal(STORE_SCHEMA_VERSION, 2);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
+    assert_int_equal(STORE_SCHEMA_VERSION, 3);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 1);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'kv_prefixes_base'"), 1);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM conversations"), 1);
@@ -960,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_kv_corruption_named),
         cmocka_unit_test(test_kv_half_written_never_used),
         cmocka_unit_test(test_migration_1_to_2),
+        cmocka_unit_test(test_seed_u64),
         cmocka_unit_test(test_kv_deltas),
     };
     return cmocka_run_group_tests(tests, setup_dir, tu_tmpdir_teardown);
