@@ -71,3 +71,60 @@ done
 if [ $lost -eq 0 ] && [ ! -s "$TR/race.err" ] && [ $rounds -ge 20 ]; then
     ok "trust: 8 parallel kvchat import into a new database, $rounds rounds: all 8 conversations every time"
 else bad "trust: 8 parallel imports into a new database" "$lost of $rounds rounds lost some: $(sort "$TR/race.err" | uniq -c | head -3)"; fi
+
+# ---- #9: control characters neutralised the same way in every text output; exports keep NUL ---
+# one-shot: the echoed prompt goes through the same function as the reply
+"$BIN" -m "$MODEL" -p $'Once\e[2J\r\xc2\x9b upon' -n 4 --temp 0 >"$TR/plain.out" 2>/dev/null
+if ! LC_ALL=C grep -qP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$TR/plain.out" &&
+    grep -q $'Once\xe2\x90\x9b\[2J\xe2\x90\x8d\xef\xbf\xbd upon' "$TR/plain.out"; then
+    ok "trust: one-shot output shows ESC, CR and U+009B as ␛ ␍ U+FFFD, never raw"
+else bad "trust: one-shot output neutralises controls" "$(od -c "$TR/plain.out" | head -5)"; fi
+# a stored reply with escape sequences, C1, CR and a NUL byte in the middle
+sed -e 's/"content":"hello"/"content":"hel\\u0000lo\\u001b[2J\\u009bx\\ry\\r\\nz"/' "$TR/c.json" >"$TR/ctl.json"
+rm -f "$TR/ctl.db"*
+"$BIN" import "$TR/ctl.json" --db "$TR/ctl.db" >/dev/null
+"$BIN" export last --db "$TR/ctl.db" >"$TR/ctl.md"
+"$BIN" export last --format json --db "$TR/ctl.db" >"$TR/ctl1.json"
+rm -f "$TR/ctl2.db"*
+"$BIN" import "$TR/ctl1.json" --db "$TR/ctl2.db" >/dev/null
+"$BIN" export last --format json --db "$TR/ctl2.db" >"$TR/ctl2.json"
+if ! LC_ALL=C grep -qP '[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$TR/ctl.md" &&
+    grep -q $'hel\xe2\x90\x80lo\xe2\x90\x9b\[2J\xef\xbf\xbdx\xe2\x90\x8dy$' "$TR/ctl.md" && grep -qx 'z' "$TR/ctl.md"; then
+    ok "trust: Markdown export neutralises ESC / C1 / CR like one-shot, and a NUL does not cut the reply"
+else bad "trust: Markdown export neutralises controls" "$(od -c "$TR/ctl.md" | tail -6)"; fi
+if grep -qF '"hel\u0000lo\u001b[2J\u009bx\ry\r\nz"' "$TR/ctl1.json" && cmp -s "$TR/ctl1.json" "$TR/ctl2.json" &&
+    [ "$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT length(CAST(content AS BLOB)) FROM messages WHERE role = '"'assistant'"'").fetchone()[0])' "$TR/ctl2.db")" = 18 ]; then
+    ok "trust: JSON export escapes every control (\\u0000, \\u009b) and import → export keeps all 18 bytes"
+else bad "trust: JSON export keeps every byte" "$(grep content "$TR/ctl1.json") / $(diff "$TR/ctl1.json" "$TR/ctl2.json" | head -3)"; fi
+# the chat screen: the same conversation resumed
+if command -v tmux >/dev/null 2>&1; then
+    printf '%s\n' "$(printf '%q ' env TERM=tmux-256color LANG=C.UTF-8 XDG_STATE_HOME="$TR/state" "$BIN" -m "$MODEL" --db "$TR/ctl.db" --resume last); sleep 60" >"$TR/chat2.sh"
+    $TRT -f /dev/null new-session -d -s t -x 100 -y 30 "bash '$TR/chat2.sh'"
+    seen=
+    for _ in $(seq 1 100); do
+        $TRT capture-pane -p -t t >"$TR/screen2" 2>/dev/null
+        grep -q $'lo\xe2\x90\x9b\[2J' "$TR/screen2" && { seen=1; break; }
+        sleep 0.1
+    done
+    $TRT kill-server >/dev/null 2>&1
+    if [ -n "$seen" ] && grep -q $'hel\xe2\x90\x80lo\xe2\x90\x9b\[2J\xef\xbf\xbdx\xe2\x90\x8dy' "$TR/screen2" && grep -q '^ hi ' "$TR/screen2"; then
+        ok "trust: the chat screen shows the same reply as the exports (␀ ␛ U+FFFD ␍), the screen intact"
+    else bad "trust: the chat screen neutralises controls" "$(cat "$TR/screen2")"; fi
+fi
+
+# ---- #10: one-shot mode reports the seed it used; a big seed is a seed -------------------------
+"$BIN" -m "$MODEL" -p "Once upon" -n 24 --json >"$TR/s1.json" 2>/dev/null
+seed=$(tail -1 "$TR/s1.json" | python3 -c 'import json, sys; print(json.load(sys.stdin)["seed"])' 2>/dev/null)
+"$BIN" -m "$MODEL" -p "Once upon" -n 24 --json --seed "${seed:-0}" >"$TR/s2.json" 2>/dev/null
+txt() { python3 -c 'import json, sys; print("".join(json.loads(l).get("text", "") for l in open(sys.argv[1])))' "$1"; }
+if [ -n "$seed" ] && [ "$(txt "$TR/s1.json")" = "$(txt "$TR/s2.json")" ] && [ -n "$(txt "$TR/s1.json")" ] &&
+    tail -1 "$TR/s2.json" | grep -q "\"seed\": \"$seed\""; then
+    ok "trust: --json's done object gives the random seed used (\"seed\": \"$seed\"), and --seed with it repeats the reply"
+else bad "trust: --json reports the seed" "seed '$seed': $(tail -1 "$TR/s1.json")"; fi
+out=$("$BIN" -m "$MODEL" -p "Once upon" -n 8 --stats 2>&1 >/dev/null)
+big=$("$BIN" -m "$MODEL" -p "Once upon" -n 8 --stats --seed 18364758544493064720 2>&1 >/dev/null)
+"$BIN" -m "$MODEL" -p x -n 1 --seed 18446744073709551615 >/dev/null 2>"$TR/seed.err"; rc=$?
+if grep -qE '\| seed [0-9]+$' <<<"$out" && grep -q '| seed 18364758544493064720$' <<<"$big" && [ $rc -eq 2 ] &&
+    grep -q 'out of range' "$TR/seed.err"; then
+    ok "trust: --stats ends with the seed (a random one, and 18364758544493064720 as given); 2^64-1 is refused"
+else bad "trust: --stats reports the seed" "$out / $big / rc=$rc $(cat "$TR/seed.err")"; fi
