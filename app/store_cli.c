@@ -15,6 +15,7 @@
 #include "app/chatstore.h"
 #include "app/config.h"
 #include "app/output.h"
+#include "engine/gguf.h"
 #include "ui/text.h"
 #include "storage/store.h"
 
@@ -670,6 +671,70 @@ static int cmd_import(store *s, const char *file)
     return rc;
 }
 
+/* ---- check: what storage cannot know ------------------------------------------------------------- */
+
+/* The saved exact tokens of each conversation (conversations.ctx_tokens) against the vocabulary
+ * of the model they were saved for (its GGUF file's tokenizer.ggml.tokens, header only): an id
+ * outside it made every later message of that chat fail. Appends one line per bad context to
+ * *out (malloc'd, may be NULL) and returns the number of problems. A model file that is gone
+ * is said, not counted (the context is never used without its model). */
+static int check_contexts(store *s, char **out)
+{
+    store_conv *rows = NULL;
+    size_t n = 0;
+    store_error err = {0};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return 0;
+    int problems = 0;
+    if (store_conv_list(s, NULL, &rows, &n, &err)) {
+        fprintf(f, "contexts: %s\n", err.msg);
+        problems++;
+    }
+    int64_t vocab_model = 0;
+    int64_t n_vocab = -1;
+    for (size_t i = 0; i < n; i++) {
+        store_conv c;
+        if (store_conv_get(s, rows[i].id, &c, &err)) continue; /* reported by store_check */
+        if (c.ctx_tokens && c.n_ctx_tokens && c.ctx_model_id > 0) {
+            if (c.ctx_model_id != vocab_model) {
+                vocab_model = c.ctx_model_id;
+                n_vocab = -1;
+                store_model md = {0};
+                if (store_model_get(s, c.ctx_model_id, &md, NULL) == STORE_OK) {
+                    gguf_file *g = NULL;
+                    kv_error ke = {0};
+                    const gguf_kv *kv;
+                    if (gguf_open(md.path, &g, &ke) == KV_OK && (kv = gguf_find_kv(g, "tokenizer.ggml.tokens")) &&
+                        kv->type == GGUF_VT_ARRAY)
+                        n_vocab = (int64_t)kv->arr_len;
+                    else
+                        fprintf(f, "conversation %lld: its saved context was not checked: %s\n", (long long)c.id,
+                                ke.msg[0] ? ke.msg : "the model has no vocabulary");
+                    gguf_close(g);
+                }
+                store_model_clear(&md);
+            }
+            size_t bad = 0, first = 0;
+            for (size_t k = 0; n_vocab >= 0 && k < c.n_ctx_tokens; k++)
+                if (c.ctx_tokens[k] < 0 || c.ctx_tokens[k] >= n_vocab)
+                    if (!bad++) first = k;
+            if (bad) {
+                fprintf(f, "conversation %lld: its saved context holds %zu token id%s outside the model's vocabulary of "
+                           "%lld (token %zu is %d); the chat rebuilds it from the messages\n",
+                        (long long)c.id, bad, bad > 1 ? "s" : "", (long long)n_vocab, first, (int)c.ctx_tokens[first]);
+                problems++;
+            }
+        }
+        store_conv_clear(&c);
+    }
+    store_conv_list_free(rows, n);
+    fclose(f);
+    *out = buf;
+    return problems;
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 int store_cli_main(int argc, char **argv)
@@ -787,9 +852,15 @@ int store_cli_main(int argc, char **argv)
             fprintf(stderr, "kvchat: %s\n", err.msg);
             rc = SC_DB;
         } else {
+            char *more = NULL;
+            int n_more = check_contexts(s, &more);
+            /* the storage's problems, then the contexts' lines, then "ok" when neither found one */
             printf("%s: ", store_path(s));
-            out_plain(stdout, report, strlen(report)); /* it quotes stored text (a bad role …) */
-            rc = n_problems ? SC_DB : SC_OK;
+            if (n_problems) out_plain(stdout, report, strlen(report)); /* it quotes stored text (a bad role …) */
+            if (more) out_plain(stdout, more, strlen(more));
+            if (!n_problems && !n_more) out_plain(stdout, report, strlen(report));
+            free(more);
+            rc = n_problems || n_more ? SC_DB : SC_OK;
         }
         free(report);
     }

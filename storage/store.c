@@ -1358,10 +1358,12 @@ static size_t find_msg(const store_msg *v, size_t n, int64_t id)
     return lo < n && v[lo].id == id ? lo : (size_t)-1;
 }
 
-int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, store_error *err)
+int store_conv_path_cut(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, int64_t *cut,
+                        store_error *err)
 {
     *msgs = NULL;
     *n = 0;
+    *cut = 0;
     store_msg *all = NULL;
     size_t n_all = 0;
     int rc = store_conv_messages(s, conv_id, &all, &n_all, err);
@@ -1370,7 +1372,10 @@ int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs
         return rc;
     }
     size_t *chain = malloc((n_all + 1) * sizeof *chain);
-    if (!chain) {
+    unsigned char *seen = calloc(n_all + 1, 1);
+    if (!chain || !seen) {
+        free(chain);
+        free(seen);
         store_msgs_free(all, n_all);
         return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
     }
@@ -1378,14 +1383,14 @@ int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs
     int64_t id = head_id, child = 0;
     while (id > 0) {
         size_t i = find_msg(all, n_all, id);
-        if (i == (size_t)-1 || depth >= n_all) {
-            rc = child ? st_set(s, err, STORE_ERR_CORRUPT,
-                                "message %lld (conversation %lld): its parent %lld is missing or the parents form a loop",
-                                (long long)child, (long long)conv_id, (long long)id)
-                       : st_set(s, err, STORE_ERR_CORRUPT, "conversation %lld: its head %lld is not one of its messages",
-                                (long long)conv_id, (long long)id);
+        if (i == (size_t)-1 || seen[i]) {
+            if (!child)
+                rc = st_set(s, err, STORE_ERR_CORRUPT, "conversation %lld: its head %lld is not one of its messages",
+                            (long long)conv_id, (long long)id);
+            else *cut = child; /* the chain is whole up to child; its parent is missing or repeats */
             break;
         }
+        seen[i] = 1;
         chain[depth++] = i;
         child = id;
         id = all[i].parent_id;
@@ -1401,8 +1406,23 @@ int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs
         *n = depth;
     }
     free(chain);
+    free(seen);
     store_msgs_free(all, n_all);
     return rc;
+}
+
+int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, store_error *err)
+{
+    int64_t cut = 0;
+    int rc = store_conv_path_cut(s, conv_id, head_id, msgs, n, &cut, err);
+    if (rc || !cut) return rc;
+    int64_t parent = (*msgs)[0].parent_id;
+    store_msgs_free(*msgs, *n);
+    *msgs = NULL;
+    *n = 0;
+    return st_set(s, err, STORE_ERR_CORRUPT,
+                  "message %lld (conversation %lld): its parent %lld is missing or the parents form a loop",
+                  (long long)cut, (long long)conv_id, (long long)parent);
 }
 
 /* ---- import ------------------------------------------------------------------------------------- */
@@ -1489,6 +1509,86 @@ int store_kv_verify_all(store *s, void (*problem)(void *ud, const char *msg), vo
 
 static void kv_problem(void *ud, const char *msg) { report_add(ud, "%s", msg); }
 
+/* One message's parent link, for check_parents. */
+typedef struct parent_link {
+    int64_t id, parent, conv;
+} parent_link;
+
+/* Index of v[i]'s parent in v (sorted by id), or n when it has none / it is not there. */
+static size_t parent_index(const parent_link *v, size_t n, size_t i)
+{
+    if (!v[i].parent) return n;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].id < v[i].parent) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && v[lo].id == v[i].parent ? lo : n;
+}
+
+/* Parent links that are not a tree: a message whose parent is in another conversation, and
+ * every loop of parents (each reported once, by its members in order). O(messages · log). */
+static void check_parents(store *s, report *r)
+{
+    sqlite3_stmt *st;
+    if (st_prepare(s, "SELECT m.id, COALESCE(m.parent_id, 0), m.conversation_id, p.conversation_id FROM messages m "
+                      "LEFT JOIN messages p ON p.id = m.parent_id ORDER BY m.id",
+                   &st, NULL))
+        return;
+    size_t n = 0, cap = 0;
+    parent_link *v = NULL;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            parent_link *nv = realloc(v, nc * sizeof *nv);
+            if (!nv) {
+                report_add(r, "parents: out of memory (not checked)");
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        v[n].id = sqlite3_column_int64(st, 0);
+        v[n].parent = sqlite3_column_int64(st, 1);
+        v[n].conv = sqlite3_column_int64(st, 2);
+        if (v[n].parent && sqlite3_column_type(st, 3) != SQLITE_NULL && sqlite3_column_int64(st, 3) != v[n].conv) {
+            report_add(r, "message %lld (conversation %lld): its parent %lld belongs to conversation %lld",
+                       (long long)v[n].id, (long long)v[n].conv, (long long)v[n].parent,
+                       (long long)sqlite3_column_int64(st, 3));
+            v[n].parent = 0; /* not followed */
+        }
+        n++;
+    }
+    sqlite3_finalize(st);
+    /* walk each chain once: 0 = unseen, 1 = on the walk in progress, 2 = done */
+    unsigned char *state = calloc(n ? n : 1, 1);
+    for (size_t i = 0; state && i < n; i++) {
+        size_t k = i, p;
+        while (state[k] == 0) {
+            state[k] = 1;
+            if ((p = parent_index(v, n, k)) == n) break;
+            k = p;
+        }
+        if (state[k] == 1 && parent_index(v, n, k) != n) { /* the walk came back to k: a loop */
+            char ids[200];
+            size_t o = 0, j = k, len = 0;
+            do {
+                if (o < sizeof ids - 24)
+                    o += (size_t)snprintf(ids + o, sizeof ids - o, "%s%lld", len ? " → " : "", (long long)v[j].id);
+                len++;
+                j = parent_index(v, n, j);
+            } while (j != k && j != n && len <= n);
+            report_add(r, "conversation %lld: the parents of messages %s%s → %lld form a loop", (long long)v[k].conv,
+                       ids, o >= sizeof ids - 24 ? " …" : "", (long long)v[k].id);
+        }
+        for (size_t j = i; j != n && state[j] == 1; j = parent_index(v, n, j)) state[j] = 2;
+    }
+    if (!state && n) report_add(r, "parents: out of memory (not checked)");
+    free(state);
+    free(v);
+}
+
 int store_check(store *s, char **out, int *n_problems, store_error *err)
 {
     *out = NULL;
@@ -1524,6 +1624,7 @@ int store_check(store *s, char **out, int *n_problems, store_error *err)
         }
         sqlite3_finalize(st);
     }
+    check_parents(s, &r);
     store_kv_verify_all(s, kv_problem, &r, NULL);
     *n_problems = r.n;
     if (!r.n) report_add(&r, "ok");

@@ -206,6 +206,12 @@ int store_msg_set_tokens(store *s, int64_t id, int n_tokens, store_error *err);
  * whole path; a broken parent chain (a cycle, a parent in another conversation) is
  * STORE_ERR_CORRUPT naming the message. */
 int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, store_error *err);
+/* The same, but a broken chain does not fail: the path is the part that is whole, from the
+ * head back to the message whose parent is missing or already on the path (a loop) — that
+ * message's id in *cut (0: the path is whole, back to a first message). For the chat, which
+ * shows what it can of a damaged conversation. */
+int store_conv_path_cut(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, int64_t *cut,
+                        store_error *err);
 /* Every message of a conversation in id order (parents before children). */
 int store_conv_messages(store *s, int64_t conv_id, store_msg **msgs, size_t *n, store_error *err);
 void store_msgs_free(store_msg *msgs, size_t n);
@@ -346,8 +352,10 @@ typedef struct store_kv_stats {
 int store_kv_stats_get(store *s, store_kv_stats *st, store_error *err);
 
 /* ---- checks ---------------------------------------------------------------------------- */
-/* PRAGMA integrity_check and foreign_key_check, the FTS5 index, every message row's fields
- * and every complete KV prefix's chunks and checksum. *report (malloc'd) lists each problem on
+/* PRAGMA integrity_check and foreign_key_check, the FTS5 index, every message row's fields,
+ * parent links (a loop of parents, a parent in another conversation), and every complete KV
+ * prefix's chunks and checksum. (Token ids in conversations.ctx_tokens need the model's
+ * vocabulary: the app checks those.) *report (malloc'd) lists each problem on
  * its own line ("ok" when none); *n_problems counts them. */
 int store_check(store *s, char **report, int *n_problems, store_error *err);
 

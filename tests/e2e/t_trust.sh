@@ -128,3 +128,80 @@ if grep -qE '\| seed [0-9]+$' <<<"$out" && grep -q '| seed 18364758544493064720$
     grep -q 'out of range' "$TR/seed.err"; then
     ok "trust: --stats ends with the seed (a random one, and 18364758544493064720 as given); 2^64-1 is refused"
 else bad "trust: --stats reports the seed" "$out / $big / rc=$rc $(cat "$TR/seed.err")"; fi
+
+# ---- #8: kvchat check finds a parent loop and out-of-vocabulary context tokens; the chat recovers
+if command -v tmux >/dev/null 2>&1; then
+    TRS="tmux -L kvchat-trust8-$$"
+    tr_start() { # DB ARGS...: a chat on DB in window w (100x30)
+        local db=$1
+        shift
+        printf '%s\n' "$(printf '%q ' env -u NO_COLOR LANG=C.UTF-8 TERM=tmux-256color XDG_STATE_HOME="$TR/state" "$BIN" --db "$db" -t 1 -n 16 "$@") 2>'$TR/w.err'; echo EXIT=\$?; sleep 60" >"$TR/w.sh"
+        $TRS kill-server >/dev/null 2>&1
+        $TRS -f /dev/null new-session -d -s w -x 100 -y 30 "bash '$TR/w.sh'"
+    }
+    tr_wait() { # REGEX [SECONDS]: the screen (lines joined) matches; left in $TR/wscreen
+        local end=$(($(date +%s) + ${2:-30}))
+        while [ "$(date +%s)" -le "$end" ]; do
+            $TRS capture-pane -p -t w >"$TR/wscreen" 2>/dev/null
+            sed -E 's/ *│.*$//' "$TR/wscreen" | tr '\n' ' ' | tr -s ' ' | grep -qE -- "$1" && return 0
+            grep -qE -- "$1" "$TR/wscreen" && return 0
+            sleep 0.1
+        done
+        return 1
+    }
+    tr_say() { $TRS send-keys -t w -l "$1"; $TRS send-keys -t w Enter; sleep 0.3; tr_wait '│ ready( │|$)' 60; }
+    tr_sql() { python3 -c 'import sqlite3, sys; d = sqlite3.connect(sys.argv[1]); r = d.execute(sys.argv[2]).fetchall(); d.commit(); print(r[0][0] if r and r[0] else "")' "$@"; }
+    tr_finish() { # DB: the finish of the newest reply
+        tr_sql "$1" "SELECT finish FROM generations ORDER BY message_id DESC LIMIT 1"
+    }
+    D8=$TR/ctx.db
+    rm -f "$D8"*
+    tr_start "$D8" -m "$MODEL" --temp 0
+    tr_wait '│ ready( │|$)' 30
+    tr_say "Once upon a time"
+    $TRS send-keys -t w C-d
+    tr_wait '^EXIT=' 10
+    python3 -c 'import sqlite3, sys; s = sqlite3.connect(sys.argv[1]); d = sqlite3.connect(sys.argv[2]); s.backup(d)' "$D8" "$TR/loop.db"
+    clean=$("$BIN" check --db "$D8" 2>&1)
+    # a context token id past the 512-token vocabulary (little-endian int32 #2 = 600)
+    python3 -c 'import sqlite3, struct, sys
+d = sqlite3.connect(sys.argv[1]); b = bytearray(d.execute("SELECT ctx_tokens FROM conversations").fetchone()[0])
+b[4:8] = struct.pack("<i", 600); d.execute("UPDATE conversations SET ctx_tokens = ?", (bytes(b),)); d.commit()' "$D8"
+    out=$("$BIN" check --db "$D8" 2>&1); rc=$?
+    if [ "$clean" = "$D8: ok" ] && [ $rc -eq 4 ] &&
+        grep -q "conversation 1: its saved context holds 1 token id outside the model's vocabulary of 512 (token 1 is 600)" <<<"$out"; then
+        ok "trust: kvchat check finds a saved context holding a token id outside the model's vocabulary"
+    else bad "trust: kvchat check finds out-of-vocabulary context tokens" "clean: $clean / rc=$rc: $out"; fi
+    tr_start "$D8" -m "$MODEL" --resume last
+    noted=0
+    tr_wait "outside the model's vocabulary of 512 .*rebuilt from the messages" 20 && noted=1
+    tr_wait '│ ready( │|$)' 30
+    tr_say "The end"
+    tr_say "Again"
+    fin=$(tr_finish "$D8")
+    $TRS send-keys -t w C-d
+    tr_wait '^EXIT=' 10
+    if [ $noted = 1 ] && [ "$fin" != error ] && [ -n "$fin" ] && [ "$(tr_sql "$D8" "SELECT count(*) FROM messages")" = 6 ] &&
+        ! grep -qiE "out of range|error" "$TR/wscreen"; then
+        ok "trust: the chat resumes a conversation whose saved context is damaged (says so, rebuilds it; two replies, finish $fin)"
+    else bad "trust: the chat recovers from out-of-vocabulary context tokens" "noted=$noted fin=$fin $(cat "$TR/wscreen" "$TR/w.err")"; fi
+    # a loop of parents: the first message's parent becomes the reply
+    tr_sql "$TR/loop.db" "UPDATE messages SET parent_id = 2 WHERE id = 1" >/dev/null
+    out=$("$BIN" check --db "$TR/loop.db" 2>&1); rc=$?
+    if [ $rc -eq 4 ] && grep -q "conversation 1: the parents of messages 1 → 2 → 1 form a loop" <<<"$out"; then
+        ok "trust: kvchat check finds a loop of parents, naming its messages"
+    else bad "trust: kvchat check finds a parent loop" "rc=$rc: $out"; fi
+    tr_start "$TR/loop.db" -m "$MODEL" --resume last
+    noted=0
+    tr_wait "the parents of message 1 form a loop or break" 20 && noted=1
+    tr_wait '│ ready( │|$)' 30
+    tr_say "The end"
+    fin=$(tr_finish "$TR/loop.db")
+    $TRS send-keys -t w C-d
+    tr_wait '^EXIT=' 10
+    if [ $noted = 1 ] && grep -q '^EXIT=0' "$TR/wscreen" && [ "$fin" != error ] && [ -n "$fin" ] &&
+        [ "$(tr_sql "$TR/loop.db" "SELECT count(*) FROM messages")" = 4 ]; then
+        ok "trust: the chat opens a conversation with a parent loop (says so) and goes on (finish $fin)"
+    else bad "trust: the chat recovers from a parent loop" "noted=$noted fin=$fin $(cat "$TR/wscreen" "$TR/w.err")"; fi
+    $TRS kill-server >/dev/null 2>&1
+fi
