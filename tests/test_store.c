@@ -682,6 +682,64 @@ static void test_kv_half_written_never_used(void **state)
 
 /* ---- schema 1 → 2; KV deltas --------------------------------------------------------------------- */
 
+/* Parent links that are no tree: store_check names a loop by its messages and a parent in
+ * another conversation; store_conv_path fails on the loop, store_conv_path_cut gives the whole
+ * part and where it breaks. */
+static void test_parent_loops(void **state)
+{
+    (void)state;
+    store *s = open_new("loops.db");
+    const char *p = tu_tmp_path("loops.db");
+    store_error err = {0};
+    int64_t conv = 0, conv2 = 0;
+    assert_int_equal(store_conv_create(s, 0, NULL, NULL, 0, &conv, &err), STORE_OK);
+    assert_int_equal(store_conv_create(s, 0, NULL, NULL, 0, &conv2, &err), STORE_OK);
+    int64_t u1 = add(s, conv, 0, STORE_ROLE_USER, "one");
+    int64_t a1 = add(s, conv, u1, STORE_ROLE_ASSISTANT, "two");
+    int64_t u2 = add(s, conv, a1, STORE_ROLE_USER, "three");
+    int64_t a2 = add(s, conv, u2, STORE_ROLE_ASSISTANT, "four");
+    int64_t x = add(s, conv2, 0, STORE_ROLE_USER, "elsewhere");
+    char *report = NULL;
+    int n_problems = -1;
+    assert_int_equal(store_check(s, &report, &n_problems, &err), STORE_OK);
+    assert_int_equal(n_problems, 0);
+    free(report);
+    char sql[200];
+    snprintf(sql, sizeof sql, "UPDATE messages SET parent_id = %lld WHERE id = %lld; UPDATE messages SET parent_id = %lld "
+             "WHERE id = %lld;", (long long)a2, (long long)a1, (long long)u1, (long long)x);
+    raw_exec(p, sql);
+    assert_int_equal(store_check(s, &report, &n_problems, &err), STORE_OK);
+    assert_int_equal(n_problems, 2);
+    char want[200];
+    snprintf(want, sizeof want, "conversation %lld: the parents of messages %lld → %lld → %lld → %lld form a loop",
+             (long long)conv, (long long)a1, (long long)a2, (long long)u2, (long long)a1);
+    if (!strstr(report, want)) fail_msg("report: %s\nwanted: %s", report, want);
+    snprintf(want, sizeof want, "message %lld (conversation %lld): its parent %lld belongs to conversation %lld",
+             (long long)x, (long long)conv2, (long long)u1, (long long)conv);
+    if (!strstr(report, want)) fail_msg("report: %s\nwanted: %s", report, want);
+    free(report);
+    store_msg *m;
+    size_t n;
+    assert_int_equal(store_conv_path(s, conv, a2, &m, &n, &err), STORE_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "form a loop"));
+    int64_t cut = -1;
+    assert_int_equal(store_conv_path_cut(s, conv, a2, &m, &n, &cut, &err), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(cut, a1);
+    assert_int_equal(m[0].id, a1);
+    assert_int_equal(m[1].id, u2);
+    assert_int_equal(m[2].id, a2);
+    store_msgs_free(m, n);
+    /* a whole path: cut 0 */
+    assert_int_equal(store_conv_path_cut(s, conv2, x, &m, &n, &cut, &err), STORE_OK);
+    store_msgs_free(m, n);
+    assert_int_equal(store_conv_path_cut(s, conv, u1, &m, &n, &cut, &err), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(cut, 0);
+    store_msgs_free(m, n);
+    store_close(s);
+}
+
 /* Seeds are u64: stored as their unsigned decimal (SQLite's INTEGER is signed, a seed >= 2^63
  * read negative in SQL before schema 3), and a schema-2 file's negative values are converted. */
 static void test_seed_u64(void **state)
@@ -1022,6 +1080,7 @@ int main(void)
         cmocka_unit_test(test_kv_half_written_never_used),
         cmocka_unit_test(test_migration_1_to_2),
         cmocka_unit_test(test_seed_u64),
+        cmocka_unit_test(test_parent_loops),
         cmocka_unit_test(test_kv_deltas),
     };
     return cmocka_run_group_tests(tests, setup_dir, tu_tmpdir_teardown);
