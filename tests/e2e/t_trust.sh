@@ -98,6 +98,7 @@ if grep -qF '"hel\u0000lo\u001b[2J\u009bx\ry\r\nz"' "$TR/ctl1.json" && cmp -s "$
 else bad "trust: JSON export keeps every byte" "$(grep content "$TR/ctl1.json") / $(diff "$TR/ctl1.json" "$TR/ctl2.json" | head -3)"; fi
 # the chat screen: the same conversation resumed
 if command -v tmux >/dev/null 2>&1; then
+    TRT="tmux -L kvchat-trust9-$$"
     printf '%s\n' "$(printf '%q ' env TERM=tmux-256color LANG=C.UTF-8 XDG_STATE_HOME="$TR/state" "$BIN" -m "$MODEL" --db "$TR/ctl.db" --resume last); sleep 60" >"$TR/chat2.sh"
     $TRT -f /dev/null new-session -d -s t -x 100 -y 30 "bash '$TR/chat2.sh'"
     seen=
@@ -131,12 +132,16 @@ else bad "trust: --stats reports the seed" "$out / $big / rc=$rc $(cat "$TR/seed
 
 # ---- #8: kvchat check finds a parent loop and out-of-vocabulary context tokens; the chat recovers
 if command -v tmux >/dev/null 2>&1; then
-    TRS="tmux -L kvchat-trust8-$$"
+    TRS="tmux -L kvchat-trust8-$$" tr_n=0
     tr_start() { # DB ARGS...: a chat on DB in window w (100x30)
         local db=$1
         shift
         printf '%s\n' "$(printf '%q ' env -u NO_COLOR LANG=C.UTF-8 TERM=tmux-256color XDG_STATE_HOME="$TR/state" "$BIN" --db "$db" -t 1 -n 16 "$@") 2>'$TR/w.err'; echo EXIT=\$?; sleep 60" >"$TR/w.sh"
+        # a new server (socket) each time: a server still exiting from kill-server would take
+        # a new session on the same socket down with it
         $TRS kill-server >/dev/null 2>&1
+        tr_n=$((tr_n + 1))
+        TRS="tmux -L kvchat-trust8-$$-$tr_n"
         $TRS -f /dev/null new-session -d -s w -x 100 -y 30 "bash '$TR/w.sh'"
     }
     tr_wait() { # REGEX [SECONDS]: the screen (lines joined) matches; left in $TR/wscreen
@@ -174,7 +179,8 @@ b[4:8] = struct.pack("<i", 600); d.execute("UPDATE conversations SET ctx_tokens 
     else bad "trust: kvchat check finds out-of-vocabulary context tokens" "clean: $clean / rc=$rc: $out"; fi
     tr_start "$D8" -m "$MODEL" --resume last
     noted=0
-    tr_wait "outside the model's vocabulary of 512 .*rebuilt from the messages" 20 && noted=1
+    tr_wait "outside the model's vocabulary of 512 .*rebuilt from the messages" 40 && noted=1
+    cp "$TR/wscreen" "$TR/wscreen.note"
     tr_wait '│ ready( │|$)' 30
     tr_say "The end"
     tr_say "Again"
@@ -184,7 +190,7 @@ b[4:8] = struct.pack("<i", 600); d.execute("UPDATE conversations SET ctx_tokens 
     if [ $noted = 1 ] && [ "$fin" != error ] && [ -n "$fin" ] && [ "$(tr_sql "$D8" "SELECT count(*) FROM messages")" = 6 ] &&
         ! grep -qiE "out of range|error" "$TR/wscreen"; then
         ok "trust: the chat resumes a conversation whose saved context is damaged (says so, rebuilds it; two replies, finish $fin)"
-    else bad "trust: the chat recovers from out-of-vocabulary context tokens" "noted=$noted fin=$fin $(cat "$TR/wscreen" "$TR/w.err")"; fi
+    else bad "trust: the chat recovers from out-of-vocabulary context tokens" "noted=$noted fin=$fin $(cat "$TR/wscreen.note" "$TR/wscreen" "$TR/w.err")"; fi
     # a loop of parents: the first message's parent becomes the reply
     tr_sql "$TR/loop.db" "UPDATE messages SET parent_id = 2 WHERE id = 1" >/dev/null
     out=$("$BIN" check --db "$TR/loop.db" 2>&1); rc=$?
@@ -193,7 +199,8 @@ b[4:8] = struct.pack("<i", 600); d.execute("UPDATE conversations SET ctx_tokens 
     else bad "trust: kvchat check finds a parent loop" "rc=$rc: $out"; fi
     tr_start "$TR/loop.db" -m "$MODEL" --resume last
     noted=0
-    tr_wait "the parents of message 1 form a loop or break" 20 && noted=1
+    tr_wait "the parents of message 1 form a loop or break" 40 && noted=1
+    cp "$TR/wscreen" "$TR/wscreen.note"
     tr_wait '│ ready( │|$)' 30
     tr_say "The end"
     fin=$(tr_finish "$TR/loop.db")
@@ -202,6 +209,6 @@ b[4:8] = struct.pack("<i", 600); d.execute("UPDATE conversations SET ctx_tokens 
     if [ $noted = 1 ] && grep -q '^EXIT=0' "$TR/wscreen" && [ "$fin" != error ] && [ -n "$fin" ] &&
         [ "$(tr_sql "$TR/loop.db" "SELECT count(*) FROM messages")" = 4 ]; then
         ok "trust: the chat opens a conversation with a parent loop (says so) and goes on (finish $fin)"
-    else bad "trust: the chat recovers from a parent loop" "noted=$noted fin=$fin $(cat "$TR/wscreen" "$TR/w.err")"; fi
+    else bad "trust: the chat recovers from a parent loop" "noted=$noted fin=$fin $(cat "$TR/wscreen.note" "$TR/wscreen" "$TR/w.err")"; fi
     $TRS kill-server >/dev/null 2>&1
 fi
