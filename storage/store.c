@@ -487,7 +487,8 @@ static int migrate(store *s, store_error *err)
  * handler), so retry for as long as the busy timeout × BEGIN_RETRIES. */
 static int set_wal(store *s, store_error *err)
 {
-    for (int waited = 0;; waited += 10) {
+    int64_t start = store_now_ms();
+    for (;;) {
         sqlite3_stmt *st;
         int rc = st_prepare(s, "PRAGMA journal_mode = WAL", &st, err);
         if (rc) return rc;
@@ -497,9 +498,10 @@ static int set_wal(store *s, store_error *err)
         if (wal) return STORE_OK;
         if (r != SQLITE_ROW && (r & 0xff) != SQLITE_BUSY && (r & 0xff) != SQLITE_LOCKED)
             return st_fail(s, err, r, "switching to WAL");
-        if (waited >= BUSY_TIMEOUT_MS * BEGIN_RETRIES)
+        int64_t waited = store_now_ms() - start;
+        if (waited >= (int64_t)BUSY_TIMEOUT_MS * BEGIN_RETRIES)
             return st_set(s, err, STORE_ERR_BUSY, "switching to WAL: the database stayed locked for %d s",
-                          waited / 1000);
+                          (int)(waited / 1000));
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
