@@ -1,6 +1,7 @@
 /* tokenizer: loads a GGUF vocabulary, finds special tokens in text, dispatches to the SPM / BPE encoders, renders pieces and streams UTF-8-safe output. */
 #include "tokenizer_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +55,23 @@ int32_t tok_lookup(const tokenizer *t, const char *s, size_t len)
 
 /* ---- loading ------------------------------------------------------------------------- */
 
-static int get_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t *out, kv_error *err)
+/* A special token id key: absent → *out unchanged; -1 or 0xFFFFFFFF (the "no such token"
+ * sentinels old converters wrote, e.g. llama2.c's padding id) → -1; any other value outside
+ * [0, n_vocab) is a load error naming the key — a wrong BOS / EOS changes every output. */
+static int get_id(const gguf_file *f, const char *path, const char *key, int32_t n_vocab, int32_t *out,
+                  kv_error *err)
 {
     int64_t v = -1;
     int rc = gguf_get_i64(f, key, 0, &v, err);
-    if (rc) return rc;
-    if (gguf_find_kv(f, key)) *out = (v >= 0 && v < n_vocab) ? (int32_t)v : -1;
+    if (rc || !gguf_find_kv(f, key)) return rc;
+    if (v == -1 || v == (int64_t)UINT32_MAX) {
+        *out = -1;
+    } else if (v < 0 || v >= n_vocab) {
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s = %lld is outside the vocabulary (%d tokens, ids 0..%d)", path,
+                            key, (long long)v, n_vocab, n_vocab - 1);
+    } else {
+        *out = (int32_t)v;
+    }
     return KV_OK;
 }
 
@@ -254,6 +266,12 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
 
     /* scores and types */
     if (kv_scores) memcpy(t->scores, kv_scores->data, (size_t)n * sizeof(float));
+    for (int32_t i = 0; kv_scores && i < n; i++)
+        if (isnan(t->scores[i])) {
+            rc = kv_error_set(err, KV_ERR_FORMAT, "%s: tokenizer.ggml.scores[%d] is NaN (token '%s')", path, i,
+                              t->text_arena + t->text_off[i]);
+            goto fail;
+        }
     for (int32_t i = 0; i < n; i++) {
         int32_t ty = TOK_TYPE_NORMAL;
         if (kv_types) {
@@ -285,8 +303,16 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
                 t->ht[h] = i;
                 break;
             }
-            if (t->text_len[id] == t->text_len[i] && memcmp(t->text_arena + t->text_off[id], s, t->text_len[i]) == 0)
-                break;
+            if (t->text_len[id] == t->text_len[i] && memcmp(t->text_arena + t->text_off[id], s, t->text_len[i]) == 0) {
+                /* Two ids with one text: text → id is ambiguous (llama.cpp refuses such a vocab
+                 * too). Empty texts are exempt: they never match text and llama.cpp renames them. */
+                if (t->text_len[i] == 0) break;
+                rc = kv_error_set(err, KV_ERR_FORMAT,
+                                  "%s: tokenizer.ggml.tokens[%d] '%s' repeats tokenizer.ggml.tokens[%d] (token texts "
+                                  "must be unique)",
+                                  path, i, s, id);
+                goto fail;
+            }
             h = (h + 1) & t->ht_mask;
         }
     }
@@ -300,12 +326,12 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
         t->add_bos = 1;
         t->add_space_prefix = 1;
     }
-    if ((rc = get_id(f, "tokenizer.ggml.bos_token_id", n, &t->bos, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.eos_token_id", n, &t->eos, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.unknown_token_id", n, &t->unk, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.padding_token_id", n, &t->pad, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.eot_token_id", n, &t->eot, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.eom_token_id", n, &t->eom, err)) ||
+    if ((rc = get_id(f, path, "tokenizer.ggml.bos_token_id", n, &t->bos, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.eos_token_id", n, &t->eos, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.unknown_token_id", n, &t->unk, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.padding_token_id", n, &t->pad, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.eot_token_id", n, &t->eot, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.eom_token_id", n, &t->eom, err)) ||
         (rc = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", 0, &t->add_bos, err)) ||
         (rc = gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", 0, &t->add_space_prefix, err)))
         goto fail;

@@ -18,18 +18,20 @@ typedef struct tokenizer tokenizer;
  * .scores (f32, required for "llama", optional for "gpt2"), .token_type (i32, optional:
  * 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), .merges (required for
  * "gpt2", "left right" strings in rank order), .bos/.eos/.unknown/.padding/.eot/.eom_token_id
- * (out-of-range ids, e.g. 0xFFFFFFFF, mean "none"), .add_bos_token (default 1 for "llama",
+ * (-1 and 0xFFFFFFFF mean "none"; any other id outside [0, n_vocab) is KV_ERR_FORMAT naming
+ * the key), .add_bos_token (default 1 for "llama",
  * 0 for "gpt2"), .add_space_prefix ("llama", default 1).
  * Errors: KV_ERR_FORMAT when a key has the wrong type or an array the wrong length
  * ("x.gguf: tokenizer.ggml.scores has 10 entries, expected 512"), a token type is out of range,
- * or a merge has no space; KV_ERR_UNSUPPORTED for another tokenizer model; KV_ERR_NOMEM.
- * An unknown tokenizer.ggml.pre is not an error: GPT-2 rules are used and
- * tokenizer_warning() says so. Cost: O(n_vocab + n_merges) hashing (a 150k vocab loads in
+ * a merge has no space, a score is NaN, or two tokens have the same non-empty text (llama.cpp
+ * refuses such a vocab too); KV_ERR_UNSUPPORTED for another tokenizer model or an unknown
+ * tokenizer.ggml.pre (the message lists the known ones); KV_ERR_NOMEM. A gpt2 vocab with no
+ * tokenizer.ggml.pre gets GPT-2 rules and tokenizer_warning() says so. Cost: O(n_vocab + n_merges) hashing (a 150k vocab loads in
  * tens of milliseconds). Returns KV_OK and *out on success, *out = NULL otherwise. */
 int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err);
 void tokenizer_free(tokenizer *t);
 
-/* A message the caller may show the user (e.g. an unknown pre-tokenizer was replaced by the
+/* A message the caller may show the user (e.g. a missing pre-tokenizer was replaced by the
  * GPT-2 rules), or NULL when there is nothing to say. Owned by the tokenizer. */
 const char *tokenizer_warning(const tokenizer *t);
 
