@@ -18,6 +18,7 @@
 #include "app/models.h"
 #include "app/output.h"
 #include "app/store_cli.h"
+#include "app/template_cmd.h"
 #include "app/tokenize_cmd.h"
 #include "app/tools.h"
 #include "app/version.h"
@@ -140,6 +141,7 @@ static void usage(FILE *out)
             "  bench                    measure prefill and decode speed (llama-bench style)\n"
             "  gen-model                write a model of a real shape with random weights\n"
             "  tokenize                 show how text is tokenized\n"
+            "  template-render          render a Jinja chat template with a JSON context\n"
             "  list                     the saved conversations (--json, --ids)\n"
             "  export ID|last           a conversation as Markdown or JSON (--format md|json, -o FILE)\n"
             "  import FILE              a JSON export, as a new conversation\n"
@@ -563,6 +565,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "gen-model")) return gen_model_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "tokenize")) return tokenize_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "template-render")) return template_main(argc - 1, argv + 1);
     /* the models directory and the themes found (app/models.c) */
     if (argc > 1 && !strcmp(argv[1], "models")) return models_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "themes")) return themes_main(argc - 1, argv + 1);

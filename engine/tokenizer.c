@@ -481,6 +481,16 @@ static int encode_fragment(const tokenizer *t, const char *s, size_t len, int af
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                      int32_t **tokens_out, size_t *n_out, kv_error *err)
 {
+    return tokenizer_encode_masked(t, text, len, add_bos, parse_special ? NULL : TOKENIZER_ALL_LITERAL, tokens_out,
+                                   n_out, err);
+}
+
+/* sentinel: every byte literal (no per-byte array) */
+const unsigned char tokenizer_all_literal_[1];
+
+int tokenizer_encode_masked(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err)
+{
     if (!t || !tokens_out || !n_out || (!text && len))
         return kv_error_set(err, KV_ERR_INVALID, "tokenizer_encode: NULL argument");
     *tokens_out = NULL;
@@ -490,14 +500,25 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_b
                             TOK_MAX_TEXT);
     tok_vec out = { 0 };
     int rc = KV_OK;
+    int all_literal = literal == TOKENIZER_ALL_LITERAL;
     if (add_bos && t->bos >= 0 && (rc = tok_vec_push(&out, t->bos))) goto nomem;
-    int mask = parse_special ? TOK_FLAG_MATCH_SPECIAL : TOK_FLAG_MATCH_RAW;
     size_t frag = 0, i = 0;
+    size_t scaffold_end = 0; /* end of the run of non-literal bytes that contains i */
     int after_special = 1;
     while (i < len) {
         if (t->trie_root[(unsigned char)text[i]] >= 0) {
             size_t mlen = 0;
-            int32_t tok = trie_match(t, text + i, len - i, mask, &mlen);
+            int32_t tok = -1;
+            int lit = all_literal || (literal && literal[i]);
+            if (!lit) {
+                /* control tokens only wholly inside the scaffolding */
+                if (scaffold_end <= i) {
+                    scaffold_end = i;
+                    while (scaffold_end < len && !(literal && literal[scaffold_end])) scaffold_end++;
+                }
+                tok = trie_match(t, text + i, scaffold_end - i, TOK_FLAG_MATCH_SPECIAL, &mlen);
+            }
+            if (tok < 0) tok = trie_match(t, text + i, len - i, TOK_FLAG_MATCH_RAW, &mlen);
             if (tok >= 0) {
                 if (i > frag) {
                     if ((rc = encode_fragment(t, text + frag, i - frag, after_special, &out, err))) goto fail;
