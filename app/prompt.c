@@ -185,7 +185,10 @@ struct prompt_jinja {
     char *bos, *eos;
     int fallback;  /* shape-table family for a conversation the template refuses */
     int noticed;   /* the fallback notice was given */
+    int64_t now;   /* strftime_now's clock; < 0: the time of the render */
 };
+
+void prompt_jinja_set_clock(prompt_jinja *pj, int64_t now) { pj->now = now; }
 
 void prompt_jinja_free(prompt_jinja *pj)
 {
@@ -202,7 +205,8 @@ static int render_jinja(prompt_jinja *pj, const prompt_msg *msgs, size_t n, char
     jinja_chat_msg *jm = calloc(n ? n : 1, sizeof *jm);
     if (!jm) return kv_error_set(ke, KV_ERR_NOMEM, "out of memory building the prompt");
     for (size_t i = 0; i < n; i++) jm[i] = (jinja_chat_msg){msgs[i].role, msgs[i].text, msgs[i].len};
-    int rc = jinja_render_chat(pj->t, jm, n, 1, pj->bos, pj->eos, (int64_t)time(NULL), text, len, mask, ke);
+    int rc = jinja_render_chat(pj->t, jm, n, 1, pj->bos, pj->eos, pj->now >= 0 ? pj->now : (int64_t)time(NULL), text,
+                               len, mask, ke);
     free(jm);
     return rc;
 }
@@ -220,6 +224,7 @@ int prompt_choose(const char *tmpl_text, const char *name, const char *bos, cons
     int family = chat_template_detect(tmpl_text);
     kv_error ke = {0};
     prompt_jinja *p = calloc(1, sizeof *p);
+    if (p) p->now = -1;
     if (p && !(p->bos = strdup(bos ? bos : "")) ) ke.code = KV_ERR_NOMEM;
     if (p && !ke.code && !(p->eos = strdup(eos ? eos : ""))) ke.code = KV_ERR_NOMEM;
     if (!p || ke.code) snprintf(ke.msg, sizeof ke.msg, "out of memory");

@@ -64,6 +64,10 @@ int prompt_choose(const char *tmpl_text, const char *name, const char *bos, cons
  * first time only, a one-line notice in err. Otherwise -1 with the error in err. */
 int prompt_build_jinja(prompt_jinja *pj, const prompt_msg *msgs, size_t n, prompt_buf *out, char *err, size_t err_cap);
 
+/* Fix the clock strftime_now() sees (seconds since 1970, UTC), for reproducible renderings;
+ * by default it is the time of each render. */
+void prompt_jinja_set_clock(prompt_jinja *pj, int64_t now);
+
 void prompt_jinja_free(prompt_jinja *pj);
 
 #endif

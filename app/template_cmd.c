@@ -14,12 +14,12 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: kvchat template-render (-t TEMPLATE | -m MODEL) [--now SECONDS] [--spans] CONTEXT.json\n"
+            "Usage: kvchat template-render [-t TEMPLATE] [-m MODEL] [--now SECONDS] [--spans] CONTEXT.json\n"
             "Render a Jinja chat template with the variables of CONTEXT.json (a JSON object: messages,\n"
             "add_generation_prompt, bos_token, ...; '-' reads standard input) and print the text as is.\n"
-            "  -t, --template FILE  the template text\n"
-            "  -m, --model PATH     the model's tokenizer.chat_template; bos_token and eos_token are\n"
-            "                       added from its vocabulary when CONTEXT does not set them\n"
+            "  -t, --template FILE  the template text (else the model's tokenizer.chat_template)\n"
+            "  -m, --model PATH     a GGUF whose vocabulary gives bos_token and eos_token when CONTEXT\n"
+            "                       does not set them\n"
             "      --now SECONDS    the clock of strftime_now() (seconds since 1970, UTC; default: now)\n"
             "      --spans          print, instead of the text, the byte ranges that came from message\n"
             "                       contents as a JSON array of [start, length]\n");
@@ -123,7 +123,7 @@ int template_main(int argc, char **argv)
             return 2;
         }
     }
-    if (!!tpath == !!model || optind != argc - 1) {
+    if ((!tpath && !model) || optind != argc - 1) {
         usage(stderr);
         return 2;
     }
@@ -134,17 +134,15 @@ int template_main(int argc, char **argv)
         return 3;
     }
     kv_error err = {0};
-    if (tpath) {
-        text = slurp(tpath, &tlen);
-        if (!text) {
-            fprintf(stderr, "kvchat template-render: cannot read %s\n", tpath);
-            free(ctx);
-            return 3;
-        }
-    } else {
+    if (tpath && !(text = slurp(tpath, &tlen))) {
+        fprintf(stderr, "kvchat template-render: cannot read %s\n", tpath);
+        free(ctx);
+        return 3;
+    }
+    if (model) {
         gguf_file *f = NULL;
         tokenizer *tk = NULL;
-        if (gguf_open(model, &f, &err) || gguf_get_str(f, "tokenizer.chat_template", 1, &text, &err) ||
+        if (gguf_open(model, &f, &err) || (!text && gguf_get_str(f, "tokenizer.chat_template", 1, &text, &err)) ||
             tokenizer_load(f, &tk, &err)) {
             fprintf(stderr, "kvchat: %s\n", err.msg);
             free(text);
@@ -153,7 +151,7 @@ int template_main(int argc, char **argv)
             free(ctx);
             return 3;
         }
-        tlen = strlen(text);
+        if (!tpath) tlen = strlen(text);
         int32_t b = tokenizer_bos(tk), e = tokenizer_eos(tk);
         ctx = add_specials(ctx, &clen, b >= 0 ? tokenizer_token_text(tk, b) : NULL, e >= 0 ? tokenizer_token_text(tk, e) : NULL);
         tokenizer_free(tk);

@@ -62,9 +62,9 @@ enum chat_tmpl {
     CHAT_TMPL_GRANITE,           /* granite */
     CHAT_TMPL_GIGACHAT,          /* gigachat */
     CHAT_TMPL_MEGREZ,            /* megrez */
+    CHAT_TMPL_UNKNOWN,           /* a template text no rule recognises: cannot chat with it */
     CHAT_TMPL_JINJA,             /* the model's own template run by the Jinja interpreter (app/prompt.c);
                                     not a shape-table family: chat_template_render refuses it */
-    CHAT_TMPL_UNKNOWN,           /* a template text no rule recognises: cannot chat with it */
 };
 
 /* Family of a `tokenizer.chat_template` text. NULL or empty → CHAT_TMPL_NONE; a text that

@@ -230,16 +230,7 @@ int engine_tokenize(const engine *e, const char *text, size_t len, int no_bos, i
 int engine_tokenize_prompt(const engine *e, const char *text, size_t len, const unsigned char *literal, int no_bos,
                            int32_t **out, size_t *n, kv_error *err)
 {
-    int add_bos = !no_bos && tokenizer_add_bos(e->tok);
-    int32_t bos = tokenizer_bos(e->tok);
-    if (add_bos && bos >= 0) {
-        const char *bt = tokenizer_token_text(e->tok, bos);
-        size_t bl = strlen(bt);
-        int lead = bl && len >= bl && !memcmp(text, bt, bl);
-        for (size_t i = 0; lead && literal && literal != TOKENIZER_ALL_LITERAL && i < bl; i++) lead = !literal[i];
-        if (lead && literal != TOKENIZER_ALL_LITERAL) add_bos = 0;
-    }
-    return tokenizer_encode_masked(e->tok, text, len, add_bos, literal, out, n, err);
+    return tokenizer_encode_prompt(e->tok, text, len, !no_bos && tokenizer_add_bos(e->tok), literal, out, n, err);
 }
 
 /* One forward call over tokens on seq (the cache records the tokens). */

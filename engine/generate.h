@@ -66,10 +66,8 @@ void engine_reset(engine *e);
  * parse_special. *out malloc'd. */
 int engine_tokenize(const engine *e, const char *text, size_t len, int no_bos, int parse_special, int32_t **out,
                     size_t *n, kv_error *err);
-/* A chat prompt as one text: tokenizer_encode_masked (literal[i] != 0: byte i is message text,
- * never a control token; NULL: none), with the BOS the model asks for unless no_bos — and not
- * when the scaffolding already starts with the BOS token's text (a template's "<s>" or
- * {{ bos_token }} stands for it: one BOS, as llama.cpp's chat path strips the rendered one). */
+/* A chat prompt as one text: tokenizer_encode_prompt with the BOS the model asks for unless
+ * no_bos (literal[i] != 0: byte i is message text, never a control token; NULL: none). */
 int engine_tokenize_prompt(const engine *e, const char *text, size_t len, const unsigned char *literal, int no_bos,
                            int32_t **out, size_t *n, kv_error *err);
 

@@ -321,6 +321,20 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
                     t->type[i] = TOK_TYPE_BYTE;
             }
     }
+    /* Phi-3's tokenizer.json gives its added tokens rstrip = true (except <unk>, <s> and
+     * <|endoftext|>); GGUF has no field for it, so the model's name tells, as llama.cpp reads it
+     * (general.name containing "phi-3" or "phi3", any case). */
+    int phi3_rstrip = 0;
+    {
+        char *gname = NULL;
+        kv_error ne = { 0 };
+        if (gguf_get_str(f, "general.name", 0, &gname, &ne) == KV_OK && gname) {
+            for (char *q = gname; *q; q++)
+                if (*q >= 'A' && *q <= 'Z') *q = (char)(*q + 32);
+            phi3_rstrip = strstr(gname, "phi-3") || strstr(gname, "phi3");
+        }
+        free(gname);
+    }
     for (int32_t i = 0; i < n; i++) {
         int ty = t->type[i];
         const char *s = t->text_arena + t->text_off[i];
@@ -333,6 +347,9 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
             if (ty == TOK_TYPE_USER_DEFINED && !(t->flags[i] & TOK_FLAG_EOG) && i != t->bos && i != t->eos)
                 t->flags[i] |= TOK_FLAG_MATCH_RAW;
             if ((rc = trie_insert(t, s, len, i))) goto fail;
+            if (phi3_rstrip && !(len == 5 && !memcmp(s, "<unk>", 5)) && !(len == 3 && !memcmp(s, "<s>", 3)) &&
+                !(len == 13 && !memcmp(s, "<|endoftext|>", 13)))
+                t->flags[i] |= TOK_FLAG_RSTRIP;
         }
         if (kind == TOK_KIND_SPM && ty == TOK_TYPE_BYTE && len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' &&
             s[5] == '>') {
@@ -526,6 +543,8 @@ int tokenizer_encode_masked(const tokenizer *t, const char *text, size_t len, in
                 if ((rc = tok_vec_push(&out, tok))) goto nomem;
                 after_special = 1;
                 i += mlen;
+                if (t->flags[tok] & TOK_FLAG_RSTRIP)
+                    while (i < len && (text[i] == ' ' || (text[i] >= '\t' && text[i] <= '\r'))) i++;
                 frag = i;
                 continue;
             }
@@ -542,6 +561,19 @@ nomem:
 fail:
     free(out.v);
     return rc;
+}
+
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err)
+{
+    if (t && text && add_bos && t->bos >= 0 && literal != TOKENIZER_ALL_LITERAL) {
+        const char *bt = tokenizer_token_text(t, t->bos);
+        size_t bl = strlen(bt);
+        int lead = bl && len >= bl && !memcmp(text, bt, bl);
+        for (size_t i = 0; lead && literal && i < bl; i++) lead = !literal[i];
+        if (lead) add_bos = 0;
+    }
+    return tokenizer_encode_masked(t, text, len, add_bos, literal, tokens_out, n_out, err);
 }
 
 /* ---- streaming detokenizer ----------------------------------------------------------- */

@@ -86,6 +86,13 @@ extern const unsigned char tokenizer_all_literal_[1];
 int tokenizer_encode_masked(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
                             int32_t **tokens_out, size_t *n_out, kv_error *err);
 
+/* A chat prompt: tokenizer_encode_masked, except that when add_bos is asked and the text
+ * already starts with the BOS token's text in scaffolding (a template's "<s>" or
+ * {{ bos_token }}), that text stands for the BOS: one BOS, never two (llama.cpp's chat path
+ * strips the rendered one for the same reason). */
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err);
+
 /* Raw vocab string of a token (as stored in the GGUF), NUL-terminated; "" for an out-of-range
  * id. (A vocab string with an embedded NUL is cut there.) */
 const char *tokenizer_token_text(const tokenizer *t, int32_t id);
