@@ -174,3 +174,15 @@ uninstall:
 	-rmdir $(THEMEDIR) $(DESTDIR)$(PREFIX)/share/kvchat 2>/dev/null || true
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# The reference Jinja renderer for tests/e2e/t_jinja.sh: @huggingface/jinja from npm (node from
+# Debian when missing).
+JINJA_REF := $(BUILD)/jinja-ref/node_modules/@huggingface/jinja/package.json
+jinja-ref: $(JINJA_REF)
+$(JINJA_REF):
+	@command -v npm >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
+	@mkdir -p $(BUILD)/jinja-ref && cd $(BUILD)/jinja-ref && { [ -f package.json ] || echo '{"private": true}' > package.json; } && \
+	  npm install --silent --no-audit --no-fund @huggingface/jinja@0.5.11 >/dev/null
+e2e: $(JINJA_REF)
+.PHONY: jinja-ref

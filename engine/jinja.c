@@ -265,10 +265,13 @@ static int count_lines(const char *s, size_t n)
     return k;
 }
 
+static void put_utf8(arena *a, obuf *b, unsigned cp);
+
 /* Decode a quoted string literal at L->pos (the quote). */
 static void lx_string(lexer *L, tok *k)
 {
     char q = L->src[L->pos++];
+    int k_line = k->line;
     obuf b = { 0 };
     arena *a = L->S->ar;
     while (1) {
@@ -291,6 +294,23 @@ static void lx_string(lexer *L, tok *k)
             case '\'': o = '\''; break;
             case '"': o = '"'; break;
             case '\n': L->line++; continue;
+            case 'x': case 'u': case 'U': { /* \xHH, \uHHHH, \UHHHHHHHH: a code point, written as UTF-8 */
+                int nd = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+                unsigned cp = 0;
+                int got = 0;
+                for (; got < nd && L->pos < L->len; got++) {
+                    char h = L->src[L->pos];
+                    int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                          : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                    if (v < 0) break;
+                    cp = cp * 16 + (unsigned)v;
+                    L->pos++;
+                }
+                if (got != nd) failf(L->S, k_line, "bad \\%c escape in a string literal", e);
+                if (cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) cp = 0xFFFD;
+                put_utf8(a, &b, cp);
+                continue;
+            }
             default: ob_put(a, &b, "\\", 1, NULL, 0); o = e; break;
             }
             ob_put(a, &b, &o, 1, NULL, 0);

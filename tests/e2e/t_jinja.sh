@@ -1,0 +1,66 @@
+# shellcheck shell=bash
+# Chat templates: kvchat's Jinja interpreter (kvchat template-render) against the reference,
+# @huggingface/jinja from npm (installed by `make jinja-ref` into build/jinja-ref): every template
+# in ../shared/templates and tests/templates, every conversation in tests/jinja/conv (with and
+# without a system message, a reasoning turn, enable_thinking false, ...), and the small cases of
+# tests/jinja/cases.txt, byte for byte.
+jr_dir=${HF_JINJA_DIR:-build/jinja-ref}
+if ! command -v node >/dev/null || [ ! -f "$jr_dir/node_modules/@huggingface/jinja/package.json" ]; then
+    bad "jinja: @huggingface/jinja is not installed in $jr_dir (make jinja-ref)"
+else
+    jt="$tmp/jinja"
+    mkdir -p "$jt/ctx" "$jt/out" "$jt/cases"
+    : > "$jt/list"
+    : > "$jt/ctxlist"
+    now=1750000000
+    # the contexts: each conversation, plus what a template needs that a chat does not pass
+    for t in "$SHARED"/templates/*.jinja tests/templates/*.jinja; do
+        tn=$(basename "$t" .jinja)
+        extra='{}'
+        case "$tn" in
+        *tool_use*|*functionary*) extra='{"tools": []}' ;;
+        *firefunction*) extra='{"tools": [], "functions": "", "datetime": "2025-06-15"}' ;;
+        esac
+        for c in tests/jinja/conv/*.json; do
+            cn=$(basename "$c" .json)
+            printf '%s\t%s\t%s\n' "$c" "$extra" "$jt/ctx/$tn.$cn.json" >> "$jt/ctxlist"
+            printf '%s\t%s\t%s\n' "$t" "$jt/ctx/$tn.$cn.json" "$jt/out/$tn.$cn.hf" >> "$jt/list"
+        done
+    done
+    node tests/jinja/hf_render.mjs contexts "$jt/ctxlist"
+    # small cases: one template per "=== name" block, rendered with tests/jinja/conv/system.json
+    awk -v d="$jt/cases" '/^=== /{f=d "/" $2 ".jinja"; printf "" > f; next} f{if (n[f]++) printf "\n" >> f; printf "%s", $0 >> f}' tests/jinja/cases.txt
+    for t in "$jt"/cases/*.jinja; do
+        printf '%s\t%s\t%s\n' "$t" tests/jinja/conv/system.json "$jt/out/case-$(basename "$t" .jinja).hf" >> "$jt/list"
+    done
+    TZ=UTC HF_JINJA_DIR="$jr_dir" node tests/jinja/hf_render.mjs "$now" "$jt/list" 2> "$jt/node.err" || bad "jinja: the reference renderer failed" "$(head -3 "$jt/node.err")"
+    same=0 differ=0 both_refuse=0
+    while IFS=$'\t' read -r t c o; do
+        k="${o%.hf}.kv"
+        "$BIN" template-render --now "$now" -t "$t" "$c" > "$k" 2> "$k.err" && rm -f "$k.err"
+        name=$(basename "${o%.hf}")
+        if [ -f "$o.err" ] && [ -f "$k.err" ]; then
+            both_refuse=$((both_refuse + 1))
+        elif [ -f "$o" ] && [ ! -f "$k.err" ] && cmp -s "$o" "$k"; then
+            same=$((same + 1))
+        else
+            differ=$((differ + 1))
+            bad "jinja: $name renders differently from @huggingface/jinja" \
+                "$( { [ -f "$o.err" ] && echo "reference: $(cat "$o.err")"; [ -f "$k.err" ] && echo "kvchat: $(cat "$k.err")"; cmp "$o" "$k" 2>&1; } | head -3 | tr '\n' ' ')"
+        fi
+    done < "$jt/list"
+    [ "$differ" -eq 0 ] && [ "$same" -ge 150 ] && ok "jinja: $same renderings byte-identical to @huggingface/jinja ($both_refuse refused by both)"
+    # a refusal both agree on is the template's own raise_exception, said with its line
+    printf '%s' '{"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "add_generation_prompt": true}' > "$jt/sys.json"
+    msg=$("$BIN" template-render -t "$SHARED/templates/google-gemma-2-2b-it.jinja" "$jt/sys.json" 2>&1)
+    [ $? -eq 1 ] && [[ $msg == *"chat template line 1: raise_exception: System role not supported"* ]] &&
+        ok "jinja: a template's raise_exception is an error naming its line" || bad "jinja: raise_exception" "$msg"
+    printf '{%% if x %%}never closed' > "$jt/broken.jinja"
+    msg=$("$BIN" template-render -t "$jt/broken.jinja" "$jt/sys.json" 2>&1)
+    [ $? -eq 1 ] && [[ $msg == *"chat template line 1: missing {% endif %}"* ]] &&
+        ok "jinja: a syntax error names the line and what is missing" || bad "jinja: syntax error" "$msg"
+    # message contents are marked (the chat tokenizes them without control tokens)
+    spans=$("$BIN" template-render --spans -t tests/templates/Qwen-Qwen3-0.6B.jinja tests/jinja/conv/system.json)
+    [ "$spans" = "[[19, 28], [75, 6], [114, 25], [167, 26]]" ] &&
+        ok "jinja: --spans gives the message contents' bytes" || bad "jinja: --spans" "$spans"
+fi
