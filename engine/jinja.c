@@ -2462,7 +2462,7 @@ static jval call_builtin(rt *R, int line, int which, const args *A)
 static jval call_macro(rt *R, int line, const jfunc *f, const args *A)
 {
     const node *m = f->macro;
-    if (++R->depth > MAX_DEPTH) longjmp(R->S.jb, 2);
+    if (++R->depth > MAX_DEPTH) longjmp(R->S.jb, 3);
     scope *sc = new_scope(R, f->closure);
     for (size_t i = 0; i < m->n_names; i++) {
         jval v = UNDEF;
@@ -2736,7 +2736,8 @@ int jinja_render(const jinja_template *t, const char *ctx_json, size_t ctx_len, 
     int r = setjmp(R.S.jb);
     if (r) {
         ar_free(&ar);
-        if (r == 2) return kv_error_set(err, KV_ERR_NOMEM, "chat template: out of memory (or macros nested too deep) rendering");
+        if (r == 2) return kv_error_set(err, KV_ERR_NOMEM, "chat template: out of memory rendering (over 256 MiB)");
+        if (r == 3) return kv_error_set(err, KV_ERR_NOMEM, "chat template: macros nested too deep (over %d calls)", MAX_DEPTH);
         if (R.S.line) return kv_error_set(err, KV_ERR_FORMAT, "chat template line %d: %s", R.S.line, R.S.msg);
         return kv_error_set(err, KV_ERR_FORMAT, "chat template: %s", R.S.msg);
     }

@@ -14,7 +14,11 @@
  * undefined attributes, raise_exception(msg), tojson as json.dumps(ensure_ascii=False).
  * Where Jinja2 (Python) and the reference @huggingface/jinja (what Hugging Face's chat tools
  * run) print a value differently, we print as the reference does: true/false, none as "",
- * lists and dicts as JSON, 1.0 as "1.0"; == on lists and dicts is identity.
+ * lists and dicts as JSON, 1.0 as "1.0"; == on lists and dicts is identity. Where the
+ * reference has a plain bug we do what Python does (what the templates were written for):
+ * strip/lstrip/rstrip(chars) strip those characters, title and capitalize lower the other
+ * letters, % takes the divisor's sign, and filters/tests it lacks (reverse or first of a
+ * string, map('filter'), reject, "is divisibleby 3") work.
  * Written from the documentation and by comparing outputs (tests/jinja_ref.sh); no code of
  * any other implementation.
  *
@@ -46,7 +50,7 @@ void jinja_free(jinja_template *t);
  * variables). Every string inside ctx's "messages" array, except each message's "role", is
  * message content: its bytes, wherever they end up in the output (copied, sliced, stripped,
  * concatenated), are marked 1 in *mask (mask may be NULL when not wanted); every other byte
- * is 0. tojson output of content is marked as a whole.
+ * is 0. tojson of content marks the escaped text between the quotes.
  * now: the clock of strftime_now(fmt) (seconds since 1970, formatted in UTC; the reference
  * renderer defines it on the machine's clock), or < 0 to leave strftime_now undefined.
  * On success *out is malloc'd, NUL-terminated, *out_len bytes; *mask malloc'd *out_len
