@@ -18,6 +18,7 @@
 #include "app/models.h"
 #include "app/output.h"
 #include "app/store_cli.h"
+#include "app/prompt.h"
 #include "app/template_cmd.h"
 #include "app/tokenize_cmd.h"
 #include "app/tools.h"
@@ -125,7 +126,8 @@ static void usage(FILE *out)
             "      --cache-size MIB     budget of the KV prefix store in MiB (default 1024; 0 = off;\n"
             "                           or a size: 512M, 2G); least recently used prefixes go first\n"
             "      --chat-template NAME use this template family (chatml, llama3, ...; none = completion\n"
-            "                           mode) instead of the one the model's metadata names\n"
+            "                           mode) or Jinja template file (a path, or NAME.jinja) instead of\n"
+            "                           the model's own tokenizer.chat_template\n"
             "                           (-n sets the max tokens per reply; TERM=dumb: a line-by-line session)\n"
             "Output:\n"
             "      --stats              print timings (TTFT, prefill and decode tokens/s) to stderr\n"
@@ -289,8 +291,9 @@ static int parse_args(int argc, char **argv, cli *c)
         case OPT_THEME: c->theme = optarg; break;
         case OPT_NO_MOUSE: c->no_mouse = 1; break;
         case OPT_CHAT_TEMPLATE:
-            if (chat_template_from_name(optarg) < 0) {
-                fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s)\n", optarg, chat_template_names());
+            if (chat_template_from_name(optarg) < 0 && !prompt_is_template_file(optarg)) {
+                fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s; or a .jinja file)\n", optarg,
+                        chat_template_names());
                 return EXIT_USAGE;
             }
             c->chat_template = optarg;

@@ -211,7 +211,47 @@ static int render_jinja(prompt_jinja *pj, const prompt_msg *msgs, size_t n, char
     return rc;
 }
 
+int prompt_is_template_file(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    return n && (strchr(name, '/') || (n > 6 && !strcmp(name + n - 6, ".jinja")));
+}
+
+static int choose(const char *tmpl_text, const char *name, const char *bos, const char *eos, prompt_jinja **pj,
+                  char *notice, size_t notice_cap);
+
 int prompt_choose(const char *tmpl_text, const char *name, const char *bos, const char *eos, prompt_jinja **pj,
+                  char *notice, size_t notice_cap)
+{
+    if (!prompt_is_template_file(name)) return choose(tmpl_text, name, bos, eos, pj, notice, notice_cap);
+    FILE *f = fopen(name, "rb");
+    char *text = NULL;
+    size_t len = 0, cap = 0, r;
+    char buf[4096];
+    while (f && (r = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (len + r + 1 > cap) {
+            char *nt = realloc(text, cap = (len + r + 1) * 2);
+            if (!nt) break;
+            text = nt;
+        }
+        memcpy(text + len, buf, r);
+        len += r;
+        text[len] = 0;
+    }
+    int ok = f && !ferror(f) && text;
+    if (f) fclose(f);
+    int t;
+    if (ok) {
+        t = choose(text, NULL, bos, eos, pj, notice, notice_cap);
+    } else {
+        t = choose(tmpl_text, NULL, bos, eos, pj, notice, notice_cap);
+        snprintf(notice, notice_cap, "cannot read the chat template file %s; using the model's own", name);
+    }
+    free(text);
+    return t;
+}
+
+static int choose(const char *tmpl_text, const char *name, const char *bos, const char *eos, prompt_jinja **pj,
                   char *notice, size_t notice_cap)
 {
     *pj = NULL;

@@ -45,8 +45,14 @@ void prompt_buf_free(prompt_buf *b);
 /* The model's own tokenizer.chat_template, run by the Jinja interpreter (engine/jinja.h). */
 typedef struct prompt_jinja prompt_jinja;
 
+/* 1 if a --chat-template value names a template file (it contains '/' or ends in ".jinja")
+ * rather than a built-in family. */
+int prompt_is_template_file(const char *name);
+
 /* Choose how the chat renders prompts. name (--chat-template NAME) wins: that family of the
- * shape table (chat_template.h), "none" completion mode; *pj stays NULL. Without a name: no
+ * shape table (chat_template.h), "none" completion mode; *pj stays NULL. A name that is a
+ * template file (prompt_is_template_file) is read and run as the model's own would be (an
+ * unreadable file: a notice, and the model's own is used). Without a name: no
  * template text → CHAT_TMPL_NONE; a text the interpreter parses and renders (a probe
  * conversation of a user, an assistant and a user turn) → CHAT_TMPL_JINJA with *pj set
  * (bos / eos: the vocabulary's BOS and EOS texts, NULL = none); otherwise the family the

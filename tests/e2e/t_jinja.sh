@@ -64,3 +64,52 @@ else
     [ "$spans" = "[[19, 28], [75, 6], [114, 25], [167, 26]]" ] &&
         ok "jinja: --spans gives the message contents' bytes" || bad "jinja: --spans" "$spans"
 fi
+
+# The chat runs a template file with the interpreter (--chat-template FILE.jinja): the status bar
+# says jinja, and the prompt the chat prefills is the rendered text's tokens with one BOS (the
+# template writes {{ bos_token }}); a template that cannot run falls back with a notice.
+if command -v tmux >/dev/null 2>&1; then
+    jc="$tmp/jinja-chat"
+    mkdir -p "$jc/state" "$jc/config" "$jc/data"
+    JTM="tmux -L kvchat-jinja-$$"
+    jt_start() { # jt_start ARGS...: kvchat in a fresh tmux session
+        $JTM kill-server >/dev/null 2>&1
+        $JTM -f /dev/null new-session -d -s c -x 110 -y 30 \
+            "$(printf '%q ' env LANG=C.UTF-8 TERM=tmux-256color XDG_STATE_HOME="$jc/state" XDG_CONFIG_HOME="$jc/config" \
+                XDG_DATA_HOME="$jc/data" "$BIN" -m "$MODEL" -t 1 "$@") 2>'$jc/err'; sleep 600"
+    }
+    jt_wait() { # jt_wait REGEX [SECONDS]
+        local end=$(($(date +%s) + ${2:-30}))
+        while [ "$(date +%s)" -le "$end" ]; do
+            $JTM capture-pane -p -t c > "$jc/screen" 2>/dev/null
+            grep -qE -- "$1" "$jc/screen" && return 0
+            sleep 0.1
+        done
+        return 1
+    }
+    printf '%s' '{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}' > "$jc/tiny.jinja"
+    printf '%s' '{"messages": [{"role": "user", "content": "hello"}], "add_generation_prompt": true}' > "$jc/conv.json"
+    want=$("$BIN" template-render -t "$jc/tiny.jinja" -m "$MODEL" "$jc/conv.json" |
+        "$BIN" tokenize --ids --parse-special -m "$MODEL" | tr -d '[] ' | tr ',' '\n' | wc -l)
+    want=$((want - 1)) # kvchat tokenize adds the BOS in front of the template's own: the chat keeps one
+    jt_start -n 1 --temp 0 --chat-template "$jc/tiny.jinja"
+    if jt_wait 'chat template jinja' 30 && grep -q '│ jinja │' "$jc/screen"; then
+        $JTM send-keys -t c "hello" Enter
+        if jt_wait 'reused 0 \+ new [0-9]+' 60 && grep -qE "reused 0 \+ new $want\b" "$jc/screen"; then
+            ok "jinja: the chat prefills the rendered template's $want tokens (one BOS)"
+        else
+            bad "jinja: the chat prefills the rendered template's $want tokens" "$(grep -E 'KV ' "$jc/screen")"
+        fi
+    else
+        bad "jinja: the chat runs a --chat-template FILE.jinja" "$(head -5 "$jc/screen"; cat "$jc/err")"
+    fi
+    printf '%s' '{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}{% if %}' > "$jc/broken.jinja"
+    jt_start --chat-template "$jc/broken.jinja"
+    if jt_wait "cannot run the model's chat template \(chat template line 1: expected an" 30 &&
+        grep -q "using the built-in format 'chatml'" "$jc/screen" && grep -q '│ chatml │' "$jc/screen"; then
+        ok "jinja: a template the interpreter cannot run falls back to its family with a one-line notice"
+    else
+        bad "jinja: fallback notice" "$(head -6 "$jc/screen"; cat "$jc/err")"
+    fi
+    $JTM kill-server >/dev/null 2>&1
+fi
