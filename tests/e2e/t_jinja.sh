@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Chat templates: kvchat's Jinja interpreter (kvchat template-render) against the reference,
-# @huggingface/jinja from npm (installed by `make jinja-ref` into build/jinja-ref): every template
+# @huggingface/jinja from npm (installed by `make jinja-ref` into build/jinja-ref), and against
+# Python's Jinja2 as Hugging Face transformers runs it (python3-jinja2 from Debian): every template
 # in ../shared/templates and tests/templates, every conversation in tests/jinja/conv (with and
 # without a system message, a reasoning turn, enable_thinking false, ...), and the small cases of
 # tests/jinja/cases.txt, byte for byte.
@@ -34,12 +35,26 @@ else
         printf '%s\t%s\t%s\n' "$t" tests/jinja/conv/system.json "$jt/out/case-$(basename "$t" .jinja).hf" >> "$jt/list"
     done
     TZ=UTC HF_JINJA_DIR="$jr_dir" node tests/jinja/hf_render.mjs "$now" "$jt/list" 2> "$jt/node.err" || bad "jinja: the reference renderer failed" "$(head -3 "$jt/node.err")"
-    same=0 differ=0 both_refuse=0
+    # the second reference, Python's Jinja2 as transformers runs it, for the real templates
+    grep -v "/cases/" "$jt/list" | sed 's/\.hf$/.py/' > "$jt/pylist"
+    python3 tests/jinja/py_render.py "$now" "$jt/pylist" 2> "$jt/py.err" || bad "jinja: Python's Jinja2 failed" "$(tail -2 "$jt/py.err")"
+    same=0 differ=0 both_refuse=0 py_same=0 dev=0
     while IFS=$'\t' read -r t c o; do
         k="${o%.hf}.kv"
         "$BIN" template-render --now "$now" -t "$t" "$c" > "$k" 2> "$k.err" && rm -f "$k.err"
         name=$(basename "${o%.hf}")
-        if [ -f "$o.err" ] && [ -f "$k.err" ]; then
+        p="${o%.hf}.py"
+        if [ -f "$p" ] || [ -f "$p.err" ]; then
+            if { [ -f "$p.err" ] && [ -f "$k.err" ]; } || { [ -f "$p" ] && [ ! -f "$k.err" ] && cmp -s "$p" "$k"; }; then
+                py_same=$((py_same + 1))
+            else
+                bad "jinja: $name renders differently from Python's Jinja2" "$( { [ -f "$p.err" ] && echo "python: $(cat "$p.err")"; [ -f "$k.err" ] && cat "$k.err"; cmp "$p" "$k" 2>&1; } | head -3 | tr '\n' ' ')"
+            fi
+        fi
+        if grep -q "^$name	" tests/jinja/deviations.txt; then
+            if [ -f "$o" ] && [ -f "$p" ] && ! cmp -s "$o" "$k" && cmp -s "$p" "$k"; then dev=$((dev + 1))
+            else bad "jinja: $name is listed in deviations.txt but does not differ from @huggingface/jinja as Python does"; fi
+        elif [ -f "$o.err" ] && [ -f "$k.err" ]; then
             both_refuse=$((both_refuse + 1))
         elif [ -f "$o" ] && [ ! -f "$k.err" ] && cmp -s "$o" "$k"; then
             same=$((same + 1))
@@ -49,7 +64,8 @@ else
                 "$( { [ -f "$o.err" ] && echo "reference: $(cat "$o.err")"; [ -f "$k.err" ] && echo "kvchat: $(cat "$k.err")"; cmp "$o" "$k" 2>&1; } | head -3 | tr '\n' ' ')"
         fi
     done < "$jt/list"
-    [ "$differ" -eq 0 ] && [ "$same" -ge 150 ] && ok "jinja: $same renderings byte-identical to @huggingface/jinja ($both_refuse refused by both)"
+    [ "$differ" -eq 0 ] && [ "$same" -ge 150 ] && ok "jinja: $same renderings byte-identical to @huggingface/jinja ($both_refuse refused by both; $dev listed deviations, where it has a bug, render as Python does)"
+    [ "$py_same" -ge 160 ] && ok "jinja: $py_same template renderings byte-identical to Python's Jinja2 (transformers' environment)"
     # a refusal both agree on is the template's own raise_exception, said with its line
     printf '%s' '{"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "add_generation_prompt": true}' > "$jt/sys.json"
     msg=$("$BIN" template-render -t "$SHARED/templates/google-gemma-2-2b-it.jinja" "$jt/sys.json" 2>&1)

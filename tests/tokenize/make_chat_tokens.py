@@ -2,7 +2,7 @@
 """Reference token ids of rendered chat prompts, from llama.cpp's own tokenizer (a reference
 only): writes chat-prompts.json, read by tests/test_chat_tokens.c.
 
-For every rendering in ../shared/golden/chat-templates.json (the built-in families: its text;
+For every rendering in ../shared/golden/chat-templates.json (the built-in families: its text, not repeated here;
 the template files: the text kvchat's Jinja interpreter renders for the same conversation, with
 the vocabulary's bos/eos texts and a fixed clock) and every vocabulary below, llama-tokenize
 tokenizes the whole text once with special tokens parsed and the BOS the vocabulary asks for,
@@ -18,7 +18,8 @@ SHARED = os.environ.get("SHARED", "../shared")
 KVCHAT = os.environ.get("KVCHAT", "./kvchat")
 LT = os.environ.get("LLAMA_TOKENIZE", "/tmp/kvchat-ref/llama.cpp/build/bin/llama-tokenize")
 VOCABS = ["vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-phi-3.gguf",
-          "vocab/ggml-vocab-deepseek-coder.gguf", "vocab/ggml-vocab-gpt-2.gguf"]
+          "vocab/ggml-vocab-deepseek-coder.gguf", "vocab/ggml-vocab-gpt-2.gguf",
+          "stories260K.gguf", "syn-qwen2-f32.gguf"]
 CLOCK = 1750000000
 here = os.path.dirname(os.path.abspath(__file__))
 gold = json.load(open(os.path.join(SHARED, "golden/chat-templates.json"), encoding="utf-8"))
@@ -53,12 +54,18 @@ for r in gold["renderings"]:
             if p.returncode != 0:  # the template refuses this conversation (gemma-2 and a system turn)
                 continue
             text = p.stdout.decode("utf-8")
-        cases.append({"template": r["template"], "with_system": r["with_system"], "vocab": v, "text": text,
-                      "ids": llama_ids(vocab, text)})
+        case = {"template": r["template"], "with_system": r["with_system"], "vocab": v}
+        if not r["template"].startswith("builtin:"):
+            case["text"] = text  # the built-in families' text is the golden file's
+        case["ids"] = llama_ids(vocab, text)
+        cases.append(case)
         print(r["template"], r["with_system"], v, len(cases[-1]["ids"]), file=sys.stderr)
 
-json.dump({"source": "llama.cpp llama-tokenize (node-llama-cpp 3.22.1's llama.cpp, "
-                     "../shared/bench/build-llamacpp.sh), whole text, special tokens parsed, BOS as the vocab asks",
-           "clock": CLOCK, "cases": cases},
-          open(os.path.join(here, "chat-prompts.json"), "w", encoding="utf-8"), ensure_ascii=False, indent=0)
+head = {"source": "llama.cpp llama-tokenize (node-llama-cpp 3.22.1's llama.cpp, "
+                  "../shared/bench/build-llamacpp.sh), whole text, special tokens parsed, BOS as the vocab asks",
+        "clock": CLOCK}
+with open(os.path.join(here, "chat-prompts.json"), "w", encoding="utf-8") as f:  # one case per line
+    f.write(json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [\n')
+    f.write(",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in cases))
+    f.write("\n]}\n")
 print(len(cases), "cases", file=sys.stderr)
