@@ -19,7 +19,8 @@
  * strip/lstrip/rstrip(chars) strip those characters, title and capitalize lower the other
  * letters, % takes the divisor's sign, and filters/tests it lacks (reverse or first of a
  * string, map('filter'), reject, "is divisibleby 3") work.
- * Written from the documentation and by comparing outputs (tests/jinja_ref.sh); no code of
+ * Written from the documentation and by comparing outputs (tests/e2e/t_jinja.sh: the reference
+ * and Python's Jinja2 as transformers runs it; tests/jinja/deviations.txt); no code of
  * any other implementation.
  *
  * Supported: {{ }}, {% %}, {# #}, "-" whitespace control; if/elif/else, for (with
