@@ -18,6 +18,8 @@
 #include "app/models.h"
 #include "app/output.h"
 #include "app/store_cli.h"
+#include "app/prompt.h"
+#include "app/template_cmd.h"
 #include "app/tokenize_cmd.h"
 #include "app/tools.h"
 #include "app/version.h"
@@ -125,7 +127,8 @@ static void usage(FILE *out)
             "      --cache-size MIB     budget of the KV prefix store in MiB (default 1024; 0 = off;\n"
             "                           or a size: 512M, 2G); least recently used prefixes go first\n"
             "      --chat-template NAME use this template family (chatml, llama3, ...; none = completion\n"
-            "                           mode) instead of the one the model's metadata names\n"
+            "                           mode) or Jinja template file (a path, or NAME.jinja) instead of\n"
+            "                           the model's own tokenizer.chat_template\n"
             "                           (-n sets the max tokens per reply; TERM=dumb: a line-by-line session)\n"
             "Output:\n"
             "      --stats              print timings (TTFT, prefill and decode tokens/s) to stderr\n"
@@ -141,6 +144,7 @@ static void usage(FILE *out)
             "  bench                    measure prefill and decode speed (llama-bench style)\n"
             "  gen-model                write a model of a real shape with random weights\n"
             "  tokenize                 show how text is tokenized\n"
+            "  template-render          render a Jinja chat template with a JSON context\n"
             "  list                     the saved conversations (--json, --ids)\n"
             "  export ID|last           a conversation as Markdown or JSON (--format md|json, -o FILE)\n"
             "  import FILE              a JSON export, as a new conversation\n"
@@ -292,8 +296,9 @@ static int parse_args(int argc, char **argv, cli *c)
         case OPT_THEME: c->theme = optarg; break;
         case OPT_NO_MOUSE: c->no_mouse = 1; break;
         case OPT_CHAT_TEMPLATE:
-            if (chat_template_from_name(optarg) < 0) {
-                fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s)\n", optarg, chat_template_names());
+            if (chat_template_from_name(optarg) < 0 && !prompt_is_template_file(optarg)) {
+                fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s; or a .jinja file)\n", optarg,
+                        chat_template_names());
                 return EXIT_USAGE;
             }
             c->chat_template = optarg;
@@ -576,6 +581,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "gen-model")) return gen_model_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "tokenize")) return tokenize_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "template-render")) return template_main(argc - 1, argv + 1);
     /* the models directory and the themes found (app/models.c) */
     if (argc > 1 && !strcmp(argv[1], "models")) return models_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "themes")) return themes_main(argc - 1, argv + 1);

@@ -347,6 +347,20 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
                     t->type[i] = TOK_TYPE_BYTE;
             }
     }
+    /* Phi-3's tokenizer.json gives its added tokens rstrip = true (except <unk>, <s> and
+     * <|endoftext|>); GGUF has no field for it, so the model's name tells, as llama.cpp reads it
+     * (general.name containing "phi-3" or "phi3", any case). */
+    int phi3_rstrip = 0;
+    {
+        char *gname = NULL;
+        kv_error ne = { 0 };
+        if (gguf_get_str(f, "general.name", 0, &gname, &ne) == KV_OK && gname) {
+            for (char *q = gname; *q; q++)
+                if (*q >= 'A' && *q <= 'Z') *q = (char)(*q + 32);
+            phi3_rstrip = strstr(gname, "phi-3") || strstr(gname, "phi3");
+        }
+        free(gname);
+    }
     for (int32_t i = 0; i < n; i++) {
         int ty = t->type[i];
         const char *s = t->text_arena + t->text_off[i];
@@ -359,6 +373,9 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
             if (ty == TOK_TYPE_USER_DEFINED && !(t->flags[i] & TOK_FLAG_EOG) && i != t->bos && i != t->eos)
                 t->flags[i] |= TOK_FLAG_MATCH_RAW;
             if ((rc = trie_insert(t, s, len, i))) goto fail;
+            if (phi3_rstrip && !(len == 5 && !memcmp(s, "<unk>", 5)) && !(len == 3 && !memcmp(s, "<s>", 3)) &&
+                !(len == 13 && !memcmp(s, "<|endoftext|>", 13)))
+                t->flags[i] |= TOK_FLAG_RSTRIP;
         }
         if (kind == TOK_KIND_SPM && ty == TOK_TYPE_BYTE && len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' &&
             s[5] == '>') {
@@ -507,6 +524,16 @@ static int encode_fragment(const tokenizer *t, const char *s, size_t len, int af
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                      int32_t **tokens_out, size_t *n_out, kv_error *err)
 {
+    return tokenizer_encode_masked(t, text, len, add_bos, parse_special ? NULL : TOKENIZER_ALL_LITERAL, tokens_out,
+                                   n_out, err);
+}
+
+/* sentinel: every byte literal (no per-byte array) */
+const unsigned char tokenizer_all_literal_[1];
+
+int tokenizer_encode_masked(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err)
+{
     if (!t || !tokens_out || !n_out || (!text && len))
         return kv_error_set(err, KV_ERR_INVALID, "tokenizer_encode: NULL argument");
     *tokens_out = NULL;
@@ -516,14 +543,25 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_b
                             TOK_MAX_TEXT);
     tok_vec out = { 0 };
     int rc = KV_OK;
+    int all_literal = literal == TOKENIZER_ALL_LITERAL;
     if (add_bos && t->bos >= 0 && (rc = tok_vec_push(&out, t->bos))) goto nomem;
-    int mask = parse_special ? TOK_FLAG_MATCH_SPECIAL : TOK_FLAG_MATCH_RAW;
     size_t frag = 0, i = 0;
+    size_t scaffold_end = 0; /* end of the run of non-literal bytes that contains i */
     int after_special = 1;
     while (i < len) {
         if (t->trie_root[(unsigned char)text[i]] >= 0) {
             size_t mlen = 0;
-            int32_t tok = trie_match(t, text + i, len - i, mask, &mlen);
+            int32_t tok = -1;
+            int lit = all_literal || (literal && literal[i]);
+            if (!lit) {
+                /* control tokens only wholly inside the scaffolding */
+                if (scaffold_end <= i) {
+                    scaffold_end = i;
+                    while (scaffold_end < len && !(literal && literal[scaffold_end])) scaffold_end++;
+                }
+                tok = trie_match(t, text + i, scaffold_end - i, TOK_FLAG_MATCH_SPECIAL, &mlen);
+            }
+            if (tok < 0) tok = trie_match(t, text + i, len - i, TOK_FLAG_MATCH_RAW, &mlen);
             if (tok >= 0) {
                 if (i > frag) {
                     if ((rc = encode_fragment(t, text + frag, i - frag, after_special, &out, err))) goto fail;
@@ -531,6 +569,8 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_b
                 if ((rc = tok_vec_push(&out, tok))) goto nomem;
                 after_special = 1;
                 i += mlen;
+                if (t->flags[tok] & TOK_FLAG_RSTRIP)
+                    while (i < len && (text[i] == ' ' || (text[i] >= '\t' && text[i] <= '\r'))) i++;
                 frag = i;
                 continue;
             }
@@ -547,6 +587,19 @@ nomem:
 fail:
     free(out.v);
     return rc;
+}
+
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err)
+{
+    if (t && text && add_bos && t->bos >= 0 && literal != TOKENIZER_ALL_LITERAL) {
+        const char *bt = tokenizer_token_text(t, t->bos);
+        size_t bl = strlen(bt);
+        int lead = bl && len >= bl && !memcmp(text, bt, bl);
+        for (size_t i = 0; lead && literal && i < bl; i++) lead = !literal[i];
+        if (lead) add_bos = 0;
+    }
+    return tokenizer_encode_masked(t, text, len, add_bos, literal, tokens_out, n_out, err);
 }
 
 /* ---- streaming detokenizer ----------------------------------------------------------- */

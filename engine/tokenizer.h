@@ -74,6 +74,27 @@ int32_t tokenizer_token_id(const tokenizer *t, const char *text, size_t len);
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                      int32_t **tokens_out, size_t *n_out, kv_error *err);
 
+/* tokenizer_encode over one text whose bytes are scaffolding or literal: literal[i] != 0 marks
+ * byte i as text that must never become a control token (what a user typed or a model wrote);
+ * a control / user-defined token string is matched only when it lies wholly in scaffolding
+ * (literal bytes still match user-defined tokens, as parse_special = 0 does). The text is
+ * tokenized as one sequence — the fragments between matched tokens run across the
+ * scaffolding/literal boundaries — so with no control-token text in the literal bytes the
+ * result equals tokenizer_encode(parse_special = 1) of the whole text (llama.cpp's tokens for
+ * a rendered chat prompt). literal NULL: all scaffolding; TOKENIZER_ALL_LITERAL: all literal.
+ * Errors as tokenizer_encode. */
+extern const unsigned char tokenizer_all_literal_[1];
+#define TOKENIZER_ALL_LITERAL (tokenizer_all_literal_)
+int tokenizer_encode_masked(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err);
+
+/* A chat prompt: tokenizer_encode_masked, except that when add_bos is asked and the text
+ * already starts with the BOS token's text in scaffolding (a template's "<s>" or
+ * {{ bos_token }}), that text stands for the BOS: one BOS, never two (llama.cpp's chat path
+ * strips the rendered one for the same reason). */
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err);
+
 /* Raw vocab string of a token (as stored in the GGUF), NUL-terminated; "" for an out-of-range
  * id. (A vocab string with an embedded NUL is cut there.) */
 const char *tokenizer_token_text(const tokenizer *t, int32_t id);
