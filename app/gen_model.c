@@ -50,31 +50,32 @@ typedef struct shape {
     int n_ctx_orig; /* rope.scaling.original_context_length and LongRoPE factor tensors; 0: none */
     /* granite's scales: embedding_scale, residual_scale, logit_scale, attention.scale (0: no key) */
     float embd_scale, residual_scale, logit_scale, attn_scale;
+    float attn_softcap, final_softcap; /* gemma2's attn_logit_softcapping / final_logit_softcapping (0: no key) */
 } model_shape;
 
 #define R SH_RANDOM_NORMS
 static const model_shape SHAPES[] = {
-    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, SH_QKV_BIAS, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, SH_QKV_BIAS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3-0.6B: head_dim 128 while n_embd / n_head is 64 */
     {"qwen3-0.6b", "qwen3", "Qwen3-0.6B", 151936, 1024, 28, 16, 8, 3072, 40960, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0},
-    {"smollm3-3b", "smollm3", "SmolLM3-3B", 128256, 2048, 36, 16, 4, 11008, 65536, 5000000.0f, 1e-6f, 1, R, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"smollm3-3b", "smollm3", "SmolLM3-3B", 128256, 2048, 36, 16, 4, 11008, 65536, 5000000.0f, 1e-6f, 1, R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* granite-3.1-2b: embedding_multiplier 12, residual_multiplier 0.22, logits_scaling 8,
      * attention_multiplier 1/64 */
     {"granite-3-2b", "granite", "Granite-3.1-2B", 49155, 2048, 40, 32, 8, 8192, 131072, 5000000.0f, 1e-5f, 1, R,
-     0, 0, 0, 0, 12.0f, 0.22f, 8.0f, 0.015625f},
+     0, 0, 0, 0, 12.0f, 0.22f, 8.0f, 0.015625f, 0, 0},
     {"olmo2-1b", "olmo2", "OLMo-2-0425-1B", 100352, 2048, 16, 16, 16, 8192, 4096, 500000.0f, 1e-6f, 0,
-     SH_QK_NORM_FULL | SH_NO_PRE_NORM | SH_POST_NORM | R, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_FULL | SH_NO_PRE_NORM | SH_POST_NORM | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gemma2-2b", "gemma2", "Gemma-2-2B", 256000, 2304, 26, 8, 4, 9216, 8192, 10000.0f, 1e-6f, 1, SH_POST_NORM | R,
-     256, 0, 4096, 0, 0, 0, 0, 0},
+     256, 0, 4096, 0, 0, 0, 0, 0, 50.0f, 30.0f},
     {"gemma3-1b", "gemma3", "Gemma-3-1B", 262144, 1152, 26, 4, 1, 6912, 32768, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 512, 0, 0, 0, 0, 0},
+     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 512, 0, 0, 0, 0, 0, 0, 0},
     /* Phi-4-mini: partial rotary (96 of 128 dims), LongRoPE over 4096 original positions */
     {"phi4-mini", "phi3", "Phi-4-mini", 200064, 3072, 32, 24, 8, 8192, 131072, 10000.0f, 1e-5f, 1, SH_FUSED | R,
-     128, 96, 0, 4096, 0, 0, 0, 0},
+     128, 96, 0, 4096, 0, 0, 0, 0, 0, 0},
 };
 #undef R
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
@@ -384,6 +385,9 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     if (sh->residual_scale) set_arch_f32(w, a, "residual_scale", sh->residual_scale);
     if (sh->logit_scale) set_arch_f32(w, a, "logit_scale", sh->logit_scale);
     if (sh->attn_scale) set_arch_f32(w, a, "attention.scale", sh->attn_scale);
+    float attn_softcap = opt->attn_softcap > 0 && sh->attn_softcap ? opt->attn_softcap : sh->attn_softcap;
+    if (attn_softcap) set_arch_f32(w, a, "attn_logit_softcapping", attn_softcap);
+    if (sh->final_softcap) set_arch_f32(w, a, "final_logit_softcapping", sh->final_softcap);
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)v.n);
     gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v.scores, (uint64_t)v.n);
@@ -489,7 +493,7 @@ static void gen_usage(FILE *out)
 {
     fprintf(out,
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
-            "                        [--swa N] [--orig-ctx N] [--seed N]\n"
+            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--seed N]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, phi4-mini\n"
@@ -502,6 +506,7 @@ static void gen_usage(FILE *out)
             "  --ff N          override the feed-forward width (small test models)\n"
             "  --swa N         override the sliding window (gemma2, gemma3)\n"
             "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
+            "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
             "  --seed N        random seed (default 1)\n");
 }
 
@@ -511,7 +516,8 @@ int gen_model_main(int argc, char **argv)
         {"shape", required_argument, 0, 's'}, {"type", required_argument, 0, 'y'},
         {"output", required_argument, 0, 'o'}, {"layers", required_argument, 0, 'l'},
         {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {"vocab", required_argument, 0, 'V'},
-        {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'}, {0, 0, 0, 0},
+        {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'},
+        {"attn-softcap", required_argument, 0, 'A'}, {0, 0, 0, 0},
     };
     const char *shape = NULL, *type = NULL, *out = NULL;
     gen_model_opts go = {.seed = 1};
@@ -528,6 +534,7 @@ int gen_model_main(int argc, char **argv)
         case 'F': go.n_ff = atoi(optarg); if (go.n_ff < 32 || go.n_ff % 32) goto bad; break;
         case 'W': go.n_swa = atoi(optarg); if (go.n_swa < 1) goto bad; break;
         case 'C': go.n_ctx_orig = atoi(optarg); if (go.n_ctx_orig < 1) goto bad; break;
+        case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
         case 'S': go.seed = strtoull(optarg, NULL, 10); break;
         case 'h': gen_usage(stdout); return 0;
         default: goto bad;

@@ -19,7 +19,8 @@ export const CASES = [
   { name: "smollm3", shape: "smollm3-3b", layers: 4 },        // layer 3 has no RoPE
   { name: "granite", shape: "granite-3-2b", layers: 2 },
   { name: "olmo2", shape: "olmo2-1b", layers: 2 },
-  { name: "gemma2", shape: "gemma2-2b", layers: 2, swa: 32 }, // layer 0 slides, layer 1 global
+  // layer 0 slides, layer 1 global; a soft-cap small enough to bend these small attention logits
+  { name: "gemma2", shape: "gemma2-2b", layers: 2, swa: 32, attn_softcap: 0.1 },
   { name: "gemma3", shape: "gemma3-1b", layers: 6, swa: 32 }, // layers 0-4 slide, 5 global
   { name: "phi3", shape: "phi4-mini", layers: 2 },            // n_ctx 512 <= 4096: short factors
   { name: "phi3-long", shape: "phi4-mini", layers: 2, orig_ctx: 64 }, // 512 > 64: long factors
@@ -41,6 +42,7 @@ function genArgs(c, path) {
     "--ff", String(c.ff), "--seed", String(c.seed), "-o", path];
   if (c.swa) a.push("--swa", String(c.swa));
   if (c.orig_ctx) a.push("--orig-ctx", String(c.orig_ctx));
+  if (c.attn_softcap) a.push("--attn-softcap", String(c.attn_softcap));
   return a;
 }
 
@@ -70,8 +72,8 @@ async function run(llama, kvchat, dir, c) {
   await ctx.dispose();
   await model.dispose();
   rmSync(path);
-  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0 } = c;
-  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, n_ctx,
+  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0 } = c;
+  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, n_ctx,
            reference: "llama.cpp via node-llama-cpp (CPU, f32 KV cache, 2 threads), teacher-forced", prompts };
 }
 

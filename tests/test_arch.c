@@ -54,6 +54,8 @@ static int regen(const cJSON *ref, const char *path, kv_error *err)
         .n_layer = json_int(ref, "layers"), .n_vocab = json_int(ref, "vocab"), .n_ff = json_int(ref, "ff"),
         .n_swa = json_int(ref, "swa"), .n_ctx_orig = json_int(ref, "orig_ctx"), .seed = (uint64_t)json_int(ref, "seed"),
     };
+    const cJSON *cap = cJSON_GetObjectItem(ref, "attn_softcap");
+    if (cJSON_IsNumber(cap)) o.attn_softcap = (float)cap->valuedouble;
     return gen_model_write_ex(path, cJSON_GetObjectItem(ref, "shape")->valuestring,
                               cJSON_GetObjectItem(ref, "type")->valuestring, &o, err);
 }
