@@ -216,6 +216,9 @@ static int load_hparams(model *m, kv_error *err)
     }
     hp->rope_freq_base_swa = hp->arch == ARCH_GEMMA3 ? 10000.0f : hp->rope_freq_base;
     if ((rc = get_int(f, a, "rope.scaling.original_context_length", 0, &hp->n_ctx_orig, err))) return rc;
+    hp->rope_attn_factor = 1.0f;
+    if (hp->arch == ARCH_PHI3 && (rc = get_float(f, a, "rope.scaling.attn_factor", 0, &hp->rope_attn_factor, err)))
+        return rc;
     hp->rope_uniform = !hp->no_rope_step && hp->rope_freq_base_swa == hp->rope_freq_base;
 
     char *name = NULL;
@@ -506,6 +509,9 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
         op_get_row(m->tok_embd, tokens[t], fc->x + (size_t)t * E);
         scale_vec(fc->x + (size_t)t * E, (size_t)E, hp->embd_scale);
         op_rope_cache(fc->rope_cs + (size_t)t * hp->n_rot, pos0 + t, hp->n_rot, hp->rope_freq_base, fc->rope_factors);
+        /* LongRoPE's attention factor scales the rotation (q and k alike); a context shift's
+         * re-rotation (op_rope_shift) is a pure rotation and keeps it */
+        scale_vec(fc->rope_cs + (size_t)t * hp->n_rot, (size_t)hp->n_rot, hp->rope_attn_factor);
         if (fc->rope_cs_swa)
             op_rope_cache(fc->rope_cs_swa + (size_t)t * hp->n_rot, pos0 + t, hp->n_rot, hp->rope_freq_base_swa,
                           fc->rope_factors_swa);

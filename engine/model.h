@@ -49,6 +49,8 @@ typedef struct model_hparams {
     float rope_freq_base_swa; /* RoPE base of the sliding layers (gemma3: 10000) */
     int no_rope_step;     /* > 0: layers with (il + 1) % no_rope_step == 0 have no RoPE (smollm3: 4) */
     int n_ctx_orig;       /* rope.scaling.original_context_length (phi3 LongRoPE), 0 if absent */
+    float rope_attn_factor; /* rope.scaling.attn_factor (phi3): RoPE's cos and sin times this, so
+                               q.k grows by its square (LongRoPE's attention scaling); default 1 */
     int rope_uniform;     /* 1: every layer rotates alike (context shift can re-rotate the cache) */
 } model_hparams;
 

@@ -22,6 +22,7 @@ export const CASES = [
   // layer 0 slides, layer 1 global; a soft-cap small enough to bend these small attention logits
   { name: "gemma2", shape: "gemma2-2b", layers: 2, swa: 32, attn_softcap: 0.1 },
   { name: "gemma3", shape: "gemma3-1b", layers: 6, swa: 32 }, // layers 0-4 slide, 5 global
+  { name: "gemma3-4b", shape: "gemma3-4b", layers: 6, swa: 32 }, // global layer 5: linear RoPE x8
   { name: "phi3", shape: "phi4-mini", layers: 2 },            // n_ctx 512 <= 4096: short factors
   { name: "phi3-long", shape: "phi4-mini", layers: 2, orig_ctx: 64 }, // 512 > 64: long factors
 ].map((c) => ({ ...COMMON, ...c }));

@@ -38,7 +38,7 @@ typedef struct arch_case {
 static arch_case cases[] = {
     {"qwen3", "qwen3", 64},   {"smollm3", "smollm3", 64}, {"granite", "granite", 64},
     {"olmo2", "olmo2", 64},   {"gemma2", "gemma2", 48},   {"gemma3", "gemma3", 48},
-    {"phi3", "phi3", 64},     {"phi3-long", "phi3", 512},
+    {"gemma3-4b", "gemma3", 64}, {"phi3", "phi3", 64}, {"phi3-long", "phi3", 512},
 };
 
 static int json_int(const cJSON *o, const char *k)
@@ -207,6 +207,12 @@ static void test_hparams(void **state)
     for (int il = 0; il < 6; il++) assert_int_equal(m->layers[il].swa, il != 5);
     assert_float_equal(m->hp.embd_scale, sqrtf(1152.0f), 1e-4);
     assert_int_equal(m->hp.rope_uniform, 0);
+    assert_null(m->rope_freqs_linear);
+    model_free(m);
+    assert_int_equal(gen_model_write_ex(p, "gemma3-4b", "f16", &o, &err), KV_OK);
+    assert_int_equal(model_load(p, &m, &err), KV_OK);
+    assert_non_null(m->rope_freqs_linear);
+    assert_float_equal(m->rope_freqs_linear[0], 8.0f, 0);
     model_free(m);
     o.n_layer = 8;
     assert_int_equal(gen_model_write_ex(p, "smollm3-3b", "f16", &o, &err), KV_OK);
@@ -229,6 +235,7 @@ static void test_hparams(void **state)
     assert_null(m->layers[0].w_gate);
     assert_ptr_equal(model_rope_factors(m, 4096), m->rope_short);
     assert_ptr_equal(model_rope_factors(m, 4097), m->rope_long);
+    assert_float_equal(m->hp.rope_attn_factor, 1.1902f, 1e-6);
     model_free(m);
 }
 
