@@ -31,8 +31,14 @@ static void attn_ext_worker(void *arg, int ith, int nth)
         const float *qv = j->q + (size_t)t * EQ + (size_t)h * j->hd;
         for (int p = lo; p <= p1; p++) {
             const float *kv = j->K + (size_t)p * EKV + (size_t)g * j->hd;
+            /* 8 partial sums: a fixed order the compiler can keep in one vector register */
+            float part[8] = {0};
+            int d = 0;
+            for (; d + 8 <= j->hd; d += 8)
+                for (int l = 0; l < 8; l++) part[l] += qv[d + l] * kv[d + l];
             float acc = 0.0f;
-            for (int d = 0; d < j->hd; d++) acc += qv[d] * kv[d];
+            for (; d < j->hd; d++) acc += qv[d] * kv[d];
+            for (int l = 0; l < 8; l++) acc += part[l];
             acc *= j->scale;
             if (j->softcap > 0) acc = j->softcap * tanhf(acc / j->softcap);
             s[p - lo] = acc;

@@ -3,7 +3,7 @@
  * Each tests/arch-ref/NAME.json (written by tests/arch_ref.sh with node-llama-cpp) names the
  * `kvchat gen-model` arguments of a small synthetic model of that architecture; the test
  * regenerates the model (gen-model output is byte-stable, checked below), runs a short and a long
- * prompt (longer than the sliding windows) in chunks, and compares at every position the
+ * prompt (longer than the sliding windows) in chunks and its last 8 tokens one by one, and compares at every position the
  * reference's 10 largest logits and their log-probabilities (logit - logsumexp) with ours. The
  * tolerance is ../shared/golden/README.md's for F16 weights (2e-2) on average and 5x that at
  * worst (the reference rounds activations to f16 inside its matmuls); our argmax must equal the
@@ -105,8 +105,10 @@ static void run_case(void **state)
         for (int i = 0; i < n; i++) toks[i] = cJSON_GetArrayItem(jt, i)->valueint;
         kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, n_ctx, GGML_TYPE_F32, &err);
         assert_non_null(kv);
-        for (int i = 0; i < n; i += ac->n_batch) {
-            int k = n - i < ac->n_batch ? n - i : ac->n_batch;
+        /* prefill in chunks, then the last 8 positions one token at a time (decode) */
+        int n_pre = n > 16 ? n - 8 : n;
+        for (int i = 0, k; i < n; i += k) {
+            k = i >= n_pre ? 1 : n_pre - i < ac->n_batch ? n_pre - i : ac->n_batch;
             rc = model_forward(m, fc, kv, pool, toks + i, k, logits + (size_t)i * n_vocab, 1, &err);
             if (rc) print_message("%s\n", err.msg);
             assert_int_equal(rc, KV_OK);
