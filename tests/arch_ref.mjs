@@ -19,8 +19,10 @@ export const CASES = [
   { name: "smollm3", shape: "smollm3-3b", layers: 4 },        // layer 3 has no RoPE
   { name: "granite", shape: "granite-3-2b", layers: 2 },
   { name: "olmo2", shape: "olmo2-1b", layers: 2 },
-  // layer 0 slides, layer 1 global; a soft-cap small enough to bend these small attention logits
-  { name: "gemma2", shape: "gemma2-2b", layers: 2, swa: 32, attn_softcap: 0.1 },
+  // layer 0 slides, layer 1 global; the real soft-caps (50, 30), then an attention soft-cap small
+  // enough to bend these random weights' attention logits
+  { name: "gemma2", shape: "gemma2-2b", layers: 2, swa: 32 },
+  { name: "gemma2-softcap", shape: "gemma2-2b", layers: 2, swa: 32, attn_softcap: 0.1 },
   { name: "gemma3", shape: "gemma3-1b", layers: 6, swa: 32 }, // layers 0-4 slide, 5 global
   { name: "gemma3-4b", shape: "gemma3-4b", layers: 6, swa: 32 }, // global layer 5: linear RoPE x8
   { name: "phi3", shape: "phi4-mini", layers: 2 },            // n_ctx 512 <= 4096: short factors
