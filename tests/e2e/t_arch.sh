@@ -5,11 +5,11 @@ ar=$tmp/arch
 mkdir -p "$ar/data/kvchat/models"
 arrun() { env -u KVCHAT_MODEL XDG_DATA_HOME="$ar/data" "$BIN" "$@"; }
 arch_of() { case $1 in qwen3-0.6b) echo qwen3;; smollm3-3b) echo smollm3;; granite-3-2b) echo granite;;
-    olmo2-1b) echo olmo2;; gemma2-2b) echo gemma2;; gemma3-1b) echo gemma3;; phi4-mini) echo phi3;; esac; }
-shapes="qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b phi4-mini"
+    olmo2-1b) echo olmo2;; gemma2-2b) echo gemma2;; gemma3-1b|gemma3-4b) echo gemma3;; phi4-mini) echo phi3;; esac; }
+shapes="qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini"
 gen_ok=1
 for s in $shapes; do
-    layers=2; [ "$s" = gemma3-1b ] && layers=6; [ "$s" = smollm3-3b ] && layers=4
+    layers=2; case $s in gemma3-*) layers=6;; esac; [ "$s" = smollm3-3b ] && layers=4
     "$BIN" gen-model --shape "$s" --type q8_0 --layers $layers --vocab 512 --ff 256 --swa 8 --seed 2 \
         -o "$ar/data/kvchat/models/$s.gguf" 2>"$ar/e" || { gen_ok=0; bad "gen-model --shape $s" "$(cat "$ar/e")"; }
 done
