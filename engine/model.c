@@ -563,7 +563,10 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
             kv_cache_store(kv, seq, il, pos0 + t, kt, fc->v + (size_t)t * EKV);
         }
         int n_kv = pos0 + n_tokens;
-        const float *K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), *V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp);
+        /* a sliding layer's first query (position pos0) reads nothing before pos0 - n_swa + 1 */
+        int kv_lo = L->swa && pos0 - hp->n_swa + 1 > 0 ? pos0 - hp->n_swa + 1 : 0;
+        const float *K = kv_cache_k_from(kv, seq, il, kv_lo, n_kv, fc->k_tmp);
+        const float *V = kv_cache_v_from(kv, seq, il, kv_lo, n_kv, fc->v_tmp);
         if (hp->attn_softcap > 0 || L->swa) {
             op_attention_ext(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, HD, hp->attn_scale,
                              hp->attn_softcap, L->swa ? hp->n_swa : 0, pool);
