@@ -1,4 +1,4 @@
-/* gen_model: `kvchat gen-model` — random-weight llama/qwen2 GGUF files of real model shapes, for benchmarks. */
+/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3), for benchmarks and reference tests. */
 /*
  * Speed does not depend on weight values, so these files let `kvchat bench` and llama.cpp's
  * bench measure TinyLlama-, Llama-3.2-1B- and Qwen2.5-0.5B-sized models without a download.
@@ -12,6 +12,11 @@
  * the 256 byte tokens <0x00>…<0xFF>, then filler pieces — padded to the shape's vocabulary
  * size, which both kvchat and llama.cpp load.
  * Files are streamed to disk (gguf_writer_add_tensor_fill), never held in memory.
+ * The shapes of the newer architectures also carry what those add (q/k norms, post-norms,
+ * sliding windows, scales, fused projections, LongRoPE factors), with the metadata keys and
+ * tensor names llama.cpp's gguf-py writes; their norm weights are random around 1 (not all 1)
+ * so that a norm applied to the wrong vector shows in the logits. The output is a function of
+ * (shape, type, layers, vocab, window, seed) only: byte-identical on every run.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -23,23 +28,68 @@
 #include "engine/gguf_writer.h"
 #include "engine/kernels/quant.h"
 
+enum {
+    SH_QKV_BIAS = 1,     /* attn_q/k/v.bias (qwen2) */
+    SH_QK_NORM_HEAD = 2, /* attn_q_norm / attn_k_norm of [head_dim] (qwen3, gemma3) */
+    SH_QK_NORM_FULL = 4, /* attn_q_norm / attn_k_norm of [n_embd_q] / [n_embd_kv] (olmo2) */
+    SH_NO_PRE_NORM = 8,  /* no attn_norm / ffn_norm (olmo2) */
+    SH_POST_NORM = 16,   /* post_attention_norm / post_ffw_norm (olmo2, gemma) */
+    SH_FUSED = 32,       /* attn_qkv and ffn_up = gate|up, no ffn_gate (phi3) */
+    SH_RANDOM_NORMS = 64 /* norm weights 1 + U(-0.25, 0.25) instead of 1 */
+};
+
 typedef struct shape {
     const char *name, *arch, *title;
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
     float rope_base, eps;
     int tied;       /* output shares token_embd */
-    int qkv_bias;   /* qwen2 */
+    int flags;      /* SH_* */
+    int head_dim;   /* attention.key_length / value_length; 0: n_embd / n_head (no key) */
+    int n_rot;      /* rope.dimension_count; 0: head_dim */
+    int n_swa;      /* attention.sliding_window; 0: no key */
+    int n_ctx_orig; /* rope.scaling.original_context_length and LongRoPE factor tensors; 0: none */
+    /* granite's scales: embedding_scale, residual_scale, logit_scale, attention.scale (0: no key) */
+    float embd_scale, residual_scale, logit_scale, attn_scale;
+    float attn_softcap, final_softcap; /* gemma2's attn_logit_softcapping / final_logit_softcapping (0: no key) */
+    float rope_scale;       /* rope.scaling.type linear + rope.scaling.factor (gemma3 4B+; 0: no key) */
+    float rope_attn_factor; /* rope.scaling.attn_factor (phi3 LongRoPE; 0: no key) */
 } model_shape;
 
+#define R SH_RANDOM_NORMS
 static const model_shape SHAPES[] = {
-    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0},
-    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0},
-    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, 1},
-    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0},
+    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, SH_QKV_BIAS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* Qwen3-0.6B: head_dim 128 while n_embd / n_head is 64 */
+    {"qwen3-0.6b", "qwen3", "Qwen3-0.6B", 151936, 1024, 28, 16, 8, 3072, 40960, 1000000.0f, 1e-6f, 1,
+     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"smollm3-3b", "smollm3", "SmolLM3-3B", 128256, 2048, 36, 16, 4, 11008, 65536, 5000000.0f, 1e-6f, 1, R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* granite-3.1-2b: embedding_multiplier 12, residual_multiplier 0.22, logits_scaling 8,
+     * attention_multiplier 1/64 */
+    {"granite-3-2b", "granite", "Granite-3.1-2B", 49155, 2048, 40, 32, 8, 8192, 131072, 5000000.0f, 1e-5f, 1, R,
+     0, 0, 0, 0, 12.0f, 0.22f, 8.0f, 0.015625f, 0, 0, 0, 0},
+    {"olmo2-1b", "olmo2", "OLMo-2-0425-1B", 100352, 2048, 16, 16, 16, 8192, 4096, 500000.0f, 1e-6f, 0,
+     SH_QK_NORM_FULL | SH_NO_PRE_NORM | SH_POST_NORM | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gemma2-2b", "gemma2", "Gemma-2-2B", 256000, 2304, 26, 8, 4, 9216, 8192, 10000.0f, 1e-6f, 1, SH_POST_NORM | R,
+     256, 0, 4096, 0, 0, 0, 0, 0, 50.0f, 30.0f, 0, 0},
+    {"gemma3-1b", "gemma3", "Gemma-3-1B", 262144, 1152, 26, 4, 1, 6912, 32768, 1000000.0f, 1e-6f, 1,
+     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* Gemma-3-4B: linear RoPE scaling (factor 8) on the global layers */
+    {"gemma3-4b", "gemma3", "Gemma-3-4B", 262208, 2560, 34, 8, 4, 10240, 131072, 1000000.0f, 1e-6f, 1,
+     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 1024, 0, 0, 0, 0, 0, 0, 0, 8.0f, 0},
+    /* Phi-4-mini: partial rotary (96 of 128 dims), LongRoPE over 4096 original positions */
+    {"phi4-mini", "phi3", "Phi-4-mini", 200064, 3072, 32, 24, 8, 8192, 131072, 10000.0f, 1e-5f, 1, SH_FUSED | R,
+     128, 96, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 1.1902f},
 };
+#undef R
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
-const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", NULL};
+const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", "qwen3-0.6b", "smollm3-3b",
+                                        "granite-3-2b", "olmo2-1b", "gemma2-2b", "gemma3-1b", "gemma3-4b", "phi4-mini",
+                                        NULL};
+#define SHAPE_LIST "tinyllama, llama3.2-1b, qwen2.5-0.5b, tiny, qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, " \
+                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
 enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K };
@@ -74,7 +124,7 @@ static int use_more_bits(int i, int n)
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
-enum tensor_kind { TK_EMBD, TK_OUTPUT, TK_Q, TK_K, TK_V, TK_O, TK_GATE, TK_UP, TK_DOWN };
+enum tensor_kind { TK_EMBD, TK_OUTPUT, TK_Q, TK_K, TK_V, TK_O, TK_GATE, TK_UP, TK_DOWN, TK_QKV };
 
 static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64_t ne0)
 {
@@ -91,6 +141,7 @@ static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64
     int base = ftype == FT_Q5_K_M ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K, t = base;
     if (kind == TK_OUTPUT || (kind == TK_EMBD && tied)) t = GGML_TYPE_Q6_K;
     if ((kind == TK_V || kind == TK_DOWN) && use_more_bits(il, n_layer)) t = GGML_TYPE_Q6_K;
+    if (kind == TK_QKV && ftype == FT_Q4_K_M) t = GGML_TYPE_Q5_K; /* fused qkv: one step up */
     if (ne0 % QUANT_QK_K) /* llama-quantize's fallback: Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0 */
         t = t == GGML_TYPE_Q6_K ? GGML_TYPE_Q8_0 : base == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1 : GGML_TYPE_Q5_0;
     return t;
@@ -241,38 +292,79 @@ static int set_arch_f32(gguf_writer *w, const char *arch, const char *suffix, fl
     return gguf_writer_set_f32(w, key, v);
 }
 
+/* 1 + U(-0.25, 0.25) per element, from the seed and the tensor's name (SH_RANDOM_NORMS), or 1. */
+static void norm_values(float *dst, int n, int random, uint64_t seed, const char *name)
+{
+    uint64_t s = seed ^ hash_str(name) ^ 0x6e6f726dULL;
+    for (int i = 0; i < n; i++)
+        dst[i] = random ? 1.0f + (float)((int64_t)(mix64(&s) % 2001) - 1000) * 2.5e-4f : 1.0f;
+}
+
+typedef struct norm_ctx {
+    uint64_t seed;
+    int random;
+} norm_ctx;
+
+static int fill_norm(void *user, const gguf_writer_chunk *c, kv_error *err)
+{
+    const norm_ctx *nc = user;
+    norm_values(c->dst, (int)(c->nbytes / sizeof(float)), nc->random, nc->seed, c->name);
+    return KV_OK;
+}
+
+/* An F32 norm weight of n values (norm_values; written from the name when the file is). */
+static int add_norm(gguf_writer *w, const char *name, int n, norm_ctx *nc)
+{
+    int64_t ne[4] = {n, 1, 1, 1};
+    return gguf_writer_add_tensor_fill(w, name, GGML_TYPE_F32, 1, ne, fill_norm, nc);
+}
+
 int gen_model_write(const char *path, const char *shape_name, const char *type_name, int n_layer_override,
                     uint64_t seed, kv_error *err)
+{
+    gen_model_opts o = {.n_layer = n_layer_override, .seed = seed};
+    return gen_model_write_ex(path, shape_name, type_name, &o, err);
+}
+
+int gen_model_write_ex(const char *path, const char *shape_name, const char *type_name, const gen_model_opts *opt,
+                       kv_error *err)
 {
     const model_shape *sh = NULL;
     for (size_t i = 0; i < N_SHAPES; i++)
         if (!strcmp(SHAPES[i].name, shape_name)) sh = &SHAPES[i];
-    if (!sh)
-        return kv_error_set(err, KV_ERR_INVALID, "unknown shape '%s' (tinyllama, llama3.2-1b, qwen2.5-0.5b, tiny)",
-                            shape_name);
+    if (!sh) return kv_error_set(err, KV_ERR_INVALID, "unknown shape '%s' (%s)", shape_name, SHAPE_LIST);
     int ft = -1;
     for (int i = 0; i < (int)(sizeof FTYPES / sizeof *FTYPES); i++)
         if (!strcmp(FTYPES[i].name, type_name)) ft = i;
     if (ft < 0)
         return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m)", type_name);
-    int n_layer = n_layer_override > 0 ? n_layer_override : sh->n_layer;
-    const int E = sh->n_embd, head_dim = E / sh->n_head, EKV = head_dim * sh->n_head_kv;
+    int n_layer = opt->n_layer > 0 ? opt->n_layer : sh->n_layer;
+    int n_vocab = opt->n_vocab > 0 ? opt->n_vocab : sh->n_vocab;
+    int n_swa = opt->n_swa > 0 && sh->n_swa ? opt->n_swa : sh->n_swa;
+    int n_ctx_orig = opt->n_ctx_orig > 0 && sh->n_ctx_orig ? opt->n_ctx_orig : sh->n_ctx_orig;
+    const int n_ff = opt->n_ff > 0 ? opt->n_ff : sh->n_ff;
+    uint64_t seed = opt->seed;
+    if (n_vocab < 3 + 256 + 1)
+        return kv_error_set(err, KV_ERR_INVALID, "vocabulary of %d tokens: at least 260 needed (<unk> <s> </s> and 256 bytes)",
+                            n_vocab);
+    const int E = sh->n_embd, head_dim = sh->head_dim ? sh->head_dim : E / sh->n_head;
+    const int EQ = head_dim * sh->n_head, EKV = head_dim * sh->n_head_kv, n_rot = sh->n_rot ? sh->n_rot : head_dim;
+    const int fl = sh->flags, rnd = (fl & SH_RANDOM_NORMS) != 0;
+    float *factors = NULL; /* the LongRoPE tensors' data: kept until the file is written */
     const char *a = sh->arch;
 
     gguf_writer *w = gguf_writer_create();
     vocab v = {0};
-    float *ones = malloc(sizeof(float) * (size_t)(E > sh->n_ff ? E : sh->n_ff));
-    float *bias = malloc(sizeof(float) * (size_t)E);
-    if (!w || !ones || !bias || vocab_build(&v, sh->n_vocab)) {
+    int nmax = E > EQ ? E : EQ;
+    float *bias = malloc(sizeof(float) * (size_t)nmax);
+    if (!w || !bias || vocab_build(&v, n_vocab)) {
         gguf_writer_free(w);
         vocab_free(&v);
-        free(ones);
         free(bias);
         return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
     }
-    for (int i = 0; i < E; i++) ones[i] = 1.0f;
     uint64_t bs = seed ^ 0xb1a5;
-    for (int i = 0; i < E; i++) bias[i] = (float)((int64_t)(mix64(&bs) % 2001) - 1000) * 1e-4f;
+    for (int i = 0; i < nmax; i++) bias[i] = (float)((int64_t)(mix64(&bs) % 2001) - 1000) * 1e-4f;
 
     char title[160];
     snprintf(title, sizeof title, "synthetic %s-shaped %s (random weights)", sh->title, FTYPES[ft].title);
@@ -280,16 +372,36 @@ int gen_model_write(const char *path, const char *shape_name, const char *type_n
     gguf_writer_set_str(w, "general.name", title);
     gguf_writer_set_u32(w, "general.file_type", (uint32_t)FTYPES[ft].file_type);
     gguf_writer_set_u32(w, "general.quantization_version", 2);
-    set_arch_u32(w, a, "vocab_size", (uint32_t)sh->n_vocab);
+    set_arch_u32(w, a, "vocab_size", (uint32_t)n_vocab);
     set_arch_u32(w, a, "context_length", (uint32_t)sh->n_ctx);
     set_arch_u32(w, a, "embedding_length", (uint32_t)E);
     set_arch_u32(w, a, "block_count", (uint32_t)n_layer);
-    set_arch_u32(w, a, "feed_forward_length", (uint32_t)sh->n_ff);
+    set_arch_u32(w, a, "feed_forward_length", (uint32_t)n_ff);
     set_arch_u32(w, a, "attention.head_count", (uint32_t)sh->n_head);
     set_arch_u32(w, a, "attention.head_count_kv", (uint32_t)sh->n_head_kv);
-    set_arch_u32(w, a, "rope.dimension_count", (uint32_t)head_dim);
+    if (sh->head_dim) {
+        set_arch_u32(w, a, "attention.key_length", (uint32_t)head_dim);
+        set_arch_u32(w, a, "attention.value_length", (uint32_t)head_dim);
+    }
+    set_arch_u32(w, a, "rope.dimension_count", (uint32_t)n_rot);
     set_arch_f32(w, a, "rope.freq_base", sh->rope_base);
     set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", sh->eps);
+    if (n_swa) set_arch_u32(w, a, "attention.sliding_window", (uint32_t)n_swa);
+    if (n_ctx_orig) set_arch_u32(w, a, "rope.scaling.original_context_length", (uint32_t)n_ctx_orig);
+    if (sh->embd_scale) set_arch_f32(w, a, "embedding_scale", sh->embd_scale);
+    if (sh->residual_scale) set_arch_f32(w, a, "residual_scale", sh->residual_scale);
+    if (sh->logit_scale) set_arch_f32(w, a, "logit_scale", sh->logit_scale);
+    if (sh->attn_scale) set_arch_f32(w, a, "attention.scale", sh->attn_scale);
+    float attn_softcap = opt->attn_softcap > 0 && sh->attn_softcap ? opt->attn_softcap : sh->attn_softcap;
+    if (attn_softcap) set_arch_f32(w, a, "attn_logit_softcapping", attn_softcap);
+    if (sh->final_softcap) set_arch_f32(w, a, "final_logit_softcapping", sh->final_softcap);
+    if (sh->rope_scale) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        gguf_writer_set_str(w, key, "linear");
+        set_arch_f32(w, a, "rope.scaling.factor", sh->rope_scale);
+    }
+    if (sh->rope_attn_factor) set_arch_f32(w, a, "rope.scaling.attn_factor", sh->rope_attn_factor);
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)v.n);
     gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v.scores, (uint64_t)v.n);
@@ -300,35 +412,79 @@ int gen_model_write(const char *path, const char *shape_name, const char *type_n
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
 
     fill_ctx fc = {.seed = seed};
-    int64_t ne[4] = {E, sh->n_vocab, 1, 1};
+    norm_ctx nc = {.seed = seed, .random = rnd};
+    int64_t ne[4] = {E, n_vocab, 1, 1};
     gguf_writer_add_tensor_fill(w, "token_embd.weight", tensor_type(ft, TK_EMBD, 0, n_layer, sh->tied, E), 2, ne,
                                 fill_random, &fc);
-    int64_t ne1[4] = {E, 1, 1, 1};
-    gguf_writer_add_tensor(w, "output_norm.weight", GGML_TYPE_F32, 1, ne1, ones);
+    add_norm(w, "output_norm.weight", E, &nc);
     if (!sh->tied)
         gguf_writer_add_tensor_fill(w, "output.weight", tensor_type(ft, TK_OUTPUT, 0, n_layer, 0, E), 2, ne,
                                     fill_random, &fc);
+    if (n_ctx_orig) {
+        /* LongRoPE rescale factors, n_rot/2 each: short ones near 1, long ones growing to ~40
+         * with the dimension (as the trained ones do) */
+        float *f = factors = malloc(sizeof(float) * (size_t)n_rot);
+        if (!f) {
+            gguf_writer_free(w);
+            vocab_free(&v);
+            free(bias);
+            return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
+        }
+        int h = n_rot / 2;
+        for (int i = 0; i < h; i++) {
+            float x = (float)i / (float)(h - 1);
+            f[i] = 1.0f + 39.0f * x * x;
+            f[h + i] = 1.0f + 0.25f * x;
+        }
+        int64_t nf[4] = {h, 1, 1, 1};
+        gguf_writer_add_tensor(w, "rope_factors_long.weight", GGML_TYPE_F32, 1, nf, f);
+        gguf_writer_add_tensor(w, "rope_factors_short.weight", GGML_TYPE_F32, 1, nf, f + h);
+    }
     static const struct { const char *suffix; int kind; } mats[] = {
-        {"attn_q.weight", TK_Q}, {"attn_k.weight", TK_K}, {"attn_v.weight", TK_V}, {"attn_output.weight", TK_O},
-        {"ffn_gate.weight", TK_GATE}, {"ffn_up.weight", TK_UP}, {"ffn_down.weight", TK_DOWN},
+        {"attn_q.weight", TK_Q}, {"attn_k.weight", TK_K}, {"attn_v.weight", TK_V}, {"attn_qkv.weight", TK_QKV},
+        {"attn_output.weight", TK_O}, {"ffn_gate.weight", TK_GATE}, {"ffn_up.weight", TK_UP},
+        {"ffn_down.weight", TK_DOWN},
     };
     for (int il = 0; il < n_layer; il++) {
         char nm[96];
-        snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", il);
-        gguf_writer_add_tensor(w, nm, GGML_TYPE_F32, 1, ne1, ones);
-        snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", il);
-        gguf_writer_add_tensor(w, nm, GGML_TYPE_F32, 1, ne1, ones);
+#define NORM(suffix, n)                                                                       \
+        snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                     \
+        add_norm(w, nm, n, &nc);
+        if (!(fl & SH_NO_PRE_NORM)) {
+            NORM("attn_norm.weight", E)
+            NORM("ffn_norm.weight", E)
+        }
+        if (fl & SH_POST_NORM) {
+            NORM("post_attention_norm.weight", E)
+            NORM("post_ffw_norm.weight", E)
+        }
+        if (fl & SH_QK_NORM_HEAD) {
+            NORM("attn_q_norm.weight", head_dim)
+            NORM("attn_k_norm.weight", head_dim)
+        }
+        if (fl & SH_QK_NORM_FULL) {
+            NORM("attn_q_norm.weight", EQ)
+            NORM("attn_k_norm.weight", EKV)
+        }
+#undef NORM
         for (size_t k = 0; k < sizeof mats / sizeof *mats; k++) {
-            int kind = mats[k].kind;
-            int64_t n_in = kind == TK_DOWN ? sh->n_ff : E;
-            int64_t n_out = kind == TK_K || kind == TK_V ? EKV : kind == TK_GATE || kind == TK_UP ? sh->n_ff : E;
+            int kind = mats[k].kind, fused = (fl & SH_FUSED) != 0;
+            if (fused && (kind == TK_Q || kind == TK_K || kind == TK_V || kind == TK_GATE)) continue;
+            if (!fused && kind == TK_QKV) continue;
+            int64_t n_in = kind == TK_DOWN ? n_ff : kind == TK_O ? EQ : E;
+            int64_t n_out = kind == TK_K || kind == TK_V ? EKV
+                            : kind == TK_Q                ? EQ
+                            : kind == TK_QKV              ? EQ + 2 * EKV
+                            : kind == TK_GATE             ? n_ff
+                            : kind == TK_UP               ? (fused ? 2 : 1) * (int64_t)n_ff
+                                                          : E;
             int64_t ne2[4] = {n_in, n_out, 1, 1};
             snprintf(nm, sizeof nm, "blk.%d.%s", il, mats[k].suffix);
             gguf_writer_add_tensor_fill(w, nm, tensor_type(ft, kind, il, n_layer, sh->tied, n_in), 2, ne2,
                                         fill_random, &fc);
         }
-        if (sh->qkv_bias) {
-            int64_t nq[4] = {E, 1, 1, 1}, nkv[4] = {EKV, 1, 1, 1};
+        if (fl & SH_QKV_BIAS) {
+            int64_t nq[4] = {EQ, 1, 1, 1}, nkv[4] = {EKV, 1, 1, 1};
             snprintf(nm, sizeof nm, "blk.%d.attn_q.bias", il);
             gguf_writer_add_tensor(w, nm, GGML_TYPE_F32, 1, nq, bias);
             snprintf(nm, sizeof nm, "blk.%d.attn_k.bias", il);
@@ -340,8 +496,8 @@ int gen_model_write(const char *path, const char *shape_name, const char *type_n
     int rc = gguf_writer_write(w, path, err);
     gguf_writer_free(w);
     vocab_free(&v);
-    free(ones);
     free(bias);
+    free(factors);
     return rc;
 }
 
@@ -350,14 +506,22 @@ int gen_model_write(const char *path, const char *shape_name, const char *type_n
 static void gen_usage(FILE *out)
 {
     fprintf(out,
-            "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--seed N]\n"
+            "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
+            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--seed N]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
-            "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests)\n"
+            "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
+            "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
+            "                  phi4-mini\n"
             "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
             "                  attn_v / ffn_down)\n"
             "  -o FILE         output path (files are large: TinyLlama F16 is 2.1 GiB)\n"
             "  --layers N      override the number of layers\n"
+            "  --vocab N       override the vocabulary size (at least 260)\n"
+            "  --ff N          override the feed-forward width (small test models)\n"
+            "  --swa N         override the sliding window (gemma2, gemma3)\n"
+            "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
+            "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
             "  --seed N        random seed (default 1)\n");
 }
 
@@ -366,11 +530,12 @@ int gen_model_main(int argc, char **argv)
     static const struct option opts[] = {
         {"shape", required_argument, 0, 's'}, {"type", required_argument, 0, 'y'},
         {"output", required_argument, 0, 'o'}, {"layers", required_argument, 0, 'l'},
-        {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {"vocab", required_argument, 0, 'V'},
+        {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'},
+        {"attn-softcap", required_argument, 0, 'A'}, {0, 0, 0, 0},
     };
     const char *shape = NULL, *type = NULL, *out = NULL;
-    int layers = 0;
-    uint64_t seed = 1;
+    gen_model_opts go = {.seed = 1};
     optind = 1;
     opterr = 0;
     int o;
@@ -379,15 +544,20 @@ int gen_model_main(int argc, char **argv)
         case 's': shape = optarg; break;
         case 'y': type = optarg; break;
         case 'o': out = optarg; break;
-        case 'l': layers = atoi(optarg); if (layers < 1 || layers > 1024) goto bad; break;
-        case 'S': seed = strtoull(optarg, NULL, 10); break;
+        case 'l': go.n_layer = atoi(optarg); if (go.n_layer < 1 || go.n_layer > 1024) goto bad; break;
+        case 'V': go.n_vocab = atoi(optarg); if (go.n_vocab < 260 || go.n_vocab > (1 << 24)) goto bad; break;
+        case 'F': go.n_ff = atoi(optarg); if (go.n_ff < 32 || go.n_ff % 32) goto bad; break;
+        case 'W': go.n_swa = atoi(optarg); if (go.n_swa < 1) goto bad; break;
+        case 'C': go.n_ctx_orig = atoi(optarg); if (go.n_ctx_orig < 1) goto bad; break;
+        case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
+        case 'S': go.seed = strtoull(optarg, NULL, 10); break;
         case 'h': gen_usage(stdout); return 0;
         default: goto bad;
         }
     }
     if (!shape || !type || !out || optind < argc) goto bad;
     kv_error err = {0};
-    if (gen_model_write(out, shape, type, layers, seed, &err)) {
+    if (gen_model_write_ex(out, shape, type, &go, &err)) {
         fprintf(stderr, "kvchat gen-model: %s\n", err.msg);
         return err.code == KV_ERR_INVALID ? 2 : 1;
     }

@@ -11,6 +11,7 @@
 #include "app/output.h"
 #include "engine/gguf.h"
 #include "engine/kernels/quant.h"
+#include "engine/model.h"
 #include "ui/theme.h"
 
 int models_dir(char *buf, size_t cap)
@@ -59,7 +60,7 @@ void models_print_no_model(FILE *out)
             "kvchat: no model given. Name one with -m MODEL (a .gguf file, or a name in the models directory),\n"
             "the KVCHAT_MODEL environment variable, or 'model = ...' in the config file.\n"
             "\n"
-            "To get a model: download a GGUF file of a LLaMA-family model (architecture llama or qwen2),\n"
+            "To get a model: download a GGUF file of a supported architecture (" MODEL_ARCHS "),\n"
             "e.g. a Q4_K_M or Q8_0 quantization of TinyLlama, Llama 3.2 1B, SmolLM2 or Qwen2.5 0.5B, from\n"
             "Hugging Face (search for the model name plus \"GGUF\"). Put it in\n"
             "    %s/\n"

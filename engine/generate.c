@@ -291,9 +291,14 @@ static int shift(engine *e, int seq, int n_keep, gen_stats *st, kv_error *err)
     int n = kv_seq_n_tokens(e->kv, seq);
     int n_discard = (n - n_keep) / 2;
     if (n_discard < 1) return kv_error_set(err, KV_ERR_CONTEXT, "context shift: nothing to drop (%d kept of %d)", n_keep, n);
+    /* one rotation for every layer: NoPE layers (smollm3) or a second RoPE base (gemma3) would
+     * need per-layer re-rotation, which kv_seq_shift does not do */
+    if (!hp->rope_uniform)
+        return kv_error_set(err, KV_ERR_CONTEXT, "context is full and context shift is not supported for %s models",
+                            e->m->arch_name);
     kv_rope rope = {
         .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
-        .freq_base = hp->rope_freq_base, .freq_factors = e->m->rope_freqs,
+        .freq_base = hp->rope_freq_base, .freq_factors = model_rope_factors(e->m, e->n_ctx),
     };
     int rc = kv_seq_shift(e->kv, seq, n_keep, n_discard, &rope, err);
     if (rc) return rc;

@@ -648,10 +648,10 @@ void kv_seq_commit(kv_cache *c, int seq, const int32_t *tokens, int n)
     c->active = seq;
 }
 
-static const float *view(const kv_cache *c, int seq, int layer, int kv, int n, float *tmp)
+static const float *view(const kv_cache *c, int seq, int layer, int kv, int a, int n, float *tmp)
 {
     const kv_seq *s = &c->seq[seq];
-    for (int bi = 0; bi * BS < n; bi++) {
+    for (int bi = a > 0 ? a / BS : 0; bi * BS < n; bi++) {
         int rows = n - bi * BS < BS ? n - bi * BS : BS;
         const uint8_t *src = row_ptr(c, s->blocks[bi], layer, kv, 0);
         float *dst = tmp + (size_t)bi * BS * c->n_embd_kv;
@@ -661,7 +661,16 @@ static const float *view(const kv_cache *c, int seq, int layer, int kv, int n, f
     return tmp;
 }
 
-const float *kv_cache_k(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 0, n, tmp); }
+const float *kv_cache_k(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 0, 0, n, tmp); }
+const float *kv_cache_v(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 1, 0, n, tmp); }
+const float *kv_cache_k_from(const kv_cache *c, int seq, int layer, int a, int n, float *tmp)
+{
+    return view(c, seq, layer, 0, a, n, tmp);
+}
+const float *kv_cache_v_from(const kv_cache *c, int seq, int layer, int a, int n, float *tmp)
+{
+    return view(c, seq, layer, 1, a, n, tmp);
+}
 
 void kv_cache_blocks(const kv_cache *c, int seq, int layer, int kind, int n, const uint8_t **out)
 {
@@ -670,7 +679,6 @@ void kv_cache_blocks(const kv_cache *c, int seq, int layer, int kind, int n, con
 }
 
 size_t kv_cache_row_bytes(const kv_cache *c) { return c->row_bytes; }
-const float *kv_cache_v(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 1, n, tmp); }
 
 /* ---- context shift --------------------------------------------------------------------- */
 

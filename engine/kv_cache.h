@@ -160,6 +160,11 @@ const float *kv_cache_k(const kv_cache *c, int seq, int layer, int n, float *tmp
 void kv_cache_blocks(const kv_cache *c, int seq, int layer, int kind, int n, const uint8_t **out);
 size_t kv_cache_row_bytes(const kv_cache *c);
 const float *kv_cache_v(const kv_cache *c, int seq, int layer, int n, float *tmp);
+/* The same for rows [a, n) only (a sliding-window layer reads no older row): rows from the
+ * block holding a on are gathered at their usual place in tmp; earlier rows of tmp are left as
+ * they were (stale: do not read them). */
+const float *kv_cache_k_from(const kv_cache *c, int seq, int layer, int a, int n, float *tmp);
+const float *kv_cache_v_from(const kv_cache *c, int seq, int layer, int a, int n, float *tmp);
 
 /* ---- context shift ---- */
 /* RoPE of the model, for re-rotating kept keys (see op_rope_shift). */

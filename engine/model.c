@@ -1,4 +1,4 @@
-/* model: load a llama/qwen2 GGUF (hyperparameters, tensors, shape checks) and run its forward pass. */
+/* model: load a GGUF of one of the supported architectures (hyperparameters, tensors, shape checks) and run its forward pass. */
 #include "model.h"
 
 #include <math.h>
@@ -8,6 +8,7 @@
 
 #include "ops.h"
 #include "kernels/quant.h"
+#include "ops_extra.h"
 
 /* ---- loading ------------------------------------------------------------------------- */
 
@@ -34,6 +35,28 @@ static int get_float(const gguf_file *f, const char *arch, const char *suffix, i
         return kv_error_set(err, KV_ERR_FORMAT, "%s: metadata '%s' = %g is not a positive number", f->path, key, *out);
     return KV_OK;
 }
+
+/* What each architecture adds to llama, as llama.cpp builds its graph (its per-architecture graph builders) and
+ * gguf-py names the keys and tensors. qkv_bias: 0 none, 1 optional, 2 required. */
+typedef struct arch_info {
+    const char *name;
+    int arch, rope_neox, qkv_bias, qk_norm, pre_norm, post_norm, ffn_act, fused;
+    int swa_period, no_rope_step, embd_sqrt;
+} arch_info;
+
+static const arch_info ARCHS[] = {
+    /* name       arch          neox bias qk_norm      pre post act            fused swa nope sqrt */
+    {"llama",   ARCH_LLAMA,   0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,      0, 0, 0, 0},
+    {"qwen2",   ARCH_QWEN2,   1, 2, QK_NORM_NONE, 1, 0, FFN_SILU,      0, 0, 0, 0},
+    {"qwen3",   ARCH_QWEN3,   1, 0, QK_NORM_HEAD, 1, 0, FFN_SILU,      0, 0, 0, 0},
+    /* SmolLM3: NoPE every 4th layer; llama.cpp hard-codes the period (no GGUF key says it) */
+    {"smollm3", ARCH_SMOLLM3, 0, 0, QK_NORM_NONE, 1, 0, FFN_SILU,      0, 0, 4, 0},
+    {"granite", ARCH_GRANITE, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,      0, 0, 0, 0},
+    {"olmo2",   ARCH_OLMO2,   1, 0, QK_NORM_FULL, 0, 1, FFN_SILU,      0, 0, 0, 0},
+    {"gemma2",  ARCH_GEMMA2,  1, 0, QK_NORM_NONE, 1, 1, FFN_GELU_TANH, 0, 2, 0, 1},
+    {"gemma3",  ARCH_GEMMA3,  1, 0, QK_NORM_HEAD, 1, 1, FFN_GELU_TANH, 0, 6, 0, 1},
+    {"phi3",    ARCH_PHI3,    1, 0, QK_NORM_NONE, 1, 0, FFN_SILU,      1, 0, 0, 0},
+};
 
 /* Find a tensor and check its shape ([ne0, ne1], ne1 = 0 for 1-D) and that its type is
  * usable. Missing and optional → *out = NULL. */
@@ -90,6 +113,18 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
+/* An optional float key that may be any finite value (scales), default kept when absent. */
+static int get_float_opt(const gguf_file *f, const char *arch, const char *suffix, float *out, kv_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = gguf_get_f32(f, key, 0, out, err);
+    if (rc) return rc;
+    if (!isfinite(*out))
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: metadata '%s' is not a finite number", f->path, key);
+    return KV_OK;
+}
+
 static int load_hparams(model *m, kv_error *err)
 {
     const gguf_file *f = m->gguf;
@@ -97,20 +132,26 @@ static int load_hparams(model *m, kv_error *err)
     char *arch = NULL;
     int rc = gguf_get_str(f, "general.architecture", 1, &arch, err);
     if (rc) return rc;
-    if (strcmp(arch, "llama") == 0) {
-        hp->arch = ARCH_LLAMA;
-        m->arch_name = "llama";
-    } else if (strcmp(arch, "qwen2") == 0) {
-        hp->arch = ARCH_QWEN2;
-        m->arch_name = "qwen2";
-        hp->rope_neox = 1;
-    } else {
-        rc = kv_error_set(err, KV_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported (supported: llama, qwen2)",
-                          f->path, arch);
+    const arch_info *ai = NULL;
+    for (size_t i = 0; i < sizeof ARCHS / sizeof *ARCHS; i++)
+        if (strcmp(arch, ARCHS[i].name) == 0) ai = &ARCHS[i];
+    if (!ai) {
+        rc = kv_error_set(err, KV_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported (supported: %s)", f->path,
+                          arch, MODEL_ARCHS);
         free(arch);
         return rc;
     }
     free(arch);
+    m->arch_name = ai->name;
+    hp->arch = ai->arch;
+    hp->rope_neox = ai->rope_neox;
+    hp->qk_norm = ai->qk_norm;
+    hp->pre_norm = ai->pre_norm;
+    hp->post_norm = ai->post_norm;
+    hp->ffn_act = ai->ffn_act;
+    hp->fused = ai->fused;
+    hp->swa_period = ai->swa_period;
+    hp->no_rope_step = ai->no_rope_step;
     const char *a = m->arch_name;
     hp->rope_freq_base = 10000.0f;
     hp->rms_norm_eps = 1e-5f;
@@ -128,24 +169,57 @@ static int load_hparams(model *m, kv_error *err)
     if (hp->n_embd < 1 || hp->n_layer < 1 || hp->n_head < 1 || hp->n_ff < 1 || hp->n_ctx_train < 1)
         return kv_error_set(err, KV_ERR_FORMAT, "%s: hyperparameters must be positive (n_embd %d, n_layer %d, n_head %d, n_ff %d, context %d)",
                             f->path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_ff, hp->n_ctx_train);
-    if (hp->n_embd % hp->n_head != 0)
-        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.embedding_length %d is not a multiple of %s.attention.head_count %d",
-                            f->path, a, hp->n_embd, a, hp->n_head);
     if (hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv != 0)
         return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.attention.head_count_kv %d does not divide head_count %d",
                             f->path, a, hp->n_head_kv, hp->n_head);
-    hp->head_dim = hp->n_embd / hp->n_head;
+    /* head_dim: attention.key_length when present (qwen3, gemma: not n_embd / n_head) */
+    hp->head_dim = hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
+    if ((rc = get_int(f, a, "attention.key_length", 0, &hp->head_dim, err))) return rc;
+    if (hp->head_dim < 1)
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.embedding_length %d is not a multiple of %s.attention.head_count %d and no attention.key_length is given",
+                            f->path, a, hp->n_embd, a, hp->n_head);
+    int val_len = hp->head_dim;
+    if ((rc = get_int(f, a, "attention.value_length", 0, &val_len, err))) return rc;
+    if (val_len != hp->head_dim)
+        return kv_error_set(err, KV_ERR_UNSUPPORTED, "%s: %s.attention.value_length %d differs from key_length %d (not supported)",
+                            f->path, a, val_len, hp->head_dim);
+    hp->n_embd_q = hp->n_head * hp->head_dim;
     hp->n_embd_kv = hp->n_head_kv * hp->head_dim;
     hp->n_rot = hp->head_dim;
     if ((rc = get_int(f, a, "rope.dimension_count", 0, &hp->n_rot, err))) return rc;
     if (hp->n_rot < 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.rope.dimension_count %d must be even and at most head_dim %d",
                             f->path, a, hp->n_rot, hp->head_dim);
-    int key_len = hp->head_dim;
-    if ((rc = get_int(f, a, "attention.key_length", 0, &key_len, err))) return rc;
-    if (key_len != hp->head_dim)
-        return kv_error_set(err, KV_ERR_UNSUPPORTED, "%s: %s.attention.key_length %d differs from n_embd/n_head %d (not supported)",
-                            f->path, a, key_len, hp->head_dim);
+
+    /* scales (granite) and the gemma family's */
+    hp->embd_scale = ai->embd_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->logit_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    /* Gemma 2 / 3 27B scale queries by n_embd / n_head, the smaller ones by head_dim (llama.cpp
+     * tells them apart by their layer count, as we do) */
+    if ((hp->arch == ARCH_GEMMA2 && hp->n_layer == 46) || (hp->arch == ARCH_GEMMA3 && hp->n_layer == 62))
+        hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head);
+    if (hp->arch == ARCH_GEMMA2) hp->attn_softcap = 50.0f, hp->final_softcap = 30.0f; /* llama.cpp's defaults */
+    if ((rc = get_float_opt(f, a, "embedding_scale", &hp->embd_scale, err)) ||
+        (rc = get_float_opt(f, a, "residual_scale", &hp->residual_scale, err)) ||
+        (rc = get_float_opt(f, a, "logit_scale", &hp->logit_scale, err)) ||
+        (rc = get_float_opt(f, a, "attention.scale", &hp->attn_scale, err)) ||
+        (rc = get_float_opt(f, a, "attn_logit_softcapping", &hp->attn_softcap, err)) ||
+        (rc = get_float_opt(f, a, "final_logit_softcapping", &hp->final_softcap, err)))
+        return rc;
+    if (hp->logit_scale == 0.0f)
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: metadata '%s.logit_scale' is 0", f->path, a);
+    if (hp->swa_period) {
+        hp->n_swa = 0;
+        if ((rc = get_int(f, a, "attention.sliding_window", 0, &hp->n_swa, err))) return rc;
+    }
+    hp->rope_freq_base_swa = hp->arch == ARCH_GEMMA3 ? 10000.0f : hp->rope_freq_base;
+    if ((rc = get_int(f, a, "rope.scaling.original_context_length", 0, &hp->n_ctx_orig, err))) return rc;
+    hp->rope_attn_factor = 1.0f;
+    if (hp->arch == ARCH_PHI3 && (rc = get_float(f, a, "rope.scaling.attn_factor", 0, &hp->rope_attn_factor, err)))
+        return rc;
+    hp->rope_uniform = !hp->no_rope_step && hp->rope_freq_base_swa == hp->rope_freq_base;
 
     char *name = NULL;
     if ((rc = gguf_get_str(f, "general.name", 0, &name, err))) return rc;
@@ -161,11 +235,11 @@ int model_load(const char *path, model **out, kv_error *err)
     int rc = gguf_open(path, &m->gguf, err);
     if (rc || (rc = load_hparams(m, err))) goto fail;
     const model_hparams *hp = &m->hp;
-    /* every layer has at least 9 tensors: reject a block_count the file cannot hold before
+    /* every layer has at least 6 tensors: reject a block_count the file cannot hold before
      * allocating per-layer storage for it */
-    if ((uint64_t)hp->n_layer > m->gguf->n_tensors / 9) {
+    if ((uint64_t)hp->n_layer > m->gguf->n_tensors / 6) {
         rc = kv_error_set(err, KV_ERR_FORMAT, "%s: %s.block_count %d needs at least %llu tensors, the file has %llu",
-                          path, m->arch_name, hp->n_layer, 9ULL * (unsigned long long)hp->n_layer,
+                          path, m->arch_name, hp->n_layer, 6ULL * (unsigned long long)hp->n_layer,
                           (unsigned long long)m->gguf->n_tensors);
         goto fail;
     }
@@ -180,8 +254,9 @@ int model_load(const char *path, model **out, kv_error *err)
         goto fail;
     if (!m->output) m->output = m->tok_embd;
 
-    size_t per_layer = 2 * (size_t)hp->n_embd + (hp->arch == ARCH_QWEN2 ? (size_t)hp->n_embd + 2 * hp->n_embd_kv : 0);
-    m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + hp->n_embd + hp->n_rot));
+    const size_t E = (size_t)hp->n_embd, EQ = (size_t)hp->n_embd_q, EKV = (size_t)hp->n_embd_kv;
+    size_t per_layer = 4 * E + 2 * EQ + 3 * EKV; /* every norm and bias a layer may have */
+    m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + E + 2 * (size_t)hp->n_rot));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) {
         rc = kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
@@ -191,30 +266,73 @@ int model_load(const char *path, model **out, kv_error *err)
     if ((rc = load_vec(m, "output_norm.weight", hp->n_embd, 0, &m->output_norm, &used, err)) ||
         (rc = load_vec(m, "rope_freqs.weight", hp->n_rot / 2, 1, &m->rope_freqs, &used, err)))
         goto fail;
+    if (hp->arch == ARCH_PHI3) {
+        if ((rc = load_vec(m, "rope_factors_long.weight", hp->n_rot / 2, 1, &m->rope_long, &used, err)) ||
+            (rc = load_vec(m, "rope_factors_short.weight", hp->n_rot / 2, 1, &m->rope_short, &used, err)))
+            goto fail;
+    }
+    if (hp->arch == ARCH_GEMMA3) {
+        /* linear RoPE scaling of the global layers (Gemma 3 4B+: factor 8); sliding layers unscaled */
+        float factor = 1.0f;
+        if ((rc = get_float(m->gguf, m->arch_name, "rope.scaling.factor", 0, &factor, err))) goto fail;
+        if (factor != 1.0f) {
+            float *ff = m->f32_store + used;
+            for (int i = 0; i < hp->n_rot / 2; i++) ff[i] = factor;
+            used += (size_t)hp->n_rot / 2;
+            m->rope_freqs_linear = ff;
+            m->hp.rope_uniform = 0;
+        }
+    }
+    const int heads = hp->qk_norm == QK_NORM_HEAD;
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *L = &m->layers[il];
         char nm[96];
-        int qwen = hp->arch == ARCH_QWEN2;
+        int bias_opt = hp->arch != ARCH_QWEN2;
 #define T2(field, suffix, ne0, ne1)                                                         \
         snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                   \
         if ((rc = want_tensor(m, nm, ne0, ne1, 0, &L->field, err))) goto fail;
 #define T1(field, suffix, n, opt)                                                           \
         snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                   \
         if ((rc = load_vec(m, nm, n, opt, &L->field, &used, err))) goto fail;
-        T1(attn_norm, "attn_norm.weight", hp->n_embd, 0)
-        T1(ffn_norm, "ffn_norm.weight", hp->n_embd, 0)
-        T2(wq, "attn_q.weight", hp->n_embd, hp->n_embd)
-        T2(wk, "attn_k.weight", hp->n_embd, hp->n_embd_kv)
-        T2(wv, "attn_v.weight", hp->n_embd, hp->n_embd_kv)
-        T2(wo, "attn_output.weight", hp->n_embd, hp->n_embd)
-        T2(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff)
-        T2(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
+        if (hp->pre_norm) {
+            T1(attn_norm, "attn_norm.weight", hp->n_embd, 0)
+            T1(ffn_norm, "ffn_norm.weight", hp->n_embd, 0)
+        }
+        if (hp->post_norm) {
+            T1(attn_post_norm, "post_attention_norm.weight", hp->n_embd, 0)
+            T1(ffn_post_norm, "post_ffw_norm.weight", hp->n_embd, 0)
+        }
+        if (hp->qk_norm) {
+            T1(q_norm, "attn_q_norm.weight", heads ? hp->head_dim : hp->n_embd_q, 0)
+            T1(k_norm, "attn_k_norm.weight", heads ? hp->head_dim : hp->n_embd_kv, 0)
+        }
+        if (hp->fused) {
+            /* phi3: fused attn_qkv when present (older files have separate q, k, v) */
+            snprintf(nm, sizeof nm, "blk.%d.attn_qkv.weight", il);
+            if ((rc = want_tensor(m, nm, hp->n_embd, hp->n_embd_q + 2 * hp->n_embd_kv, 1, &L->wqkv, err))) goto fail;
+        }
+        if (!L->wqkv) {
+            T2(wq, "attn_q.weight", hp->n_embd, hp->n_embd_q)
+            T2(wk, "attn_k.weight", hp->n_embd, hp->n_embd_kv)
+            T2(wv, "attn_v.weight", hp->n_embd, hp->n_embd_kv)
+        }
+        T2(wo, "attn_output.weight", hp->n_embd_q, hp->n_embd)
+        if (hp->fused) {
+            T2(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)
+        } else {
+            T2(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff)
+            T2(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
+        }
         T2(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
-        T1(bq, "attn_q.bias", hp->n_embd, !qwen)
-        T1(bk, "attn_k.bias", hp->n_embd_kv, !qwen)
-        T1(bv, "attn_v.bias", hp->n_embd_kv, !qwen)
+        if (ARCHS[hp->arch].qkv_bias) {
+            T1(bq, "attn_q.bias", hp->n_embd_q, bias_opt)
+            T1(bk, "attn_k.bias", hp->n_embd_kv, bias_opt)
+            T1(bv, "attn_v.bias", hp->n_embd_kv, bias_opt)
+        }
 #undef T1
 #undef T2
+        L->swa = hp->swa_period && hp->n_swa > 0 && il % hp->swa_period < hp->swa_period - 1;
+        L->use_rope = !hp->no_rope_step || (il + 1) % hp->no_rope_step != 0;
     }
     /* The most common 2-D weight type names the model's type (as in "Q4_K_M" files most
      * tensors are Q4_K). */
@@ -260,17 +378,27 @@ uint64_t model_weight_bytes(const model *m)
 
 /* ---- forward pass ---------------------------------------------------------------------- */
 
+const float *model_rope_factors(const model *m, int n_ctx)
+{
+    if (m->rope_long && m->rope_short) return n_ctx > m->hp.n_ctx_orig ? m->rope_long : m->rope_short;
+    if (m->rope_long || m->rope_short) return m->rope_long ? m->rope_long : m->rope_short;
+    return m->rope_freqs;
+}
+
 struct forward_ctx {
     int n_batch, n_ctx;
     float *x;       /* [n_batch][n_embd] residual stream */
     float *xb;      /* [n_batch][n_embd] normed input */
     float *xb2;     /* [n_batch][n_embd] */
-    float *q;       /* [n_batch][n_embd] */
+    float *q;       /* [n_batch][n_embd_q] */
     float *k, *v;   /* [n_batch][n_embd_kv] */
-    float *att;     /* [n_batch][n_embd] attention output */
-    float *hb, *hb2;/* [n_batch][n_ff] */
+    float *qkv;     /* [n_batch][n_embd_q + 2 n_embd_kv] fused projection (phi3) or NULL */
+    float *att;     /* [n_batch][n_embd_q] attention output */
+    float *hb, *hb2;/* [n_batch][n_ff]; hb2 is [n_batch][2 n_ff] for a fused gate|up */
     float *rope_cs; /* [n_batch][n_rot] */
-    float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv]: f32 copies of a Q8_0 cache's rows (untouched otherwise) */
+    float *rope_cs_swa; /* [n_batch][n_rot] for sliding layers with their own RoPE (gemma3) or NULL */
+    const float *rope_factors, *rope_factors_swa; /* chosen for n_ctx (model_rope_factors) */
+    float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv]: f32 copies of the cache's rows where attention needs them */
     const uint8_t **kblk, **vblk; /* [n_ctx / KV_BLOCK_SIZE + 1]: where an F16 / F32 cache keeps them */
     void *act;      /* activation conversion scratch */
 };
@@ -290,25 +418,33 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
     size_t act = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
-        const gguf_tensor *ws[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        const gguf_tensor *ws[] = {L->wq, L->wk, L->wv, L->wqkv, L->wo, L->w_gate, L->w_up, L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            if (!ws[i]) continue;
             size_t s = op_matmul_scratch_size(ws[i], n_batch);
             act = s > act ? s : act;
         }
     }
     size_t so = op_matmul_scratch_size(m->output, n_batch);
     act = so > act ? so : act;
+    size_t ff2 = hp->fused ? 2 * (size_t)hp->n_ff : (size_t)hp->n_ff;
     if (!(fc->x = malloc(sizeof(float) * B * hp->n_embd)) || !(fc->xb = malloc(sizeof(float) * B * hp->n_embd)) ||
-        !(fc->xb2 = malloc(sizeof(float) * B * hp->n_embd)) || !(fc->q = malloc(sizeof(float) * B * hp->n_embd)) ||
+        !(fc->xb2 = malloc(sizeof(float) * B * hp->n_embd)) || !(fc->q = malloc(sizeof(float) * B * hp->n_embd_q)) ||
         !(fc->k = malloc(sizeof(float) * B * hp->n_embd_kv)) || !(fc->v = malloc(sizeof(float) * B * hp->n_embd_kv)) ||
-        !(fc->att = malloc(sizeof(float) * B * hp->n_embd)) || !(fc->hb = malloc(sizeof(float) * B * hp->n_ff)) ||
-        !(fc->hb2 = malloc(sizeof(float) * B * hp->n_ff)) ||
+        !(fc->att = malloc(sizeof(float) * B * hp->n_embd_q)) || !(fc->hb = malloc(sizeof(float) * B * hp->n_ff)) ||
+        !(fc->hb2 = malloc(sizeof(float) * B * ff2)) ||
         !(fc->rope_cs = malloc(sizeof(float) * B * hp->n_rot)) ||
         !(fc->k_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) ||
         !(fc->v_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) || !(fc->act = malloc(act ? act : 1)) ||
         !(fc->kblk = malloc(sizeof *fc->kblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))) ||
         !(fc->vblk = malloc(sizeof *fc->vblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))))
         goto nomem;
+    if (hp->fused && !(fc->qkv = malloc(sizeof(float) * B * (hp->n_embd_q + 2 * (size_t)hp->n_embd_kv)))) goto nomem;
+    fc->rope_factors = model_rope_factors(m, n_ctx);
+    fc->rope_factors_swa = fc->rope_factors;
+    if (m->rope_freqs_linear) fc->rope_factors = m->rope_freqs_linear; /* global layers only */
+    if (hp->rope_freq_base_swa != hp->rope_freq_base || fc->rope_factors_swa != fc->rope_factors)
+        if (!(fc->rope_cs_swa = malloc(sizeof(float) * B * hp->n_rot))) goto nomem;
     return fc;
 nomem:
     forward_ctx_free(fc);
@@ -320,7 +456,8 @@ void forward_ctx_free(forward_ctx *fc)
 {
     if (!fc) return;
     free(fc->x); free(fc->xb); free(fc->xb2); free(fc->q); free(fc->k); free(fc->v); free(fc->att);
-    free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->k_tmp); free(fc->v_tmp); free(fc->kblk); free(fc->vblk);
+    free(fc->qkv); free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->rope_cs_swa);
+    free(fc->k_tmp); free(fc->v_tmp); free(fc->kblk); free(fc->vblk);
     free(fc->act);
     free(fc);
 }
@@ -332,6 +469,22 @@ static void add_bias(float *y, const float *b, int n_tokens, int n)
     if (!b) return;
     for (int t = 0; t < n_tokens; t++)
         for (int i = 0; i < n; i++) y[(size_t)t * n + i] += b[i];
+}
+
+static void scale_vec(float *x, size_t n, float s)
+{
+    if (s == 1.0f) return;
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* x += s * post_norm(y) for each token (the norm when w is not NULL) */
+static void residual_add(float *x, float *y, const float *w, float s, int n_tokens, int E, float eps)
+{
+    for (int t = 0; t < n_tokens; t++) {
+        float *yt = y + (size_t)t * E, *xt = x + (size_t)t * E;
+        if (w) op_rmsnorm(yt, yt, w, E, eps);
+        for (int i = 0; i < E; i++) xt[i] += s * yt[i];
+    }
 }
 
 int model_forward(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens,
@@ -351,54 +504,118 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
     if (pos0 + n_tokens > kv_cache_n_ctx(kv) || pos0 + n_tokens > fc->n_ctx)
         return kv_error_set(err, KV_ERR_CONTEXT, "context is full: %d + %d tokens exceed n_ctx %d", pos0, n_tokens,
                             kv_cache_n_ctx(kv));
+    const int E = hp->n_embd, EQ = hp->n_embd_q, EKV = hp->n_embd_kv, HD = hp->head_dim, FF = hp->n_ff;
     for (int t = 0; t < n_tokens; t++) {
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return kv_error_set(err, KV_ERR_INVALID, "forward: token id %d out of range (n_vocab %d)", tokens[t],
                                 hp->n_vocab);
-        op_get_row(m->tok_embd, tokens[t], fc->x + (size_t)t * hp->n_embd);
-        op_rope_cache(fc->rope_cs + (size_t)t * hp->n_rot, pos0 + t, hp->n_rot, hp->rope_freq_base, m->rope_freqs);
+        op_get_row(m->tok_embd, tokens[t], fc->x + (size_t)t * E);
+        scale_vec(fc->x + (size_t)t * E, (size_t)E, hp->embd_scale);
+        op_rope_cache(fc->rope_cs + (size_t)t * hp->n_rot, pos0 + t, hp->n_rot, hp->rope_freq_base, fc->rope_factors);
+        /* LongRoPE's attention factor scales the rotation (q and k alike); a context shift's
+         * re-rotation (op_rope_shift) is a pure rotation and keeps it */
+        scale_vec(fc->rope_cs + (size_t)t * hp->n_rot, (size_t)hp->n_rot, hp->rope_attn_factor);
+        if (fc->rope_cs_swa)
+            op_rope_cache(fc->rope_cs_swa + (size_t)t * hp->n_rot, pos0 + t, hp->n_rot, hp->rope_freq_base_swa,
+                          fc->rope_factors_swa);
     }
     int rc = kv_seq_reserve(kv, seq, n_tokens, err); /* blocks for the new positions (paged cache) */
     if (rc) return rc;
-    const int E = hp->n_embd, EKV = hp->n_embd_kv;
+    const float def_scale = 1.0f / sqrtf((float)HD);
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
-        for (int t = 0; t < n_tokens; t++)
-            op_rmsnorm(fc->xb + (size_t)t * E, fc->x + (size_t)t * E, L->attn_norm, E, hp->rms_norm_eps);
-        op_matmul(L->wq, fc->xb, n_tokens, fc->q, fc->act, pool);
-        op_matmul(L->wk, fc->xb, n_tokens, fc->k, fc->act, pool);
-        op_matmul(L->wv, fc->xb, n_tokens, fc->v, fc->act, pool);
-        add_bias(fc->q, L->bq, n_tokens, E);
+        /* attention block: [norm] -> q, k, v [+ bias] [-> q/k norm] [-> RoPE] -> attention -> wo */
+        const float *in = fc->x;
+        if (L->attn_norm) {
+            for (int t = 0; t < n_tokens; t++)
+                op_rmsnorm(fc->xb + (size_t)t * E, fc->x + (size_t)t * E, L->attn_norm, E, hp->rms_norm_eps);
+            in = fc->xb;
+        }
+        if (L->wqkv) {
+            const int W = EQ + 2 * EKV;
+            op_matmul(L->wqkv, in, n_tokens, fc->qkv, fc->act, pool);
+            for (int t = 0; t < n_tokens; t++) {
+                const float *r = fc->qkv + (size_t)t * W;
+                memcpy(fc->q + (size_t)t * EQ, r, sizeof(float) * EQ);
+                memcpy(fc->k + (size_t)t * EKV, r + EQ, sizeof(float) * EKV);
+                memcpy(fc->v + (size_t)t * EKV, r + EQ + EKV, sizeof(float) * EKV);
+            }
+        } else {
+            op_matmul(L->wq, in, n_tokens, fc->q, fc->act, pool);
+            op_matmul(L->wk, in, n_tokens, fc->k, fc->act, pool);
+            op_matmul(L->wv, in, n_tokens, fc->v, fc->act, pool);
+        }
+        add_bias(fc->q, L->bq, n_tokens, EQ);
         add_bias(fc->k, L->bk, n_tokens, EKV);
         add_bias(fc->v, L->bv, n_tokens, EKV);
+        const float *cs_all = L->swa && fc->rope_cs_swa ? fc->rope_cs_swa : fc->rope_cs;
         for (int t = 0; t < n_tokens; t++) {
-            const float *cs = fc->rope_cs + (size_t)t * hp->n_rot;
-            op_rope(fc->q + (size_t)t * E, hp->n_head, hp->head_dim, hp->n_rot, cs, hp->rope_neox);
-            op_rope(fc->k + (size_t)t * EKV, hp->n_head_kv, hp->head_dim, hp->n_rot, cs, hp->rope_neox);
-            kv_cache_store(kv, seq, il, pos0 + t, fc->k + (size_t)t * EKV, fc->v + (size_t)t * EKV);
+            float *qt = fc->q + (size_t)t * EQ, *kt = fc->k + (size_t)t * EKV;
+            if (hp->qk_norm == QK_NORM_HEAD) {
+                op_rmsnorm_heads(qt, L->q_norm, hp->n_head, HD, hp->rms_norm_eps);
+                op_rmsnorm_heads(kt, L->k_norm, hp->n_head_kv, HD, hp->rms_norm_eps);
+            } else if (hp->qk_norm == QK_NORM_FULL) {
+                op_rmsnorm(qt, qt, L->q_norm, EQ, hp->rms_norm_eps);
+                op_rmsnorm(kt, kt, L->k_norm, EKV, hp->rms_norm_eps);
+            }
+            if (L->use_rope) {
+                const float *cs = cs_all + (size_t)t * hp->n_rot;
+                op_rope(qt, hp->n_head, HD, hp->n_rot, cs, hp->rope_neox);
+                op_rope(kt, hp->n_head_kv, HD, hp->n_rot, cs, hp->rope_neox);
+            }
+            kv_cache_store(kv, seq, il, pos0 + t, kt, fc->v + (size_t)t * EKV);
         }
         int n_kv = pos0 + n_tokens;
-        if (kv_cache_type(kv) == GGML_TYPE_F16 || kv_cache_type(kv) == GGML_TYPE_F32) {
-            /* read in place, block by block: decode at depth copies nothing */
-            kv_cache_blocks(kv, seq, il, 0, n_kv, fc->kblk);
-            kv_cache_blocks(kv, seq, il, 1, n_kv, fc->vblk);
-            op_attention_paged(fc->q, fc->kblk, fc->vblk, KV_BLOCK_SIZE, kv_cache_row_bytes(kv), kv_cache_type(kv),
-                               fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, hp->head_dim, pool);
+        /* a sliding layer's first query (position pos0) reads nothing before pos0 - n_swa + 1 */
+        int kv_lo = L->swa && pos0 - hp->n_swa + 1 > 0 ? pos0 - hp->n_swa + 1 : 0;
+        int paged = kv_cache_type(kv) == GGML_TYPE_F16 || kv_cache_type(kv) == GGML_TYPE_F32;
+        if (hp->attn_softcap > 0 || L->swa) {
+            const float *K = kv_cache_k_from(kv, seq, il, kv_lo, n_kv, fc->k_tmp);
+            const float *V = kv_cache_v_from(kv, seq, il, kv_lo, n_kv, fc->v_tmp);
+            op_attention_ext(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, HD, hp->attn_scale,
+                             hp->attn_softcap, L->swa ? hp->n_swa : 0, pool);
         } else {
-            const float *K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), *V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp);
-            op_attention(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, hp->head_dim, pool);
+            /* op_attention scales by 1/sqrt(head_dim): fold any other query scale into q */
+            if (hp->attn_scale != def_scale) scale_vec(fc->q, (size_t)n_tokens * EQ, hp->attn_scale / def_scale);
+            if (paged) { /* read in place, block by block: decode at depth copies nothing */
+                kv_cache_blocks(kv, seq, il, 0, n_kv, fc->kblk);
+                kv_cache_blocks(kv, seq, il, 1, n_kv, fc->vblk);
+                op_attention_paged(fc->q, fc->kblk, fc->vblk, KV_BLOCK_SIZE, kv_cache_row_bytes(kv), kv_cache_type(kv),
+                                   fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, HD, pool);
+            } else {
+                const float *K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), *V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp);
+                op_attention(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, HD, pool);
+            }
         }
         op_matmul(L->wo, fc->att, n_tokens, fc->xb2, fc->act, pool);
-        for (size_t i = 0; i < (size_t)n_tokens * E; i++) fc->x[i] += fc->xb2[i];
+        residual_add(fc->x, fc->xb2, L->attn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
 
-        for (int t = 0; t < n_tokens; t++)
-            op_rmsnorm(fc->xb + (size_t)t * E, fc->x + (size_t)t * E, L->ffn_norm, E, hp->rms_norm_eps);
-        op_matmul(L->w_gate, fc->xb, n_tokens, fc->hb, fc->act, pool);
-        op_matmul(L->w_up, fc->xb, n_tokens, fc->hb2, fc->act, pool);
-        for (int t = 0; t < n_tokens; t++)
-            op_swiglu(fc->hb + (size_t)t * hp->n_ff, fc->hb2 + (size_t)t * hp->n_ff, hp->n_ff);
+        /* FFN block: [norm] -> act(gate) * up -> down [-> norm] */
+        in = fc->x;
+        if (L->ffn_norm) {
+            for (int t = 0; t < n_tokens; t++)
+                op_rmsnorm(fc->xb + (size_t)t * E, fc->x + (size_t)t * E, L->ffn_norm, E, hp->rms_norm_eps);
+            in = fc->xb;
+        }
+        if (!L->w_gate) {
+            /* fused gate|up: the first n_ff outputs are the gate, the next n_ff the up projection */
+            op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
+            for (int t = 0; t < n_tokens; t++) {
+                float *g = fc->hb2 + (size_t)t * 2 * FF;
+                memcpy(fc->hb + (size_t)t * FF, g, sizeof(float) * FF);
+                if (hp->ffn_act == FFN_GELU_TANH) op_geglu_tanh(fc->hb + (size_t)t * FF, g + FF, FF);
+                else op_swiglu(fc->hb + (size_t)t * FF, g + FF, FF);
+            }
+        } else {
+            op_matmul(L->w_gate, in, n_tokens, fc->hb, fc->act, pool);
+            op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
+            for (int t = 0; t < n_tokens; t++) {
+                if (hp->ffn_act == FFN_GELU_TANH) op_geglu_tanh(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
+                else op_swiglu(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
+            }
+        }
         op_matmul(L->w_down, fc->hb, n_tokens, fc->xb2, fc->act, pool);
-        for (size_t i = 0; i < (size_t)n_tokens * E; i++) fc->x[i] += fc->xb2[i];
+        residual_add(fc->x, fc->xb2, L->ffn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
     }
     kv_seq_commit(kv, seq, tokens, n_tokens);
 
@@ -406,5 +623,8 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
     for (int t = first; t < n_tokens; t++)
         op_rmsnorm(fc->xb + (size_t)(t - first) * E, fc->x + (size_t)t * E, m->output_norm, E, hp->rms_norm_eps);
     op_matmul(m->output, fc->xb, n_out, logits, fc->act, pool);
+    size_t n_logits = (size_t)n_out * hp->n_vocab;
+    if (hp->logit_scale != 1.0f) scale_vec(logits, n_logits, 1.0f / hp->logit_scale);
+    if (hp->final_softcap > 0) op_softcap(logits, (int)n_logits, hp->final_softcap);
     return KV_OK;
 }

@@ -1,4 +1,4 @@
-/* model: a LLaMA-family transformer loaded from GGUF (llama, qwen2) and its forward pass. */
+/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3) and its forward pass. */
 #ifndef KV_MODEL_H
 #define KV_MODEL_H
 
@@ -10,7 +10,11 @@
 #include "kv_error.h"
 #include "kernels/threadpool.h"
 
-enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2 = 1 };
+enum model_arch {
+    ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_SMOLLM3, ARCH_GRANITE, ARCH_OLMO2, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3,
+};
+enum { QK_NORM_NONE = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 }; /* per head [head_dim] / whole projection */
+enum { FFN_SILU = 0, FFN_GELU_TANH = 1 };                         /* the gated FFN's activation */
 
 typedef struct model_hparams {
     int arch;             /* enum model_arch */
@@ -20,43 +24,73 @@ typedef struct model_hparams {
     int n_layer;
     int n_head;
     int n_head_kv;
-    int head_dim;         /* n_embd / n_head */
+    int head_dim;         /* {arch}.attention.key_length, default n_embd / n_head */
+    int n_embd_q;         /* n_head * head_dim: width of q and of the attention output */
     int n_embd_kv;        /* n_head_kv * head_dim */
     int n_ff;
     int n_rot;            /* rotary dims per head ({arch}.rope.dimension_count, default head_dim) */
     int rope_neox;        /* 1: NEOX-style pairs (i, i + n_rot/2) */
     float rope_freq_base; /* default 10000 */
     float rms_norm_eps;
+    /* what the newer architectures add to llama (neutral values for llama / qwen2) */
+    int qk_norm;          /* QK_NORM_*: RMSNorm of q and k before RoPE (qwen3, gemma3: per head; olmo2: whole) */
+    int pre_norm;         /* 1: attn_norm / ffn_norm before the blocks (all but olmo2) */
+    int post_norm;        /* 1: post_attention_norm / post_ffw_norm on the blocks' outputs (olmo2, gemma) */
+    int ffn_act;          /* FFN_SILU (SwiGLU) or FFN_GELU_TANH (GeGLU, gemma) */
+    int fused;            /* 1: attn_qkv and ffn_up holding gate|up (phi3) */
+    float embd_scale;     /* token embeddings times this (gemma: sqrt(n_embd); granite: embedding_scale) */
+    float residual_scale; /* block outputs times this before the residual add (granite) */
+    float logit_scale;    /* logits divided by this (granite) */
+    float attn_scale;     /* query scale, default 1/sqrt(head_dim) (granite: attention.scale) */
+    float attn_softcap;   /* > 0: attention logits soft-capped (gemma2) */
+    float final_softcap;  /* > 0: output logits soft-capped (gemma2) */
+    int n_swa;            /* sliding window in positions (0: none) for layers with swa */
+    int swa_period;       /* layer il slides when il % swa_period < swa_period - 1 (gemma2 2, gemma3 6) */
+    float rope_freq_base_swa; /* RoPE base of the sliding layers (gemma3: 10000) */
+    int no_rope_step;     /* > 0: layers with (il + 1) % no_rope_step == 0 have no RoPE (smollm3: 4) */
+    int n_ctx_orig;       /* rope.scaling.original_context_length (phi3 LongRoPE), 0 if absent */
+    float rope_attn_factor; /* rope.scaling.attn_factor (phi3): RoPE's cos and sin times this, so
+                               q.k grows by its square (LongRoPE's attention scaling); default 1 */
+    int rope_uniform;     /* 1: every layer rotates alike (context shift can re-rotate the cache) */
 } model_hparams;
 
 typedef struct model_layer {
-    const float *attn_norm, *ffn_norm;          /* [n_embd], f32 copies */
+    const float *attn_norm, *ffn_norm;          /* [n_embd], f32 copies (NULL without pre-norms) */
+    const float *attn_post_norm, *ffn_post_norm;/* [n_embd] or NULL */
+    const float *q_norm, *k_norm;               /* [head_dim] (per head) or [n_embd_q] / [n_embd_kv], or NULL */
+    int swa;                                    /* 1: sliding-window layer */
+    int use_rope;                               /* 0: no RoPE in this layer (smollm3) */
     const float *bq, *bk, *bv;                  /* attention biases (qwen2) or NULL */
-    const gguf_tensor *wq, *wk, *wv, *wo;        /* [n_embd -> n_embd], [n_embd -> n_embd_kv] … */
-    const gguf_tensor *w_gate, *w_up, *w_down;   /* SwiGLU FFN */
+    const gguf_tensor *wq, *wk, *wv, *wo;        /* [n_embd -> n_embd_q], [n_embd -> n_embd_kv] … */
+    const gguf_tensor *wqkv;                     /* fused [n_embd -> n_embd_q + 2 n_embd_kv] (phi3) or NULL */
+    const gguf_tensor *w_gate, *w_up, *w_down;   /* gated FFN; fused: no gate, w_up [n_embd -> 2 n_ff] */
 } model_layer;
 
 typedef struct model {
     gguf_file *gguf;
     model_hparams hp;
     char *name;              /* general.name or the file's base name */
-    const char *arch_name;   /* "llama" / "qwen2" */
+    const char *arch_name;   /* general.architecture: "llama", "qwen2", "qwen3", ... */
     int weight_type;         /* ggml_type of most 2-D weights (for the status bar) */
     uint64_t n_params;
     const gguf_tensor *tok_embd, *output;   /* output == tok_embd when tied */
     const float *output_norm;
     const float *rope_freqs;                /* n_rot/2 factors or NULL */
+    const float *rope_long, *rope_short;    /* LongRoPE factors (phi3), n_rot/2 each, or NULL */
+    const float *rope_freqs_linear;         /* gemma3 rope.scaling.factor as n_rot/2 equal factors
+                                               for the global layers, or NULL */
     model_layer *layers;
     float *f32_store;                       /* owns the f32 norm/bias copies */
     void *packed;                           /* matrices repacked at load (op_weights_pack) */
 } model;
 
 /* Load and validate a model: the GGUF file (see gguf_open), the architecture
- * (general.architecture: llama or qwen2, else "architecture 'X' is not supported (supported:
- * llama, qwen2)"), required hyperparameters, and every tensor's presence, shape and type (an
+ * (general.architecture: one of MODEL_ARCHS, else "architecture 'X' is not supported (supported:
+ * ...)"), required hyperparameters, and every tensor's presence, shape and type (an
  * unsupported weight type is an error naming the tensor and type). Weights stay mmap'd.
  * Errors name the file and the key or tensor. Source: GGUF spec, llama.cpp's tensor naming. */
 int model_load(const char *path, model **out, kv_error *err);
+#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3"
 void model_free(model *m);
 
 /* Working memory of the forward pass for batches of up to n_batch tokens and a cache of up
@@ -71,7 +105,14 @@ int forward_ctx_n_batch(const forward_ctx *fc);
  * with all_logits every token's ([n_tokens][n_vocab]). n_tokens must be 1..n_batch and fit in
  * the cache (else KV_ERR_CONTEXT / KV_ERR_INVALID). Token ids out of range → KV_ERR_INVALID.
  * Architecture: Touvron et al. 2023 (LLaMA): pre-RMSNorm, RoPE, grouped-query causal
- * attention (Ainslie et al. 2023), SwiGLU FFN; qwen2 adds QKV biases and NEOX rotary pairs. */
+ * attention (Ainslie et al. 2023), SwiGLU FFN; qwen2 adds QKV biases and NEOX rotary pairs;
+ * qwen3 per-head q/k RMSNorm (Qwen3 technical report 2025); smollm3 no RoPE on every fourth
+ * layer (NoPE, Kazemnejad et al. 2023); granite scales embeddings, residuals, attention and
+ * logits (IBM Granite 3.0 report); olmo2 norms after the blocks and over whole q/k (OLMo 2,
+ * 2024); gemma2/gemma3 sqrt(n_embd) embeddings, post-norms, GeGLU, sliding-window layers and
+ * soft-capping (Gemma Team 2024, 2025); phi3 fused projections and LongRoPE factors
+ * (Ding et al. 2024), the long ones when the context exceeds original_context_length.
+ * Tensor names and metadata keys as llama.cpp's gguf-py writes them. */
 int model_forward(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens,
                   int n_tokens, float *logits, int all_logits, kv_error *err);
 /* The same on sequence `seq` of a paged cache (kv_cache.h): positions continue at
@@ -80,6 +121,10 @@ int model_forward(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, co
  * KV_ERR_CONTEXT when the sequence or the block budget is full. */
 int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tpool *pool, const int32_t *tokens,
                       int n_tokens, float *logits, int all_logits, kv_error *err);
+
+/* The RoPE factors a context of n_ctx positions uses (phi3: long factors past
+ * original_context_length, else short ones; others: rope_freqs), NULL for none. */
+const float *model_rope_factors(const model *m, int n_ctx);
 
 /* Bytes of weights read per decoded token (every 2-D weight once), for bandwidth figures. */
 uint64_t model_weight_bytes(const model *m);

@@ -372,6 +372,28 @@ static void test_reserve_errors(void **state)
     assert_int_equal(err.code, KV_ERR_UNSUPPORTED);
 }
 
+/* kv_cache_k_from / _v_from: rows from the block holding a to n equal kv_cache_k's, and tmp
+ * before that block is not written (sliding-window layers skip the older blocks). */
+static void test_view_from(void **state)
+{
+    (void)state;
+    kv_cache *c = small_cache(GGML_TYPE_F16, 80, 0, 0);
+    assert_int_equal(append(c, 0, 3, 1, 70), KV_OK);
+    float *all = malloc(sizeof(float) * NE * 70), *part = malloc(sizeof(float) * NE * 70);
+    for (int l = 0; l < NL; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            for (int i = 0; i < NE * 70; i++) part[i] = -12345.0f;
+            const float *a = kv ? kv_cache_v(c, 0, l, 70, all) : kv_cache_k(c, 0, l, 70, all);
+            const float *b = kv ? kv_cache_v_from(c, 0, l, 37, 70, part) : kv_cache_k_from(c, 0, l, 37, 70, part);
+            assert_ptr_equal(b, part);
+            assert_memory_equal(b + 32 * NE, a + 32 * NE, sizeof(float) * NE * (70 - 32)); /* block 2 on */
+            for (int i = 0; i < 32 * NE; i++) assert_true(part[i] == -12345.0f);
+        }
+    free(all);
+    free(part);
+    kv_cache_free(c);
+}
+
 /* ---- RoPE shift ------------------------------------------------------------------------ */
 
 static void test_rope_shift_op(void **state)
@@ -1412,6 +1434,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_view_from),
         cmocka_unit_test(test_fork_refcount_cow),
         cmocka_unit_test(test_prefix_adopt_lru),
         cmocka_unit_test(test_truncate_keeps_cached),

@@ -356,7 +356,7 @@ static void test_unsupported_arch(void **state)
     s.arch = "gpt2";
     const char *path = build_model(&s, "gpt2.gguf");
     char want[512];
-    snprintf(want, sizeof want, "%s: architecture 'gpt2' is not supported (supported: llama, qwen2)", path);
+    snprintf(want, sizeof want, "%s: architecture 'gpt2' is not supported (supported: %s)", path, MODEL_ARCHS);
     model *m = (model *)1;
     kv_error err = {0};
     assert_int_equal(model_load(path, &m, &err), KV_ERR_UNSUPPORTED);

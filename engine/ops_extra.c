@@ -1,0 +1,85 @@
+/* ops_extra: masked and soft-capped attention, GeGLU (tanh), soft-capping and per-head RMSNorm for the newer architectures. */
+#include "ops_extra.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+typedef struct attn_ext_job {
+    const float *q, *K, *V;
+    float *out;
+    int n_tokens, pos0, n_head, n_head_kv, hd, n_swa;
+    float scale, softcap;
+    tpool *pool;
+} attn_ext_job;
+
+static void attn_ext_worker(void *arg, int ith, int nth)
+{
+    const attn_ext_job *j = arg;
+    int n_kv = j->pos0 + j->n_tokens, G = j->n_head / j->n_head_kv;
+    size_t EQ = (size_t)j->n_head * j->hd, EKV = (size_t)j->n_head_kv * j->hd;
+    float *s = tpool_scratch(j->pool, ith, sizeof(float) * (size_t)n_kv), *own = NULL;
+    if (!s && !(s = own = malloc(sizeof(float) * (size_t)n_kv))) return;
+    long n_jobs = (long)j->n_tokens * j->n_head;
+    /* interleaved: late queries (long rows) spread over the threads */
+    for (long jb = ith; jb < n_jobs; jb += nth) {
+        int t = (int)(jb / j->n_head), h = (int)(jb % j->n_head), g = h / G;
+        int p1 = j->pos0 + t, lo = j->n_swa > 0 && p1 - j->n_swa + 1 > 0 ? p1 - j->n_swa + 1 : 0;
+        int len = p1 + 1 - lo;
+        const float *qv = j->q + (size_t)t * EQ + (size_t)h * j->hd;
+        for (int p = lo; p <= p1; p++) {
+            const float *kv = j->K + (size_t)p * EKV + (size_t)g * j->hd;
+            /* 8 partial sums: a fixed order the compiler can keep in one vector register */
+            float part[8] = {0};
+            int d = 0;
+            for (; d + 8 <= j->hd; d += 8)
+                for (int l = 0; l < 8; l++) part[l] += qv[d + l] * kv[d + l];
+            float acc = 0.0f;
+            for (; d < j->hd; d++) acc += qv[d] * kv[d];
+            for (int l = 0; l < 8; l++) acc += part[l];
+            acc *= j->scale;
+            if (j->softcap > 0) acc = j->softcap * tanhf(acc / j->softcap);
+            s[p - lo] = acc;
+        }
+        op_softmax(s, len);
+        float *o = j->out + (size_t)t * EQ + (size_t)h * j->hd;
+        memset(o, 0, sizeof(float) * (size_t)j->hd);
+        for (int p = lo; p <= p1; p++) {
+            const float *vv = j->V + (size_t)p * EKV + (size_t)g * j->hd;
+            float w = s[p - lo];
+            for (int d = 0; d < j->hd; d++) o[d] += w * vv[d];
+        }
+    }
+    free(own);
+}
+
+void op_attention_ext(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0,
+                      int n_head, int n_head_kv, int head_dim, float scale, float softcap, int n_swa, tpool *pool)
+{
+    attn_ext_job j = {
+        .q = q, .K = K, .V = V, .out = out, .n_tokens = n_tokens, .pos0 = pos0, .n_head = n_head,
+        .n_head_kv = n_head_kv, .hd = head_dim, .n_swa = n_swa, .scale = scale, .softcap = softcap, .pool = pool,
+    };
+    tpool_run(pool, attn_ext_worker, &j);
+}
+
+void op_geglu_tanh(float *gate, const float *up, int n)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void op_softcap(float *x, int n, float cap)
+{
+    for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+void op_rmsnorm_heads(float *x, const float *w, int n_head, int head_dim, float eps)
+{
+    for (int h = 0; h < n_head; h++) op_rmsnorm(x + (size_t)h * head_dim, x + (size_t)h * head_dim, w, head_dim, eps);
+}
