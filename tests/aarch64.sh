@@ -5,12 +5,16 @@
 # Each test binary runs once per level (KVCHAT_ISA=portable, neon, dotprod, i8mm) on qemu's
 # `-cpu max`, which implements dotprod and i8mm, A64_JOBS runs at a time. A level the binary
 # cannot select makes tu_run_every_isa fail, so a pass means the level really ran.
-# OPENBLAS_NUM_THREADS=1: OpenBLAS's worker threads spin-wait, which under qemu-user stalls the
-# process start for minutes; the engine runs its own thread pool anyway.
+# The programs run on the multiarch libc6:arm64 (/lib/ld-linux-aarch64.so.1), not with
+# QEMU_LD_PREFIX=/usr/aarch64-linux-gnu: that prefix has the cross toolchain's ld.so, while the
+# arm64 libraries' libc.so.6 comes from /lib/aarch64-linux-gnu, and the mismatched pair hangs in
+# the first pthread_create. OPENBLAS_NUM_THREADS=1: the tests' matmuls run on the engine's own
+# thread pool; OpenBLAS's idle workers would only spin on the shared cores.
 set -u
 dir=$1
 shift
-export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu OPENBLAS_NUM_THREADS=1
+unset QEMU_LD_PREFIX
+export OPENBLAS_NUM_THREADS=1
 export KVCHAT_SHARED="${KVCHAT_SHARED:-../shared}"
 levels="portable neon dotprod i8mm"
 logs="$dir/logs"
