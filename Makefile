@@ -125,9 +125,10 @@ e2e: kvchat
 	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat bash tests/e2e/run.sh
 
 # Speed against llama.cpp, not a test: writes TinyLlama-shaped synthetic models to
-# /tmp/kvchat-models when missing (kvchat gen-model), then runs kvchat bench and
-# ../shared/bench/llamacpp-bench.sh back to back and prints medians and ratios (tests/bench.sh;
-# BENCH_ROUNDS, BENCH_TYPES, BENCH_THREADS … tune it).
+# /tmp/kvchat-models when missing (kvchat gen-model), builds llama.cpp's llama-bench natively
+# (../shared/bench/build-llamacpp.sh, once), runs both back to back and prints medians, ratios and
+# the decode bandwidth as a share of the measured read bandwidth (tests/bench.sh; BENCH_ROUNDS,
+# BENCH_TYPES, BENCH_THREADS, BENCH_DEPTHS, BENCH_LLAMA_BIN … tune it; KVCHAT_ISA picks kernels).
 bench: kvchat
 	@SHARED=$(SHARED) KVCHAT=./kvchat sh tests/bench.sh
 
