@@ -258,3 +258,16 @@ test-aarch64: $(A64_TESTS)
 endif
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# The reference Jinja renderers for tests/e2e/t_jinja.sh: @huggingface/jinja from npm (node from
+# Debian when missing) and Python's Jinja2 (python3-jinja2).
+JINJA_REF := $(BUILD)/jinja-ref/node_modules/@huggingface/jinja/package.json
+jinja-ref: $(JINJA_REF)
+$(JINJA_REF):
+	@{ command -v npm >/dev/null && python3 -c 'import jinja2' 2>/dev/null; } || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	  nodejs npm python3 python3-jinja2 >/dev/null; }
+	@mkdir -p $(BUILD)/jinja-ref && cd $(BUILD)/jinja-ref && { [ -f package.json ] || echo '{"private": true}' > package.json; } && \
+	  npm install --silent --no-audit --no-fund @huggingface/jinja@0.5.11 >/dev/null
+e2e: $(JINJA_REF)
+.PHONY: jinja-ref

@@ -21,6 +21,7 @@
 #include "engine/gguf.h"
 #include "engine/kernels/quant.h"
 #include "engine/stop.h"
+#include "engine/tokenizer.h"
 #include "engine/worker.h"
 #include "chatstore.h"
 #include "prompt.h"
@@ -53,6 +54,7 @@ typedef struct chat {
     sampler_params sp;
     int max_tokens;      /* < 0: unlimited */
     int tmpl;            /* CHAT_TMPL_NONE: completion mode */
+    prompt_jinja *pj;    /* tmpl CHAT_TMPL_JINJA: the model's own template */
     char *system;        /* system prompt, NULL for none */
     turn *tree;          /* every message of the conversation, parents before children */
     size_t n_tree, cap_tree;
@@ -310,7 +312,8 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
     for (size_t i = 0; i < c->n_turns; i++)
         msgs[k++] = (prompt_msg){T(c, i)->role == UI_ROLE_USER ? "user" : "assistant", T(c, i)->text, T(c, i)->len};
-    int rc = prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
+    int rc = c->pj ? prompt_build_jinja(c->pj, msgs, k, &c->pb, err, err_cap)
+                   : prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
     free(msgs);
     return rc;
 }
@@ -338,6 +341,7 @@ static void start_reply(chat *c, int continue_last)
         ui_notice(c->u, UI_ROLE_ERROR, "%s", err);
         return;
     }
+    if (err[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", err); /* the template fell back to the shape table */
     turn *t;
     if (continue_last && c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) {
         t = T(c, c->n_turns - 1);
@@ -1334,8 +1338,11 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     char *tmpl_text = NULL;
     kv_error ke = {0};
     gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
-    c->tmpl = o->chat_template ? chat_template_from_name(o->chat_template) : chat_template_detect(tmpl_text);
-    if (c->tmpl < 0) c->tmpl = CHAT_TMPL_NONE;
+    const tokenizer *tk = engine_tokenizer(e);
+    int32_t bos = tokenizer_bos(tk), eos = tokenizer_eos(tk);
+    char tmpl_notice[700];
+    c->tmpl = prompt_choose(tmpl_text, o->chat_template, bos >= 0 ? tokenizer_token_text(tk, bos) : NULL,
+                            eos >= 0 ? tokenizer_token_text(tk, eos) : NULL, &c->pj, tmpl_notice, sizeof tmpl_notice);
     int tmpl_unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
     if (tmpl_unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
     free(tmpl_text);
@@ -1412,6 +1419,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s · chat template %s. F1 help · F2 sliders · Ctrl-D quits.",
                   KVCHAT_VERSION, c->model_label, chat_template_name(c->tmpl));
     show_warnings(c, &tw);
+    if (tmpl_notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", tmpl_notice);
     if (c->system && !resume_id) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
     if (o->db_path && !c->cs) ui_notice(c->u, UI_ROLE_ERROR, "conversations are not saved: %s", store_why);
     /* the gauge starts from the engine's real figures (a resumed chat: with its restored KV) */
@@ -1455,5 +1463,6 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     free(c->system);
     for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
     prompt_buf_free(&c->pb);
+    prompt_jinja_free(c->pj);
     return status;
 }

@@ -14,7 +14,7 @@ typedef struct chat_options {
     int no_bos;
     int mouse;                /* 1: the mouse wheel scrolls (the terminal's own selection then needs Shift) */
     const char *history_path; /* NULL: chat_history_path(); "": no history file */
-    const char *chat_template;/* template family name (chat_template_from_name), NULL: the model's */
+    const char *chat_template;/* template family name (chat_template_from_name) or a .jinja file, NULL: the model's */
     const char *db_path;      /* the conversation database (app/chatstore.h); NULL: nothing is saved */
     uint64_t cache_bytes;     /* budget of the KV prefix store in it; 0: no KV store */
     const char *resume;       /* NULL, or "last" / a conversation ID to open at start */

@@ -725,10 +725,23 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     }
     store_msg *m = NULL;
     size_t n = 0;
-    if (store_conv_path(cs->db, id, c.head_id, &m, &n, &err)) {
+    int64_t cut = 0;
+    if (store_conv_path_cut(cs->db, id, c.head_id, &m, &n, &cut, &err)) {
         util_set_why(why, why_cap, "%s", err.msg);
         store_conv_clear(&c);
         return -1;
+    }
+    /* A damaged chain of parents (a loop, kvchat check names it): the chat shows the branch
+     * back to where it breaks, and from its newest run of ascending ids only (the chat builds
+     * its tree in id order, a parent before its children), so it can go on from the head. */
+    size_t skip = 0;
+    if (cut)
+        for (size_t i = 1; i < n; i++)
+            if (m[i].id < m[i - 1].id) skip = i;
+    if (skip) {
+        for (size_t i = 0; i < skip; i++) free(m[i].content); /* the rest moves to the front */
+        memmove(m, m + skip, (n - skip) * sizeof *m);
+        n -= skip;
     }
     out->id = id;
     out->title = c.title;
@@ -766,9 +779,28 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
                                "it cannot reuse: the next reply prefills the history. ",
                                c.model_name[0] ? c.model_name : "another model", c.model_fingerprint);
     if (bad && nl < sizeof out->note)
-        snprintf(out->note + nl, sizeof out->note - nl, "%.300s: %zu message%s could not be read (%s); shown as "
-                 "[unreadable], nothing was changed.", cs->path, bad, bad > 1 ? "s" : "", first_problem);
-    if (c.ctx_tokens && c.ctx_model_id == cs->model_id && c.ctx_head_id == c.head_id && c.head_id && !bad) {
+        nl += (size_t)snprintf(out->note + nl, sizeof out->note - nl, "%.300s: %zu message%s could not be read (%s); "
+                               "shown as [unreadable], nothing was changed. ", cs->path, bad, bad > 1 ? "s" : "",
+                               first_problem);
+    if (cut && nl < sizeof out->note)
+        nl += (size_t)snprintf(out->note + nl, sizeof out->note - nl, "%.300s: the parents of message %lld form a loop "
+                               "or break (kvchat check lists it); this shows the branch from message %lld, and the chat "
+                               "goes on from there. ", cs->path, (long long)cut, (long long)(n ? m[0].id : 0));
+    /* the saved exact tokens, if any, must be tokens of this model: ids outside its vocabulary
+     * (a damaged row, another model's context) would make every prefill fail */
+    int32_t n_vocab = tokenizer_n_vocab(engine_tokenizer(cs->e));
+    size_t n_oov = 0;
+    int32_t first_oov = 0;
+    for (size_t i = 0; c.ctx_tokens && i < c.n_ctx_tokens; i++)
+        if (c.ctx_tokens[i] < 0 || c.ctx_tokens[i] >= n_vocab)
+            if (!n_oov++) first_oov = c.ctx_tokens[i];
+    if (n_oov && nl < sizeof out->note)
+        nl += (size_t)snprintf(out->note + nl, sizeof out->note - nl, "%.300s: the saved context of conversation %lld "
+                               "holds %zu token id%s outside the model's vocabulary of %d (e.g. %d); it is rebuilt from "
+                               "the messages (the next reply prefills the history). ", cs->path, (long long)id, n_oov,
+                               n_oov > 1 ? "s" : "", (int)n_vocab, (int)first_oov);
+    if (c.ctx_tokens && c.ctx_model_id == cs->model_id && c.ctx_head_id == c.head_id && c.head_id && !bad && !cut &&
+        !n_oov) {
         out->ctx = c.ctx_tokens;
         out->n_ctx = c.n_ctx_tokens;
         c.ctx_tokens = NULL;

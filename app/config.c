@@ -15,6 +15,7 @@
 #include "app/chatstore.h"
 #include "app/util.h"
 #include "engine/chat_template.h"
+#include "app/prompt.h"
 #include "engine/kernels/quant.h"
 
 enum cfg_type {
@@ -209,8 +210,9 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
         snprintf(out, cap, "%s", t);
         return 0;
     case T_TEMPLATE:
-        if (chat_template_from_name(t) < 0) {
-            util_set_why(why, why_cap, "unknown chat template '%s' (one of: none, %s)", t, chat_template_names());
+        if (chat_template_from_name(t) < 0 && !prompt_is_template_file(t)) {
+            util_set_why(why, why_cap, "unknown chat template '%s' (one of: none, %s; or a .jinja file)", t,
+                         chat_template_names());
             return -1;
         }
         snprintf(out, cap, "%s", t);

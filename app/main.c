@@ -18,6 +18,8 @@
 #include "app/models.h"
 #include "app/output.h"
 #include "app/store_cli.h"
+#include "app/prompt.h"
+#include "app/template_cmd.h"
 #include "app/tokenize_cmd.h"
 #include "app/tools.h"
 #include "app/version.h"
@@ -110,7 +112,7 @@ static void usage(FILE *out)
             "      --repeat-penalty F   penalise repeated tokens, 1 = off (default 1.0)\n"
             "      --repeat-last-n N    tokens the penalties look back on (default 64)\n"
             "      --presence-penalty F, --frequency-penalty F   (default 0 = off)\n"
-            "      --seed N             random seed (default: random)\n"
+            "      --seed N             random seed, 0 .. 2^64-2 (default: random; --stats and --json say which)\n"
             "Chat screen (no prompt, on a terminal):\n"
             "      --theme NAME         colour theme: default, light, solarized-dark, high-contrast, mono,\n"
             "                           or a file path; searched in $XDG_CONFIG_HOME/kvchat/themes,\n"
@@ -125,7 +127,8 @@ static void usage(FILE *out)
             "      --cache-size MIB     budget of the KV prefix store in MiB (default 1024; 0 = off;\n"
             "                           or a size: 512M, 2G); least recently used prefixes go first\n"
             "      --chat-template NAME use this template family (chatml, llama3, ...; none = completion\n"
-            "                           mode) instead of the one the model's metadata names\n"
+            "                           mode) or Jinja template file (a path, or NAME.jinja) instead of\n"
+            "                           the model's own tokenizer.chat_template\n"
             "                           (-n sets the max tokens per reply; TERM=dumb: a line-by-line session)\n"
             "Output:\n"
             "      --stats              print timings (TTFT, prefill and decode tokens/s) to stderr\n"
@@ -141,6 +144,7 @@ static void usage(FILE *out)
             "  bench                    measure prefill and decode speed (llama-bench style)\n"
             "  gen-model                write a model of a real shape with random weights\n"
             "  tokenize                 show how text is tokenized\n"
+            "  template-render          render a Jinja chat template with a JSON context\n"
             "  list                     the saved conversations (--json, --ids)\n"
             "  export ID|last           a conversation as Markdown or JSON (--format md|json, -o FILE)\n"
             "  import FILE              a JSON export, as a new conversation\n"
@@ -275,6 +279,10 @@ static int parse_args(int argc, char **argv, cli *c)
                 fprintf(stderr, "kvchat: invalid value '%s' for --seed (a non-negative integer)\n", optarg);
                 return EXIT_USAGE;
             }
+            if (v == SAMPLER_SEED_RANDOM) { /* 2^64 - 1 is the sampler's "pick one": never silently random */
+                fprintf(stderr, "kvchat: --seed %s is out of range (0 .. 18446744073709551614)\n", optarg);
+                return EXIT_USAGE;
+            }
             c->sp.seed = v;
             break;
         }
@@ -288,8 +296,9 @@ static int parse_args(int argc, char **argv, cli *c)
         case OPT_THEME: c->theme = optarg; break;
         case OPT_NO_MOUSE: c->no_mouse = 1; break;
         case OPT_CHAT_TEMPLATE:
-            if (chat_template_from_name(optarg) < 0) {
-                fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s)\n", optarg, chat_template_names());
+            if (chat_template_from_name(optarg) < 0 && !prompt_is_template_file(optarg)) {
+                fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s; or a .jinja file)\n", optarg,
+                        chat_template_names());
                 return EXIT_USAGE;
             }
             c->chat_template = optarg;
@@ -390,13 +399,14 @@ static char *read_stdin(void)
  * never printed, even partly; returns 1 (end generation) once one has appeared. */
 typedef struct oneshot_out {
     stop_matcher sm;
+    plain_out po;         /* stdout, control characters neutralised (app/output.h) */
     const char *prompt;   /* echoed before the first generated text, once the prompt is accepted */
 } oneshot_out;
 
 static void echo_prompt(oneshot_out *o)
 {
     if (!o->prompt) return;
-    fputs(o->prompt, stdout);
+    out_plain(stdout, o->prompt, strlen(o->prompt)); /* the prompt is text like the reply: no raw controls */
     fflush(stdout);
     o->prompt = NULL;
 }
@@ -412,7 +422,7 @@ static int on_text(void *ud, const char *text, size_t len, int32_t token)
         size_t chunk = len < 4096 ? len : 4096, n;
         int hit = stop_push(sm, text, chunk, out, &n);
         if (g_json) json_out_token(&g_jout, token, out, n); /* one JSON line per token */
-        else out_plain(stdout, out, n);                     /* control bytes never raw */
+        else plain_out_write(&o->po, out, n);               /* control bytes never raw */
         fflush(stdout);
         if (hit) return 2; /* GEN_FINISH_STOP */
         text += chunk;
@@ -427,13 +437,15 @@ static int should_stop(void *ud)
     return g_interrupted;
 }
 
-static void print_stats(const gen_stats *st, int finish)
+/* seed: the sampler's seed (sampler_seed: the random one it picked when --seed was not given),
+ * so a run can be repeated with --seed N */
+static void print_stats(const gen_stats *st, int finish, uint64_t seed)
 {
     fprintf(stderr,
             "\nprompt: %d tokens (%d reused, %d prefilled) | TTFT %.1f ms | prefill %.1f t/s | "
-            "decode %d tokens, %.1f t/s | ITL mean %.2f ms, max %.2f ms | finish: %s\n",
+            "decode %d tokens, %.1f t/s | ITL mean %.2f ms, max %.2f ms | finish: %s | seed %llu\n",
             st->n_prompt, st->n_reused, st->n_prefilled, st->ttft_ms, st->prefill_tps, st->n_generated,
-            st->decode_tps, st->itl_ms_mean, st->itl_ms_max, gen_finish_name(finish));
+            st->decode_tps, st->itl_ms_mean, st->itl_ms_max, gen_finish_name(finish), (unsigned long long)seed);
 }
 
 static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int print_prompt)
@@ -445,8 +457,9 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
         fprintf(stderr, "kvchat: %s\n", err.msg);
         return EXIT_RUNTIME;
     }
-    oneshot_out o = {.prompt = print_prompt && !g_json ? text : NULL};
+    oneshot_out o = {.prompt = print_prompt && !g_json ? text : NULL, .po = {.f = stdout}};
     json_out_init(&g_jout, stdout);
+    json_out_set_seed(&g_jout, sampler_seed(s));
     stop_init(&o.sm, c->stops, c->n_stops);
     gen_callbacks cb = {.on_text = on_text, .should_stop = should_stop, .ud = &o};
     gen_stats st;
@@ -454,6 +467,7 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     int rc = engine_generate(e, toks, n, c->n_predict, s, &cb, &st, &finish, &err);
     free(toks);
     if (rc) {
+        plain_out_flush(&o.po);
         fprintf(stderr, "%skvchat: %s\n", o.prompt || g_json ? "" : "\n", err.msg);
         if (g_json) json_out_done(&g_jout, NULL, GEN_FINISH_ERROR, err.msg);
         return EXIT_RUNTIME;
@@ -465,7 +479,8 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
         if (n_tail) json_out_token(&g_jout, -1, tail, n_tail);
         json_out_done(&g_jout, &st, finish, NULL);
     } else {
-        out_plain(stdout, tail, n_tail);
+        plain_out_write(&o.po, tail, n_tail);
+        plain_out_flush(&o.po);
     }
     if (finish == GEN_FINISH_CONTEXT && st.n_generated >= engine_n_ctx(e))
         fprintf(stderr, "\nkvchat: stopped after %d tokens, a whole context's worth; use -n to ask for more\n",
@@ -475,7 +490,7 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     if (st.n_truncated)
         fprintf(stderr, "\nkvchat: warning: the prompt (%d tokens) did not fit the context of %d: dropped %d tokens after "
                 "its first %d\n", st.n_prompt, engine_n_ctx(e), st.n_truncated, st.n_keep);
-    if (c->stats) print_stats(&st, finish);
+    if (c->stats) print_stats(&st, finish, sampler_seed(s));
     if (c->stats && st.n_shifts)
         fprintf(stderr, "context shifts: %d (dropped %d positions, kept the first %d)\n", st.n_shifts, st.n_discarded,
                 st.n_keep);
@@ -551,7 +566,7 @@ static int run_interactive(engine *e, sampler *s, const cli *c)
             fprintf(stderr, "\nkvchat: %s\n", err.msg);
         free(toks);
         printf("\n");
-        if (c->stats) print_stats(&st, finish);
+        if (c->stats) print_stats(&st, finish, sampler_seed(s));
     }
     printf("\n");
     free(conv);
@@ -566,6 +581,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "gen-model")) return gen_model_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "tokenize")) return tokenize_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "template-render")) return template_main(argc - 1, argv + 1);
     /* the models directory and the themes found (app/models.c) */
     if (argc > 1 && !strcmp(argv[1], "models")) return models_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "themes")) return themes_main(argc - 1, argv + 1);
@@ -619,6 +635,8 @@ int main(int argc, char **argv)
         return err.code == KV_ERR_NOMEM ? EXIT_RUNTIME : EXIT_MODEL;
     }
     if (engine_notice(e)) fprintf(stderr, "kvchat: %s\n", engine_notice(e));
+    /* e.g. a BPE vocab with no tokenizer.ggml.pre: said in every mode, as `kvchat tokenize` does */
+    if (tokenizer_warning(engine_tokenizer(e))) fprintf(stderr, "kvchat: warning: %s\n", tokenizer_warning(engine_tokenizer(e)));
     sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &c.sp, &err);
     if (!s) {
         fprintf(stderr, "kvchat: %s\n", err.msg);

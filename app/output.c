@@ -1,23 +1,46 @@
 /* output: what the one-shot mode writes to stdout — plain text with control bytes made harmless, or JSON lines (one object per token, then a final stats object). */
 #include "app/output.h"
 
+#include "ui/text.h"
+
 #include <math.h>
 #include <string.h>
 
 void out_plain(FILE *f, const char *text, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)text;
-    size_t start = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = p[i];
-        if ((c >= 0x20 && c != 0x7f) || c == '\t' || c == '\n' || c == '\r') continue;
-        fwrite(p + start, 1, i - start, f);
-        /* U+2400 + c (U+2421 for DEL): E2 90 80+c / E2 90 A1 */
-        unsigned char pic[3] = {0xE2, 0x90, (unsigned char)(c == 0x7f ? 0xA1 : 0x80 + c)};
-        fwrite(pic, 1, 3, f);
-        start = i + 1;
+    char buf[3 * 1024];
+    while (len > 0) {
+        /* pieces of at most 1024 bytes, never cut inside a character or a CR LF */
+        size_t n = len;
+        if (n > 1024) {
+            n = 1024;
+            while (n > 1020 && (((unsigned char)text[n] & 0xC0) == 0x80 || (text[n] == '\n' && text[n - 1] == '\r')))
+                n--;
+        }
+        size_t k = ui_neutralize(text, n, buf, sizeof buf);
+        fwrite(buf, 1, k, f);
+        text += n;
+        len -= n;
     }
-    fwrite(p + start, 1, len - start, f);
+}
+
+void plain_out_write(plain_out *p, const char *text, size_t len)
+{
+    if (p->cr) { /* the CR held back by the last call: half of a CR LF, or a lone one (␍) */
+        p->cr = 0;
+        if (!(len > 0 && text[0] == '\n')) out_plain(p->f, "\r", 1);
+    }
+    if (len > 0 && text[len - 1] == '\r') {
+        p->cr = 1;
+        len--;
+    }
+    out_plain(p->f, text, len);
+}
+
+void plain_out_flush(plain_out *p)
+{
+    if (p->cr) out_plain(p->f, "\r", 1);
+    p->cr = 0;
 }
 
 /* Length of the valid UTF-8 sequence at s (n bytes available): 1-4, 0 if invalid, or -k if
@@ -59,6 +82,9 @@ static size_t write_escaped(FILE *f, const unsigned char *s, size_t len, int kee
             if (n <= 0) {
                 fputs("\\ufffd", f);
                 i++;
+            } else if (n == 2 && c == 0xC2 && s[i + 1] < 0xA0) { /* C1 controls (U+009B CSI …) */
+                fprintf(f, "\\u%04x", s[i + 1]);
+                i += 2;
             } else {
                 fwrite(s + i, 1, (size_t)n, f);
                 i += (size_t)n;
@@ -93,6 +119,12 @@ void json_out_init(json_out *j, FILE *f)
 {
     memset(j, 0, sizeof *j);
     j->f = f;
+}
+
+void json_out_set_seed(json_out *j, uint64_t seed)
+{
+    j->has_seed = 1;
+    j->seed = seed;
 }
 
 void json_out_token(json_out *j, int32_t token, const char *text, size_t len)
@@ -172,6 +204,7 @@ void json_out_done(json_out *j, const gen_stats *st, int finish, const char *err
         num(j->f, "itl_ms_mean", st->itl_ms_mean);
         num(j->f, "itl_ms_max", st->itl_ms_max);
     }
+    if (j->has_seed) fprintf(j->f, ", \"seed\": \"%llu\"", (unsigned long long)j->seed);
     if (error) {
         fputs(", \"error\": ", j->f);
         json_write_string(j->f, error, strlen(error));

@@ -8,12 +8,24 @@
 
 #include "engine/generate.h"
 
-/* Plain text: the model's bytes as they are, except control bytes, which never reach the
- * terminal or pipe raw — C0 controls other than TAB, LF and CR become their Unicode control
- * pictures (ESC → U+241B "␛"), DEL becomes U+2421. So kvchat never writes an escape sequence. */
+/* Plain text: the model's (or a stored message's) text with every control character
+ * neutralised by the rule the chat screen uses (ui_neutralize, ui/text.h): C0 controls other
+ * than TAB and LF → their Unicode control pictures (ESC → U+241B "␛", CR → "␍" unless it ends a
+ * CR LF), DEL → U+2421, C1 controls (U+009B, the 8-bit CSI …) and invalid UTF-8 → U+FFFD. So
+ * kvchat never writes an escape sequence. */
 void out_plain(FILE *f, const char *text, size_t len);
 
-/* A JSON string literal of len bytes: '"', '\\' and controls escaped (\n, \t, \u001b …),
+/* out_plain for text that arrives in pieces (a reply, token by token): a CR at the end of a
+ * piece waits for the next, so a CR LF split between two tokens is still one line break. */
+typedef struct plain_out {
+    FILE *f;
+    int cr; /* a CR held back */
+} plain_out;
+void plain_out_write(plain_out *p, const char *text, size_t len);
+void plain_out_flush(plain_out *p); /* the held CR, if any, as ␍ */
+
+/* A JSON string literal of len bytes: '"', '\\' and controls — C0, DEL and C1 — escaped
+ * (\n, \t, \u001b, \u009b …; a NUL byte as \u0000, so nothing is cut there),
  * valid UTF-8 copied, each byte of invalid UTF-8 (overlong forms, surrogates, > U+10FFFF,
  * stray or truncated sequences) written as \ufffd. */
 void json_write_string(FILE *f, const char *s, size_t len);
@@ -24,14 +36,20 @@ typedef struct json_out {
     FILE *f;
     char carry[4];
     size_t n_carry;
+    int has_seed;   /* json_out_set_seed was called */
+    uint64_t seed;
 } json_out;
 
 void json_out_init(json_out *j, FILE *f);
+/* The sampler seed the generation used (sampler_seed: the random one picked when none was
+ * given), reported by json_out_done as "seed": "N" — a string, as JSON numbers lose 64-bit
+ * precision — so the run can be repeated with --seed N. */
+void json_out_set_seed(json_out *j, uint64_t seed);
 /* {"token": ID, "text": "..."}\n */
 void json_out_token(json_out *j, int32_t token, const char *text, size_t len);
 /* The final object: {"done": true, "finish": "eog"|"length"|"context"|"cancelled"|"error"|…,
  * "n_prompt": …, "n_reused": …, "n_prefilled": …, "n_generated": …, "ttft_ms": …,
- * "prefill_tps": …, "decode_tps": …, "itl_ms_mean": …, "itl_ms_max": …[, "error": "…"]}\n.
+ * "prefill_tps": …, "decode_tps": …, "itl_ms_mean": …, "itl_ms_max": …[, "seed": "N"][, "error": "…"]}\n.
  * Any carried bytes are written first as a last {"token": -1, "text": …} object. st may be
  * NULL (an error before generation). */
 void json_out_done(json_out *j, const gen_stats *st, int finish, const char *error);

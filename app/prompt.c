@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/chat_template.h"
+#include "engine/jinja.h"
 
 static int is_space(char ch) { return ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r'; }
 
@@ -174,4 +176,155 @@ void prompt_buf_free(prompt_buf *b)
     free(b->text);
     free(b->seg);
     memset(b, 0, sizeof *b);
+}
+
+/* ---- the model's own template (Jinja) ----------------------------------------------------- */
+
+struct prompt_jinja {
+    jinja_template *t;
+    char *bos, *eos;
+    int fallback;  /* shape-table family for a conversation the template refuses */
+    int noticed;   /* the fallback notice was given */
+    int64_t now;   /* strftime_now's clock; < 0: the time of the render */
+};
+
+void prompt_jinja_set_clock(prompt_jinja *pj, int64_t now) { pj->now = now; }
+
+void prompt_jinja_free(prompt_jinja *pj)
+{
+    if (!pj) return;
+    jinja_free(pj->t);
+    free(pj->bos);
+    free(pj->eos);
+    free(pj);
+}
+
+static int render_jinja(prompt_jinja *pj, const prompt_msg *msgs, size_t n, char **text, size_t *len,
+                        unsigned char **mask, kv_error *ke)
+{
+    jinja_chat_msg *jm = calloc(n ? n : 1, sizeof *jm);
+    if (!jm) return kv_error_set(ke, KV_ERR_NOMEM, "out of memory building the prompt");
+    for (size_t i = 0; i < n; i++) jm[i] = (jinja_chat_msg){msgs[i].role, msgs[i].text, msgs[i].len};
+    int rc = jinja_render_chat(pj->t, jm, n, 1, pj->bos, pj->eos, pj->now >= 0 ? pj->now : (int64_t)time(NULL), text,
+                               len, mask, ke);
+    free(jm);
+    return rc;
+}
+
+int prompt_is_template_file(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    return n && (strchr(name, '/') || (n > 6 && !strcmp(name + n - 6, ".jinja")));
+}
+
+static int choose(const char *tmpl_text, const char *name, const char *bos, const char *eos, prompt_jinja **pj,
+                  char *notice, size_t notice_cap);
+
+int prompt_choose(const char *tmpl_text, const char *name, const char *bos, const char *eos, prompt_jinja **pj,
+                  char *notice, size_t notice_cap)
+{
+    if (!prompt_is_template_file(name)) return choose(tmpl_text, name, bos, eos, pj, notice, notice_cap);
+    FILE *f = fopen(name, "rb");
+    char *text = NULL;
+    size_t len = 0, cap = 0, r;
+    char buf[4096];
+    while (f && (r = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (len + r + 1 > cap) {
+            char *nt = realloc(text, cap = (len + r + 1) * 2);
+            if (!nt) break;
+            text = nt;
+        }
+        memcpy(text + len, buf, r);
+        len += r;
+        text[len] = 0;
+    }
+    int ok = f && !ferror(f) && text;
+    if (f) fclose(f);
+    int t;
+    if (ok) {
+        t = choose(text, NULL, bos, eos, pj, notice, notice_cap);
+    } else {
+        t = choose(tmpl_text, NULL, bos, eos, pj, notice, notice_cap);
+        snprintf(notice, notice_cap, "cannot read the chat template file %s; using the model's own", name);
+    }
+    free(text);
+    return t;
+}
+
+static int choose(const char *tmpl_text, const char *name, const char *bos, const char *eos, prompt_jinja **pj,
+                  char *notice, size_t notice_cap)
+{
+    *pj = NULL;
+    if (notice_cap) notice[0] = 0;
+    if (name) {
+        int t = chat_template_from_name(name);
+        return t < 0 ? CHAT_TMPL_NONE : t;
+    }
+    if (!tmpl_text || !*tmpl_text) return CHAT_TMPL_NONE;
+    int family = chat_template_detect(tmpl_text);
+    kv_error ke = {0};
+    prompt_jinja *p = calloc(1, sizeof *p);
+    if (p) p->now = -1;
+    if (p && !(p->bos = strdup(bos ? bos : "")) ) ke.code = KV_ERR_NOMEM;
+    if (p && !ke.code && !(p->eos = strdup(eos ? eos : ""))) ke.code = KV_ERR_NOMEM;
+    if (!p || ke.code) snprintf(ke.msg, sizeof ke.msg, "out of memory");
+    else if (!jinja_parse(tmpl_text, strlen(tmpl_text), &p->t, &ke)) {
+        static const prompt_msg probe[] = {{"user", "Hello!", 6}, {"assistant", "Hi.", 3}, {"user", "Bye.", 4}};
+        char *text = NULL;
+        size_t len = 0;
+        unsigned char *mask = NULL;
+        if (!render_jinja(p, probe, 3, &text, &len, &mask, &ke)) {
+            free(text);
+            free(mask);
+            p->fallback = family;
+            *pj = p;
+            return CHAT_TMPL_JINJA;
+        }
+    }
+    prompt_jinja_free(p);
+    if (family == CHAT_TMPL_UNKNOWN)
+        snprintf(notice, notice_cap, "cannot run the model's chat template (%s) and no built-in format matches it",
+                 ke.msg);
+    else
+        snprintf(notice, notice_cap, "cannot run the model's chat template (%s); using the built-in format '%s'",
+                 ke.msg, chat_template_name(family));
+    return family;
+}
+
+int prompt_build_jinja(prompt_jinja *pj, const prompt_msg *msgs, size_t n, prompt_buf *out, char *err, size_t err_cap)
+{
+    reset(out);
+    if (err_cap) err[0] = 0;
+    char *text = NULL;
+    size_t len = 0;
+    unsigned char *mask = NULL;
+    kv_error ke = {0};
+    if (render_jinja(pj, msgs, n, &text, &len, &mask, &ke)) {
+        if (ke.code == KV_ERR_NOMEM || pj->fallback == CHAT_TMPL_UNKNOWN || pj->fallback == CHAT_TMPL_NONE) {
+            snprintf(err, err_cap, "%s", ke.msg);
+            return -1;
+        }
+        if (prompt_build(pj->fallback, msgs, n, out, err, err_cap)) return -1;
+        if (!pj->noticed && err_cap)
+            snprintf(err, err_cap, "the model's chat template refuses this conversation (%s); using the built-in "
+                     "format '%s'", ke.msg, chat_template_name(pj->fallback));
+        pj->noticed = 1;
+        return 0;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < len && !rc;) {
+        size_t j = i;
+        while (j < len && mask[j] == mask[i]) j++;
+        rc = seg_add(out, text + i, j - i, !mask[i]);
+        i = j;
+    }
+    free(text);
+    free(mask);
+    if (rc) {
+        reset(out);
+        snprintf(err, err_cap, "out of memory building the prompt");
+        return -1;
+    }
+    finish(out);
+    return 0;
 }

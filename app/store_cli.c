@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,6 +14,9 @@
 
 #include "app/chatstore.h"
 #include "app/config.h"
+#include "app/output.h"
+#include "engine/gguf.h"
+#include "ui/text.h"
 #include "storage/store.h"
 
 enum { SC_OK = 0, SC_RUNTIME = 1, SC_USAGE = 2, SC_DB = 4 };
@@ -119,6 +123,18 @@ static void local_time(int64_t ms, char *buf, size_t cap)
     else snprintf(buf, cap, "?");
 }
 
+/* A malloc'd copy of s with its control characters neutralised (ui_neutralize); NULL when out
+ * of memory. */
+static char *safe_dup(const char *s)
+{
+    size_t n = strlen(s);
+    char *b = malloc(3 * n + 1);
+    if (!b) return NULL;
+    size_t k = ui_neutralize(s, n, b, 3 * n);
+    b[k] = 0;
+    return b;
+}
+
 /* ---- list ------------------------------------------------------------------------------------- */
 
 static int cmd_list(store *s, int json, int ids)
@@ -159,9 +175,13 @@ static int cmd_list(store *s, int json, int ids)
         for (size_t i = 0; i < n; i++) {
             char d[40];
             local_time(rows[i].updated_at, d, sizeof d);
+            /* titles and model names are stored text: their control characters neutralised */
+            char *mname = safe_dup(rows[i].model_name[0] ? rows[i].model_name : "-");
+            char *title = safe_dup(rows[i].title[0] ? rows[i].title : "(untitled)");
             printf("%6lld  %-16s  %5d  %3d  %-18.18s  %s\n", (long long)rows[i].id, d, rows[i].n_messages,
-                   rows[i].n_branches, rows[i].model_name[0] ? rows[i].model_name : "-",
-                   rows[i].title[0] ? rows[i].title : "(untitled)");
+                   rows[i].n_branches, mname ? mname : "?", title ? title : "?");
+            free(mname);
+            free(title);
         }
     }
     store_conv_list_free(rows, n);
@@ -219,6 +239,34 @@ static int load_conv(store *s, long long id, int all, store_conv *c, store_msg *
     return 0;
 }
 
+/* A JSON string item of len bytes as json_write_string escapes it (every control, C1 ones
+ * included, as \uXXXX; a NUL byte kept as \u0000 where cJSON would end the string); NULL
+ * when out of memory. */
+static cJSON *json_str(const char *s, size_t len)
+{
+    char *lit = NULL;
+    size_t lit_len = 0;
+    FILE *f = open_memstream(&lit, &lit_len);
+    if (!f) return NULL;
+    json_write_string(f, s, len);
+    if (fclose(f)) {
+        free(lit);
+        return NULL;
+    }
+    cJSON *item = cJSON_CreateRaw(lit);
+    free(lit);
+    return item;
+}
+
+/* obj[key] = json_str(s); 0, or -1 when out of memory. */
+static int add_json_str(cJSON *obj, const char *key, const char *s, size_t len)
+{
+    cJSON *item = json_str(s, len);
+    if (!item) return -1;
+    cJSON_AddItemToObject(obj, key, item);
+    return 0;
+}
+
 char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
 {
     store_conv c;
@@ -238,23 +286,23 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
     char t[40];
     cJSON_AddStringToObject(o, "format", EXPORT_FORMAT);
     cJSON_AddNumberToObject(o, "version", EXPORT_VERSION);
-    cJSON_AddStringToObject(o, "title", c.title);
+    add_json_str(o, "title", c.title, strlen(c.title));
     iso_time(c.created_at, t, sizeof t);
     cJSON_AddStringToObject(o, "created_at", t);
     iso_time(c.updated_at, t, sizeof t);
     cJSON_AddStringToObject(o, "updated_at", t);
     if (have_model) {
         cJSON *mo = cJSON_CreateObject();
-        cJSON_AddStringToObject(mo, "name", md.name);
+        add_json_str(mo, "name", md.name, strlen(md.name));
         cJSON_AddStringToObject(mo, "fingerprint", md.fingerprint);
-        cJSON_AddStringToObject(mo, "path", md.path);
+        add_json_str(mo, "path", md.path, strlen(md.path));
         cJSON_AddStringToObject(mo, "arch", md.arch);
         cJSON_AddStringToObject(mo, "weight_type", md.weight_type);
         cJSON_AddItemToObject(o, "model", mo);
     } else {
         cJSON_AddNullToObject(o, "model");
     }
-    if (c.system_prompt) cJSON_AddStringToObject(o, "system_prompt", c.system_prompt);
+    if (c.system_prompt) add_json_str(o, "system_prompt", c.system_prompt, strlen(c.system_prompt));
     else cJSON_AddNullToObject(o, "system_prompt");
     cJSON_AddItemToObject(o, "params", params_json(&c.params, 1));
     long head = c.head_id ? index_of(m, n, c.head_id) : -1;
@@ -267,7 +315,16 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
         if (p >= 0) cJSON_AddNumberToObject(mo, "parent", p);
         else cJSON_AddNullToObject(mo, "parent");
         cJSON_AddStringToObject(mo, "role", store_role_name(m[i].role));
-        cJSON_AddStringToObject(mo, "content", m[i].content);
+        /* content as we escape it: cJSON would stop at a NUL byte (the rest of the reply lost) */
+        if (add_json_str(mo, "content", m[i].content, m[i].len)) {
+            snprintf(why, why_cap, "out of memory");
+            cJSON_Delete(mo);
+            cJSON_Delete(o);
+            store_model_clear(&md);
+            store_msgs_free(m, n);
+            store_conv_clear(&c);
+            return NULL;
+        }
         cJSON_AddNumberToObject(mo, "n_tokens", m[i].n_tokens);
         iso_time(m[i].created_at, t, sizeof t);
         cJSON_AddStringToObject(mo, "created_at", t);
@@ -317,19 +374,36 @@ static char *export_md(store *s, long long id, char *why, size_t why_cap)
     char cr[40], up[40];
     local_time(c.created_at, cr, sizeof cr);
     local_time(c.updated_at, up, sizeof up);
-    fprintf(f, "# %s\n\n", c.title[0] ? c.title : "(untitled)");
+    /* every stored text goes through out_plain: the model's escape sequences (ESC[2J …) must not
+     * run in the terminal that shows the export */
+    const char *title = c.title[0] ? c.title : "(untitled)";
+    fputs("# ", f);
+    out_plain(f, title, strlen(title));
+    fputs("\n\n", f);
     fprintf(f, "- conversation %lld, created %s, updated %s\n", (long long)c.id, cr, up);
-    if (c.model_name[0]) fprintf(f, "- model: %s\n", c.model_name);
+    if (c.model_name[0]) {
+        fputs("- model: ", f);
+        out_plain(f, c.model_name, strlen(c.model_name));
+        fputc('\n', f);
+    }
     if (c.n_branches > 1)
         fprintf(f, "- the current branch of %d (`kvchat export %lld --format json` has every message)\n", c.n_branches,
                 (long long)c.id);
-    if (c.system_prompt) fprintf(f, "- system prompt: %s\n", c.system_prompt);
+    if (c.system_prompt) {
+        fputs("- system prompt: ", f);
+        out_plain(f, c.system_prompt, strlen(c.system_prompt));
+        fputc('\n', f);
+    }
     for (size_t i = 0; i < n; i++) {
         const store_msg *x = &m[i];
         fprintf(f, "\n## %s\n\n", x->role == STORE_ROLE_USER ? "You" : x->role == STORE_ROLE_ASSISTANT ? "Assistant" : "System");
-        if (x->problem[0]) fprintf(f, "*[unreadable: %s]*\n", x->problem);
+        if (x->problem[0]) {
+            fputs("*[unreadable: ", f);
+            out_plain(f, x->problem, strlen(x->problem));
+            fputs("]*\n", f);
+        }
         else {
-            fwrite(x->content, 1, x->len, f);
+            out_plain(f, x->content, x->len); /* a NUL shows as ␀ and the text goes on */
             fputc('\n', f);
         }
         if (x->gen.set && x->gen.finish != STORE_FINISH_EOG && x->gen.finish != STORE_FINISH_STOP)
@@ -415,6 +489,55 @@ static char *read_all(FILE *f, size_t *len)
     return b;
 }
 
+/* cJSON ends a string at the NUL byte that "\u0000" decodes to, so a reply holding one would
+ * be cut. Before parsing, each \u0000 escape in a string becomes \uffff (same length; U+FFFF
+ * is a noncharacter no model writes), turned back into NUL in the message texts by
+ * unmark_nuls. Sets *had_nul; returns -1 when the text already holds U+FFFF (raw or escaped)
+ * as well as \u0000, where the swap would be ambiguous. */
+static int mark_nuls(char *t, size_t len, int *had_nul)
+{
+    int in_str = 0, had_ffff = 0;
+    *had_nul = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c == 0xEF && i + 2 < len && (unsigned char)t[i + 1] == 0xBF && (unsigned char)t[i + 2] == 0xBF) had_ffff = 1;
+        if (!in_str) {
+            in_str = c == '"';
+        } else if (c == '"') {
+            in_str = 0;
+        } else if (c == '\\' && i + 1 < len) {
+            if (t[i + 1] == 'u' && i + 5 < len) {
+                if (!memcmp(t + i + 2, "0000", 4)) {
+                    memcpy(t + i + 2, "ffff", 4);
+                    *had_nul = 1;
+                } else if (!strncasecmp(t + i + 2, "ffff", 4)) {
+                    had_ffff = 1;
+                }
+                i += 5;
+            } else {
+                i++;
+            }
+        }
+    }
+    return *had_nul && had_ffff ? -1 : 0;
+}
+
+/* U+FFFF (EF BF BF) back to NUL in place; returns the new length. */
+static size_t unmark_nuls(char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if ((unsigned char)s[i] == 0xEF && i + 2 < len && (unsigned char)s[i + 1] == 0xBF && (unsigned char)s[i + 2] == 0xBF) {
+            s[o++] = 0;
+            i += 2;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    s[o] = 0;
+    return o;
+}
+
 static int cmd_import(store *s, const char *file)
 {
     FILE *f = strcmp(file, "-") ? fopen(file, "rb") : stdin;
@@ -427,6 +550,13 @@ static int cmd_import(store *s, const char *file)
     if (f != stdin) fclose(f);
     if (!text) {
         fprintf(stderr, "kvchat: %s: cannot read it\n", file);
+        return SC_RUNTIME;
+    }
+    int had_nul = 0;
+    if (mark_nuls(text, len, &had_nul)) {
+        fprintf(stderr, "kvchat: %s: a message holds both NUL (\\u0000) and U+FFFF; kvchat import cannot tell them apart\n",
+                file);
+        free(text);
         return SC_RUNTIME;
     }
     cJSON *o = cJSON_ParseWithLength(text, len);
@@ -484,6 +614,7 @@ static int cmd_import(store *s, const char *file)
             x->role = store_role_from_name(get_str(it, "role", &ok, 0));
             x->content = (char *)get_str(it, "content", &ok, 0);
             x->len = x->content ? strlen(x->content) : 0;
+            if (x->content && had_nul) x->len = unmark_nuls(x->content, x->len);
             x->n_tokens = (int)get_num(it, "n_tokens", &ok);
             if (parse_iso(get_str(it, "created_at", &ok, 0), &x->created_at)) ok = 0;
             const cJSON *part = cJSON_GetObjectItemCaseSensitive(it, "partial");
@@ -538,6 +669,70 @@ static int cmd_import(store *s, const char *file)
     free(parents);
     cJSON_Delete(o);
     return rc;
+}
+
+/* ---- check: what storage cannot know ------------------------------------------------------------- */
+
+/* The saved exact tokens of each conversation (conversations.ctx_tokens) against the vocabulary
+ * of the model they were saved for (its GGUF file's tokenizer.ggml.tokens, header only): an id
+ * outside it made every later message of that chat fail. Appends one line per bad context to
+ * *out (malloc'd, may be NULL) and returns the number of problems. A model file that is gone
+ * is said, not counted (the context is never used without its model). */
+static int check_contexts(store *s, char **out)
+{
+    store_conv *rows = NULL;
+    size_t n = 0;
+    store_error err = {0};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return 0;
+    int problems = 0;
+    if (store_conv_list(s, NULL, &rows, &n, &err)) {
+        fprintf(f, "contexts: %s\n", err.msg);
+        problems++;
+    }
+    int64_t vocab_model = 0;
+    int64_t n_vocab = -1;
+    for (size_t i = 0; i < n; i++) {
+        store_conv c;
+        if (store_conv_get(s, rows[i].id, &c, &err)) continue; /* reported by store_check */
+        if (c.ctx_tokens && c.n_ctx_tokens && c.ctx_model_id > 0) {
+            if (c.ctx_model_id != vocab_model) {
+                vocab_model = c.ctx_model_id;
+                n_vocab = -1;
+                store_model md = {0};
+                if (store_model_get(s, c.ctx_model_id, &md, NULL) == STORE_OK) {
+                    gguf_file *g = NULL;
+                    kv_error ke = {0};
+                    const gguf_kv *kv;
+                    if (gguf_open(md.path, &g, &ke) == KV_OK && (kv = gguf_find_kv(g, "tokenizer.ggml.tokens")) &&
+                        kv->type == GGUF_VT_ARRAY)
+                        n_vocab = (int64_t)kv->arr_len;
+                    else
+                        fprintf(f, "conversation %lld: its saved context was not checked: %s\n", (long long)c.id,
+                                ke.msg[0] ? ke.msg : "the model has no vocabulary");
+                    gguf_close(g);
+                }
+                store_model_clear(&md);
+            }
+            size_t bad = 0, first = 0;
+            for (size_t k = 0; n_vocab >= 0 && k < c.n_ctx_tokens; k++)
+                if (c.ctx_tokens[k] < 0 || c.ctx_tokens[k] >= n_vocab)
+                    if (!bad++) first = k;
+            if (bad) {
+                fprintf(f, "conversation %lld: its saved context holds %zu token id%s outside the model's vocabulary of "
+                           "%lld (token %zu is %d); the chat rebuilds it from the messages\n",
+                        (long long)c.id, bad, bad > 1 ? "s" : "", (long long)n_vocab, first, (int)c.ctx_tokens[first]);
+                problems++;
+            }
+        }
+        store_conv_clear(&c);
+    }
+    store_conv_list_free(rows, n);
+    fclose(f);
+    *out = buf;
+    return problems;
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
@@ -657,8 +852,15 @@ int store_cli_main(int argc, char **argv)
             fprintf(stderr, "kvchat: %s\n", err.msg);
             rc = SC_DB;
         } else {
-            printf("%s: %s", store_path(s), report);
-            rc = n_problems ? SC_DB : SC_OK;
+            char *more = NULL;
+            int n_more = check_contexts(s, &more);
+            /* the storage's problems, then the contexts' lines, then "ok" when neither found one */
+            printf("%s: ", store_path(s));
+            if (n_problems) out_plain(stdout, report, strlen(report)); /* it quotes stored text (a bad role …) */
+            if (more) out_plain(stdout, more, strlen(more));
+            if (!n_problems && !n_more) out_plain(stdout, report, strlen(report));
+            free(more);
+            rc = n_problems || n_more ? SC_DB : SC_OK;
         }
         free(report);
     }

@@ -7,7 +7,7 @@ _kvchat_opts='-m --model -p --prompt -n --n-predict -c --ctx-size -b --batch-siz
     --kv-type --keep --no-context-shift --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
     --presence-penalty --frequency-penalty --seed --theme --no-mouse --system --chat-template --db --resume
     --cache-size --stats --json --print-config -h --help -V --version'
-_kvchat_cmds='models themes list export import rm check bench gen-model tokenize'
+_kvchat_cmds='models themes list export import rm check bench gen-model tokenize template-render'
 _kvchat_templates='none chatml llama2 llama2-sys llama2-sys-bos llama2-sys-strip mistral-v1 mistral-v3
     mistral-v3-tekken mistral-v7 phi3 phi4 falcon3 zephyr monarch gemma orion openchat vicuna
     vicuna-orca deepseek deepseek2 deepseek3 command-r llama3 chatglm3 chatglm4 glmedge minicpm
@@ -96,6 +96,7 @@ _kvchat()
         bench) COMPREPLY=($(compgen -W '-m --model -p --n-prompt -n --n-gen -t --threads -d --n-depth -r --repetitions --json --help' -- "$cur")) ;;
         gen-model) COMPREPLY=($(compgen -W '--shape --type -o --layers --seed --help' -- "$cur")) ;;
         tokenize) COMPREPLY=($(compgen -W '-m --model --ids --no-bos --parse-special --help' -- "$cur")) ;;
+        template-render) COMPREPLY=($(compgen -W '-t --template -m --model --now --spans --help' -- "$cur")) ;;
     esac
 }
 complete -F _kvchat kvchat

@@ -3,7 +3,7 @@
 # from the kvchat being completed (`kvchat themes`, `kvchat list --ids`); when that fails
 # nothing is offered.
 
-set -l kvchat_cmds models themes list export import rm check bench gen-model tokenize
+set -l kvchat_cmds models themes list export import rm check bench gen-model tokenize template-render
 
 function __kvchat_bin
     set -l cmd (commandline -opc)
@@ -89,6 +89,11 @@ complete -c kvchat -n $main -f -a check -d 'Check the conversation database'
 complete -c kvchat -n $main -f -a bench -d 'Measure prefill and decode speed'
 complete -c kvchat -n $main -f -a gen-model -d 'Write a model with random weights'
 complete -c kvchat -n $main -f -a tokenize -d 'Show how text is tokenized'
+complete -c kvchat -n $main -f -a template-render -d 'Render a Jinja chat template'
+complete -c kvchat -n '__fish_seen_subcommand_from template-render' -s t -l template -r -F -d 'Template file'
+complete -c kvchat -n '__fish_seen_subcommand_from template-render' -s m -l model -r -f -a '(__kvchat_models)' -d 'GGUF model'
+complete -c kvchat -n '__fish_seen_subcommand_from template-render' -l now -r -d 'Clock of strftime_now (seconds)'
+complete -c kvchat -n '__fish_seen_subcommand_from template-render' -l spans -d 'Print the message-content byte ranges'
 
 complete -c kvchat -n '__fish_seen_subcommand_from models' -f -l json -d 'One JSON object per model'
 complete -c kvchat -n '__fish_seen_subcommand_from list' -f -l json -d 'JSON output'

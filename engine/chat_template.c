@@ -308,6 +308,8 @@ const char *chat_template_name(int tmpl)
 {
     if (tmpl == CHAT_TMPL_NONE)
         return "none";
+    if (tmpl == CHAT_TMPL_JINJA)
+        return "jinja";
     return is_family(tmpl) ? SPECS[tmpl].name : "unknown";
 }
 

@@ -63,6 +63,8 @@ enum chat_tmpl {
     CHAT_TMPL_GIGACHAT,          /* gigachat */
     CHAT_TMPL_MEGREZ,            /* megrez */
     CHAT_TMPL_UNKNOWN,           /* a template text no rule recognises: cannot chat with it */
+    CHAT_TMPL_JINJA,             /* the model's own template run by the Jinja interpreter (app/prompt.c);
+                                    not a shape-table family: chat_template_render refuses it */
 };
 
 /* Family of a `tokenizer.chat_template` text. NULL or empty → CHAT_TMPL_NONE; a text that
@@ -78,7 +80,8 @@ int chat_template_detect(const char *tmpl_text);
 int chat_template_from_name(const char *name);
 
 /* Name of a family (as accepted by chat_template_from_name); "none" for CHAT_TMPL_NONE,
- * "unknown" for CHAT_TMPL_UNKNOWN or any value out of range. Static string, never NULL. */
+ * "jinja" for CHAT_TMPL_JINJA, "unknown" for CHAT_TMPL_UNKNOWN or any value out of range.
+ * Static string, never NULL. */
 const char *chat_template_name(int tmpl);
 
 /* All family names, comma-separated in enum order ("chatml, llama2, …"), for --help and

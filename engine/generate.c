@@ -227,6 +227,12 @@ int engine_tokenize(const engine *e, const char *text, size_t len, int no_bos, i
     return tokenizer_encode(e->tok, text, len, !no_bos && tokenizer_add_bos(e->tok), parse_special, out, n, err);
 }
 
+int engine_tokenize_prompt(const engine *e, const char *text, size_t len, const unsigned char *literal, int no_bos,
+                           int32_t **out, size_t *n, kv_error *err)
+{
+    return tokenizer_encode_prompt(e->tok, text, len, !no_bos && tokenizer_add_bos(e->tok), literal, out, n, err);
+}
+
 /* One forward call over tokens on seq (the cache records the tokens). */
 static int feed(engine *e, int seq, const int32_t *tokens, int n, kv_error *err)
 {

@@ -66,6 +66,10 @@ void engine_reset(engine *e);
  * parse_special. *out malloc'd. */
 int engine_tokenize(const engine *e, const char *text, size_t len, int no_bos, int parse_special, int32_t **out,
                     size_t *n, kv_error *err);
+/* A chat prompt as one text: tokenizer_encode_prompt with the BOS the model asks for unless
+ * no_bos (literal[i] != 0: byte i is message text, never a control token; NULL: none). */
+int engine_tokenize_prompt(const engine *e, const char *text, size_t len, const unsigned char *literal, int no_bos,
+                           int32_t **out, size_t *n, kv_error *err);
 
 /* Feed prompt[0..n_prompt) and generate up to n_predict tokens (< 0: until end of
  * generation, at most n_ctx tokens) with sampler s, on the default sequence, with the

@@ -263,6 +263,38 @@ static gguf_str tensor_name(const gguf_file *f, uint64_t i)
     return s;
 }
 
+static int cmp_tensor_offset(const void *a, const void *b)
+{
+    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Two tensors whose byte ranges [offset, offset + nbytes) share a byte: the file lies about
+ * one of them (writing one would change the other). O(n log n) by sorting on the offset. */
+static int check_overlaps(const gguf_file *f, kv_error *err)
+{
+    if (f->n_tensors < 2) return KV_OK;
+    const gguf_tensor **by_off = malloc((size_t)f->n_tensors * sizeof *by_off);
+    if (!by_off) return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", f->path);
+    for (uint64_t i = 0; i < f->n_tensors; i++) by_off[i] = &f->tensors[i];
+    qsort(by_off, (size_t)f->n_tensors, sizeof *by_off, cmp_tensor_offset);
+    int rc = KV_OK;
+    const gguf_tensor *prev = NULL;
+    for (uint64_t i = 0; i < f->n_tensors && !rc; i++) {
+        const gguf_tensor *t = by_off[i];
+        if (t->nbytes == 0) continue;
+        if (prev && t->offset < prev->offset + prev->nbytes)
+            rc = kv_error_set(err, KV_ERR_FORMAT,
+                              "%s: tensor '%s' (data bytes %" PRIu64 "..%" PRIu64 ") overlaps tensor '%s' (bytes %" PRIu64
+                              "..%" PRIu64 ")",
+                              f->path, t->name, t->offset, t->offset + t->nbytes, prev->name, prev->offset,
+                              prev->offset + prev->nbytes);
+        if (!prev || t->offset + t->nbytes > prev->offset + prev->nbytes) prev = t;
+    }
+    free(by_off);
+    return rc;
+}
+
 int gguf_open(const char *path, gguf_file **out, kv_error *err)
 {
     *out = NULL;
@@ -311,6 +343,16 @@ int gguf_open(const char *path, gguf_file **out, kv_error *err)
         rc = kv_error_set(err, KV_ERR_UNSUPPORTED,
                           "%s: GGUF version 1 is not supported (re-convert the model with a current converter)", path);
         goto fail;
+    }
+    {
+        uint32_t v = f->version, swapped = (v >> 24) | ((v >> 8) & 0xff00u) | ((v << 8) & 0xff0000u) | (v << 24);
+        if (swapped >= 1 && swapped <= 3) {
+            rc = kv_error_set(err, KV_ERR_UNSUPPORTED,
+                              "%s: a big-endian GGUF file (version %" PRIu32 " in big-endian byte order); kvchat reads "
+                              "little-endian GGUF files only (convert it on a little-endian machine, or byte-swap it)",
+                              path, swapped);
+            goto fail;
+        }
     }
     if (f->version != 2 && f->version != 3) {
         rc = kv_error_set(err, KV_ERR_UNSUPPORTED, "%s: GGUF version %" PRIu32 " is not supported (2 and 3 are)",
@@ -416,6 +458,7 @@ int gguf_open(const char *path, gguf_file **out, kv_error *err)
         }
         t->data = f->map + f->data_offset + t->offset;
     }
+    if ((rc = check_overlaps(f, err))) goto fail;
     *out = f;
     return KV_OK;
 

@@ -62,10 +62,11 @@ typedef struct gguf_file {
 } gguf_file;
 
 /* Open and validate a GGUF file (versions 2 and 3). Checks, before anything is used: magic,
- * version (1 → "GGUF version 1 is not supported"), every string/array length within the
+ * version (1 → "GGUF version 1 is not supported"; a byte-swapped version field → "a big-endian
+ * GGUF file", KV_ERR_UNSUPPORTED), every string/array length within the
  * file, value types known, tensor dims 1..4 with positive sizes and no overflow in their
  * product, tensor types known to GGML, row lengths a multiple of the type's block size,
- * offsets aligned and offset + size within the file, unique tensor names and keys (a key
+ * offsets aligned and offset + size within the file, no two tensors' data ranges overlapping, unique tensor names and keys (a key
  * repeated with a byte-identical value, as some old converters wrote, is kept once).
  * Errors: KV_ERR_IO (cannot open/map), KV_ERR_FORMAT (corrupt/truncated), KV_ERR_UNSUPPORTED
  * (version); every message starts with the path and names the key or tensor.

@@ -1,6 +1,7 @@
 /* tokenizer: loads a GGUF vocabulary, finds special tokens in text, dispatches to the SPM / BPE encoders, renders pieces and streams UTF-8-safe output. */
 #include "tokenizer_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +55,23 @@ int32_t tok_lookup(const tokenizer *t, const char *s, size_t len)
 
 /* ---- loading ------------------------------------------------------------------------- */
 
-static int get_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t *out, kv_error *err)
+/* A special token id key: absent → *out unchanged; -1 or 0xFFFFFFFF (the "no such token"
+ * sentinels old converters wrote, e.g. llama2.c's padding id) → -1; any other value outside
+ * [0, n_vocab) is a load error naming the key — a wrong BOS / EOS changes every output. */
+static int get_id(const gguf_file *f, const char *path, const char *key, int32_t n_vocab, int32_t *out,
+                  kv_error *err)
 {
     int64_t v = -1;
     int rc = gguf_get_i64(f, key, 0, &v, err);
-    if (rc) return rc;
-    if (gguf_find_kv(f, key)) *out = (v >= 0 && v < n_vocab) ? (int32_t)v : -1;
+    if (rc || !gguf_find_kv(f, key)) return rc;
+    if (v == -1 || v == (int64_t)UINT32_MAX) {
+        *out = -1;
+    } else if (v < 0 || v >= n_vocab) {
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s = %lld is outside the vocabulary (%d tokens, ids 0..%d)", path,
+                            key, (long long)v, n_vocab, n_vocab - 1);
+    } else {
+        *out = (int32_t)v;
+    }
     return KV_OK;
 }
 
@@ -254,6 +266,12 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
 
     /* scores and types */
     if (kv_scores) memcpy(t->scores, kv_scores->data, (size_t)n * sizeof(float));
+    for (int32_t i = 0; kv_scores && i < n; i++)
+        if (isnan(t->scores[i])) {
+            rc = kv_error_set(err, KV_ERR_FORMAT, "%s: tokenizer.ggml.scores[%d] is NaN (token '%s')", path, i,
+                              t->text_arena + t->text_off[i]);
+            goto fail;
+        }
     for (int32_t i = 0; i < n; i++) {
         int32_t ty = TOK_TYPE_NORMAL;
         if (kv_types) {
@@ -285,8 +303,16 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
                 t->ht[h] = i;
                 break;
             }
-            if (t->text_len[id] == t->text_len[i] && memcmp(t->text_arena + t->text_off[id], s, t->text_len[i]) == 0)
-                break;
+            if (t->text_len[id] == t->text_len[i] && memcmp(t->text_arena + t->text_off[id], s, t->text_len[i]) == 0) {
+                /* Two ids with one text: text → id is ambiguous (llama.cpp refuses such a vocab
+                 * too). Empty texts are exempt: they never match text and llama.cpp renames them. */
+                if (t->text_len[i] == 0) break;
+                rc = kv_error_set(err, KV_ERR_FORMAT,
+                                  "%s: tokenizer.ggml.tokens[%d] '%s' repeats tokenizer.ggml.tokens[%d] (token texts "
+                                  "must be unique)",
+                                  path, i, s, id);
+                goto fail;
+            }
             h = (h + 1) & t->ht_mask;
         }
     }
@@ -300,12 +326,12 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
         t->add_bos = 1;
         t->add_space_prefix = 1;
     }
-    if ((rc = get_id(f, "tokenizer.ggml.bos_token_id", n, &t->bos, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.eos_token_id", n, &t->eos, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.unknown_token_id", n, &t->unk, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.padding_token_id", n, &t->pad, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.eot_token_id", n, &t->eot, err)) ||
-        (rc = get_id(f, "tokenizer.ggml.eom_token_id", n, &t->eom, err)) ||
+    if ((rc = get_id(f, path, "tokenizer.ggml.bos_token_id", n, &t->bos, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.eos_token_id", n, &t->eos, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.unknown_token_id", n, &t->unk, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.padding_token_id", n, &t->pad, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.eot_token_id", n, &t->eot, err)) ||
+        (rc = get_id(f, path, "tokenizer.ggml.eom_token_id", n, &t->eom, err)) ||
         (rc = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", 0, &t->add_bos, err)) ||
         (rc = gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", 0, &t->add_space_prefix, err)))
         goto fail;
@@ -321,6 +347,20 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
                     t->type[i] = TOK_TYPE_BYTE;
             }
     }
+    /* Phi-3's tokenizer.json gives its added tokens rstrip = true (except <unk>, <s> and
+     * <|endoftext|>); GGUF has no field for it, so the model's name tells, as llama.cpp reads it
+     * (general.name containing "phi-3" or "phi3", any case). */
+    int phi3_rstrip = 0;
+    {
+        char *gname = NULL;
+        kv_error ne = { 0 };
+        if (gguf_get_str(f, "general.name", 0, &gname, &ne) == KV_OK && gname) {
+            for (char *q = gname; *q; q++)
+                if (*q >= 'A' && *q <= 'Z') *q = (char)(*q + 32);
+            phi3_rstrip = strstr(gname, "phi-3") || strstr(gname, "phi3");
+        }
+        free(gname);
+    }
     for (int32_t i = 0; i < n; i++) {
         int ty = t->type[i];
         const char *s = t->text_arena + t->text_off[i];
@@ -333,6 +373,9 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
             if (ty == TOK_TYPE_USER_DEFINED && !(t->flags[i] & TOK_FLAG_EOG) && i != t->bos && i != t->eos)
                 t->flags[i] |= TOK_FLAG_MATCH_RAW;
             if ((rc = trie_insert(t, s, len, i))) goto fail;
+            if (phi3_rstrip && !(len == 5 && !memcmp(s, "<unk>", 5)) && !(len == 3 && !memcmp(s, "<s>", 3)) &&
+                !(len == 13 && !memcmp(s, "<|endoftext|>", 13)))
+                t->flags[i] |= TOK_FLAG_RSTRIP;
         }
         if (kind == TOK_KIND_SPM && ty == TOK_TYPE_BYTE && len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' &&
             s[5] == '>') {
@@ -481,6 +524,16 @@ static int encode_fragment(const tokenizer *t, const char *s, size_t len, int af
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                      int32_t **tokens_out, size_t *n_out, kv_error *err)
 {
+    return tokenizer_encode_masked(t, text, len, add_bos, parse_special ? NULL : TOKENIZER_ALL_LITERAL, tokens_out,
+                                   n_out, err);
+}
+
+/* sentinel: every byte literal (no per-byte array) */
+const unsigned char tokenizer_all_literal_[1];
+
+int tokenizer_encode_masked(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err)
+{
     if (!t || !tokens_out || !n_out || (!text && len))
         return kv_error_set(err, KV_ERR_INVALID, "tokenizer_encode: NULL argument");
     *tokens_out = NULL;
@@ -490,14 +543,25 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_b
                             TOK_MAX_TEXT);
     tok_vec out = { 0 };
     int rc = KV_OK;
+    int all_literal = literal == TOKENIZER_ALL_LITERAL;
     if (add_bos && t->bos >= 0 && (rc = tok_vec_push(&out, t->bos))) goto nomem;
-    int mask = parse_special ? TOK_FLAG_MATCH_SPECIAL : TOK_FLAG_MATCH_RAW;
     size_t frag = 0, i = 0;
+    size_t scaffold_end = 0; /* end of the run of non-literal bytes that contains i */
     int after_special = 1;
     while (i < len) {
         if (t->trie_root[(unsigned char)text[i]] >= 0) {
             size_t mlen = 0;
-            int32_t tok = trie_match(t, text + i, len - i, mask, &mlen);
+            int32_t tok = -1;
+            int lit = all_literal || (literal && literal[i]);
+            if (!lit) {
+                /* control tokens only wholly inside the scaffolding */
+                if (scaffold_end <= i) {
+                    scaffold_end = i;
+                    while (scaffold_end < len && !(literal && literal[scaffold_end])) scaffold_end++;
+                }
+                tok = trie_match(t, text + i, scaffold_end - i, TOK_FLAG_MATCH_SPECIAL, &mlen);
+            }
+            if (tok < 0) tok = trie_match(t, text + i, len - i, TOK_FLAG_MATCH_RAW, &mlen);
             if (tok >= 0) {
                 if (i > frag) {
                     if ((rc = encode_fragment(t, text + frag, i - frag, after_special, &out, err))) goto fail;
@@ -505,6 +569,8 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_b
                 if ((rc = tok_vec_push(&out, tok))) goto nomem;
                 after_special = 1;
                 i += mlen;
+                if (t->flags[tok] & TOK_FLAG_RSTRIP)
+                    while (i < len && (text[i] == ' ' || (text[i] >= '\t' && text[i] <= '\r'))) i++;
                 frag = i;
                 continue;
             }
@@ -521,6 +587,19 @@ nomem:
 fail:
     free(out.v);
     return rc;
+}
+
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err)
+{
+    if (t && text && add_bos && t->bos >= 0 && literal != TOKENIZER_ALL_LITERAL) {
+        const char *bt = tokenizer_token_text(t, t->bos);
+        size_t bl = strlen(bt);
+        int lead = bl && len >= bl && !memcmp(text, bt, bl);
+        for (size_t i = 0; lead && literal && i < bl; i++) lead = !literal[i];
+        if (lead) add_bos = 0;
+    }
+    return tokenizer_encode_masked(t, text, len, add_bos, literal, tokens_out, n_out, err);
 }
 
 /* ---- streaming detokenizer ----------------------------------------------------------- */

@@ -18,18 +18,20 @@ typedef struct tokenizer tokenizer;
  * .scores (f32, required for "llama", optional for "gpt2"), .token_type (i32, optional:
  * 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte), .merges (required for
  * "gpt2", "left right" strings in rank order), .bos/.eos/.unknown/.padding/.eot/.eom_token_id
- * (out-of-range ids, e.g. 0xFFFFFFFF, mean "none"), .add_bos_token (default 1 for "llama",
+ * (-1 and 0xFFFFFFFF mean "none"; any other id outside [0, n_vocab) is KV_ERR_FORMAT naming
+ * the key), .add_bos_token (default 1 for "llama",
  * 0 for "gpt2"), .add_space_prefix ("llama", default 1).
  * Errors: KV_ERR_FORMAT when a key has the wrong type or an array the wrong length
  * ("x.gguf: tokenizer.ggml.scores has 10 entries, expected 512"), a token type is out of range,
- * or a merge has no space; KV_ERR_UNSUPPORTED for another tokenizer model; KV_ERR_NOMEM.
- * An unknown tokenizer.ggml.pre is not an error: GPT-2 rules are used and
- * tokenizer_warning() says so. Cost: O(n_vocab + n_merges) hashing (a 150k vocab loads in
+ * a merge has no space, a score is NaN, or two tokens have the same non-empty text (llama.cpp
+ * refuses such a vocab too); KV_ERR_UNSUPPORTED for another tokenizer model or an unknown
+ * tokenizer.ggml.pre (the message lists the known ones); KV_ERR_NOMEM. A gpt2 vocab with no
+ * tokenizer.ggml.pre gets GPT-2 rules and tokenizer_warning() says so. Cost: O(n_vocab + n_merges) hashing (a 150k vocab loads in
  * tens of milliseconds). Returns KV_OK and *out on success, *out = NULL otherwise. */
 int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err);
 void tokenizer_free(tokenizer *t);
 
-/* A message the caller may show the user (e.g. an unknown pre-tokenizer was replaced by the
+/* A message the caller may show the user (e.g. a missing pre-tokenizer was replaced by the
  * GPT-2 rules), or NULL when there is nothing to say. Owned by the tokenizer. */
 const char *tokenizer_warning(const tokenizer *t);
 
@@ -71,6 +73,27 @@ int32_t tokenizer_token_id(const tokenizer *t, const char *text, size_t len);
  * Errors: KV_ERR_INVALID (NULL arguments, text over 256 MiB), KV_ERR_NOMEM. */
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                      int32_t **tokens_out, size_t *n_out, kv_error *err);
+
+/* tokenizer_encode over one text whose bytes are scaffolding or literal: literal[i] != 0 marks
+ * byte i as text that must never become a control token (what a user typed or a model wrote);
+ * a control / user-defined token string is matched only when it lies wholly in scaffolding
+ * (literal bytes still match user-defined tokens, as parse_special = 0 does). The text is
+ * tokenized as one sequence — the fragments between matched tokens run across the
+ * scaffolding/literal boundaries — so with no control-token text in the literal bytes the
+ * result equals tokenizer_encode(parse_special = 1) of the whole text (llama.cpp's tokens for
+ * a rendered chat prompt). literal NULL: all scaffolding; TOKENIZER_ALL_LITERAL: all literal.
+ * Errors as tokenizer_encode. */
+extern const unsigned char tokenizer_all_literal_[1];
+#define TOKENIZER_ALL_LITERAL (tokenizer_all_literal_)
+int tokenizer_encode_masked(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err);
+
+/* A chat prompt: tokenizer_encode_masked, except that when add_bos is asked and the text
+ * already starts with the BOS token's text in scaffolding (a template's "<s>" or
+ * {{ bos_token }}), that text stands for the BOS: one BOS, never two (llama.cpp's chat path
+ * strips the rendered one for the same reason). */
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, int add_bos, const unsigned char *literal,
+                            int32_t **tokens_out, size_t *n_out, kv_error *err);
 
 /* Raw vocab string of a token (as stored in the GGUF), NUL-terminated; "" for an out-of-range
  * id. (A vocab string with an embedded NUL is cut there.) */

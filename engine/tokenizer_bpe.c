@@ -214,11 +214,21 @@ int bpe_load(tokenizer *t, const gguf_file *f, const char *pre, kv_error *err)
             if (name_in_list(k_pre[i].names, pre)) break;
         if (i < sizeof k_pre / sizeof k_pre[0]) {
             def = &k_pre[i];
-        } else if ((rc = set_warning(t,
-                                     "%s: unknown pre-tokenizer '%s' (tokenizer.ggml.pre); using the GPT-2 "
-                                     "pre-tokenizer, so tokenization may differ from the original model",
-                                     t->path, pre))) {
-            goto nomem;
+        } else {
+            /* Guessing rules would feed the model token sequences it never saw: an error
+             * (llama.cpp refuses an unknown pre too). The message lists the known names. */
+            char known[1024];
+            size_t k = 0;
+            for (i = 0; i < sizeof k_pre / sizeof k_pre[0]; i++)
+                for (const char *p = k_pre[i].names; *p; p++) {
+                    if (k + 3 >= sizeof known) break;
+                    if (p == k_pre[i].names && i > 0) known[k++] = '|';
+                    known[k++] = *p;
+                }
+            known[k] = 0;
+            for (char *p = known; (p = strchr(p, '|'));) *p = ' '; /* "gpt-2 default mpt ..." */
+            return kv_error_set(err, KV_ERR_UNSUPPORTED,
+                                "%s: unknown pre-tokenizer '%s' (tokenizer.ggml.pre); known: %s", t->path, pre, known);
         }
     }
     b->ignore_merges = def->ignore_merges;

@@ -27,6 +27,7 @@ enum {
     TOK_FLAG_EOG = 1,        /* ends generation */
     TOK_FLAG_MATCH_RAW = 2,  /* matched in text even when parse_special = 0 */
     TOK_FLAG_MATCH_SPECIAL = 4, /* matched in text when parse_special = 1 */
+    TOK_FLAG_RSTRIP = 8,     /* whitespace right after a match in text is dropped (HF added-token rstrip) */
 };
 
 /* Growable id vector used by the encoders. */

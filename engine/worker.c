@@ -237,43 +237,54 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Worker thread: tokenize the segments into one prompt (after the conversation for append). */
+/* Worker thread: tokenize the segments into one prompt (after the conversation for append).
+ * The segments are joined into one text and tokenized once (engine_tokenize_prompt), the
+ * parse_special = 0 segments marked literal: the tokens are those of the whole rendered text
+ * (no SentencePiece space prefix at each segment start), and no control token comes out of
+ * message text. */
 static int tokenize_job(worker *w, const worker_request *r, int32_t **out, size_t *n_out, kv_error *err)
 {
-    int32_t *all = NULL;
-    size_t n = 0;
     int append = r->append && w->n_conv > 0;
+    size_t total = 0;
+    for (size_t i = 0; i < r->n_seg; i++) total += r->seg[i].len;
+    char *text = malloc(total + 1);
+    unsigned char *lit = malloc(total + 1);
+    if (!text || !lit) {
+        free(text);
+        free(lit);
+        return kv_error_set(err, KV_ERR_NOMEM, "out of memory tokenizing the prompt");
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < r->n_seg; i++) {
+        const worker_segment *sg = &r->seg[i];
+        const char *t = sg->text;
+        size_t k = sg->len;
+        if (append && i == 0 && w->space_prefix && k && t[0] == ' ') t++, k--;
+        if (k) memcpy(text + len, t, k);
+        memset(lit + len, sg->parse_special ? 0 : 1, k);
+        len += k;
+    }
+    int no_bos = r->no_bos || append;
+    int32_t *t = NULL;
+    size_t k = 0;
+    int rc = KV_OK;
+    if (len || !no_bos) rc = engine_tokenize_prompt(w->e, text, len, lit, no_bos, &t, &k, err);
+    free(text);
+    free(lit);
+    if (rc) return rc;
+    int32_t *all = malloc(((append ? w->n_conv : 0) + k + 1) * sizeof *all);
+    if (!all) {
+        free(t);
+        return kv_error_set(err, KV_ERR_NOMEM, "out of memory tokenizing the prompt");
+    }
+    size_t n = 0;
     if (append) {
-        if (!(all = malloc((w->n_conv + 1) * sizeof *all)))
-            return kv_error_set(err, KV_ERR_NOMEM, "out of memory tokenizing the prompt");
         memcpy(all, w->conv, w->n_conv * sizeof *all);
         n = w->n_conv;
     }
-    for (size_t i = 0; i < r->n_seg; i++) {
-        const worker_segment *sg = &r->seg[i];
-        int no_bos = r->no_bos || i > 0 || append;
-        const char *text = sg->text;
-        size_t len = sg->len;
-        if (append && i == 0 && w->space_prefix && len && text[0] == ' ') text++, len--;
-        if (len == 0 && no_bos) continue;
-        int32_t *t = NULL;
-        size_t k = 0;
-        int rc = engine_tokenize(w->e, text, len, no_bos, sg->parse_special, &t, &k, err);
-        if (rc) {
-            free(all);
-            return rc;
-        }
-        int32_t *na = realloc(all, (n + k + 1) * sizeof *na);
-        if (!na) {
-            free(t);
-            free(all);
-            return kv_error_set(err, KV_ERR_NOMEM, "out of memory tokenizing the prompt");
-        }
-        all = na;
-        memcpy(all + n, t, k * sizeof *t);
-        n += k;
-        free(t);
-    }
+    if (k) memcpy(all + n, t, k * sizeof *t);
+    n += k;
+    free(t);
     *out = all;
     *n_out = n;
     return KV_OK;

@@ -21,8 +21,9 @@
  * No curses, no I/O other than the wake-up descriptor.
  */
 
-/* A piece of prompt text. Scaffolding of a chat template is tokenized with parse_special = 1
- * (its control tokens become tokens); message contents with 0, so text a user or a model
+/* A piece of prompt text. The segments of a request are joined and tokenized as one text;
+ * control-token strings are matched only in parse_special = 1 segments (a chat template's
+ * scaffolding), never in parse_special = 0 ones (message contents), so text a user or a model
  * wrote never becomes a control token. */
 typedef struct worker_segment {
     const char *text;

@@ -357,6 +357,17 @@ static const char *const migrations[] = {
     /* 1 → 2: deltas — a KV prefix may rest on a shared one, its blob holding only the rest */
     "ALTER TABLE kv_prefixes ADD COLUMN base_id INTEGER REFERENCES kv_prefixes(id) ON DELETE CASCADE;\n"
     "CREATE INDEX kv_prefixes_base ON kv_prefixes(base_id);\n",
+    /* 2 → 3: seeds as unsigned decimal text. SQLite's INTEGER is signed 64-bit, so a seed >= 2^63
+     * (half of the random ones) read back negative in SQL; the old values are converted: x < 0
+     * held 2^64 + x = 2^63 + (x + 2^63), added in two 9-digit halves to stay within int64. */
+    "ALTER TABLE generations RENAME COLUMN seed TO seed_i64;\n"
+    "ALTER TABLE generations ADD COLUMN seed TEXT;\n"
+    "UPDATE generations SET seed = CASE WHEN seed_i64 >= 0 THEN CAST(seed_i64 AS TEXT) ELSE CAST(((seed_i64 + 9223372036854775807) + 1) / 1000000000 + 9223372036 + ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) / 1000000000 AS TEXT) || printf('%09d', ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) % 1000000000) END WHERE seed_i64 IS NOT NULL;\n"
+    "ALTER TABLE generations DROP COLUMN seed_i64;\n"
+    "ALTER TABLE conversations RENAME COLUMN seed TO seed_i64;\n"
+    "ALTER TABLE conversations ADD COLUMN seed TEXT;\n"
+    "UPDATE conversations SET seed = CASE WHEN seed_i64 >= 0 THEN CAST(seed_i64 AS TEXT) ELSE CAST(((seed_i64 + 9223372036854775807) + 1) / 1000000000 + 9223372036 + ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) / 1000000000 AS TEXT) || printf('%09d', ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) % 1000000000) END WHERE seed_i64 IS NOT NULL;\n"
+    "ALTER TABLE conversations DROP COLUMN seed_i64;\n",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -396,31 +407,103 @@ static int schema_objects(store *s, char *buf, size_t cap, int *n, store_error *
     return rc;
 }
 
+/* The database header and schema as one snapshot: application_id, user_version and the
+ * schema's objects (read inside one transaction, so another process's commit never falls
+ * between two of the reads). */
+typedef struct st_header {
+    int64_t appid, ver;
+    char objs[256];
+    int n_objs;
+} st_header;
+
+static int read_header(store *s, st_header *h, store_error *err)
+{
+    int rc;
+    if ((rc = pragma_int(s, "PRAGMA application_id", &h->appid, err)) ||
+        (rc = pragma_int(s, "PRAGMA user_version", &h->ver, err)) ||
+        (rc = schema_objects(s, h->objs, sizeof h->objs, &h->n_objs, err))) {
+        if (rc == STORE_ERR_FOREIGN || rc == STORE_ERR_CORRUPT)
+            rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (%s)", sqlite3_errmsg(s->db));
+    }
+    return rc;
+}
+
+/* Whose database is it: another application's, a newer kvchat's, or ours (any version up to
+ * STORE_SCHEMA_VERSION, 0 = empty). */
+static int check_header(store *s, const st_header *h, store_error *err)
+{
+    if (h->appid != 0 && h->appid != STORE_APPLICATION_ID)
+        return st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it belongs to another application: id %#llx)",
+                      (unsigned long long)h->appid);
+    if (h->ver == 0 && h->n_objs > 0)
+        return st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it holds %s%s and no kvchat schema version)",
+                      h->objs, h->n_objs > 6 ? ", …" : "");
+    if (h->ver > 0 && h->appid != STORE_APPLICATION_ID)
+        return st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (schema version %lld but no kvchat id)",
+                      (long long)h->ver);
+    if (h->ver > STORE_SCHEMA_VERSION)
+        return st_set(s, err, STORE_ERR_NEWER,
+                      "written by a newer kvchat (schema version %lld; this kvchat knows up to %d); it was left "
+                      "untouched — use a newer kvchat, or another --db",
+                      (long long)h->ver, STORE_SCHEMA_VERSION);
+    return STORE_OK;
+}
+
+/* Creation and every migration in one write transaction (BEGIN IMMEDIATE: other openers wait
+ * on the busy timeout), the header read and checked again once the lock is held: another
+ * process may have created, migrated — or replaced — the file since we looked. Nobody ever
+ * sees a half-made schema or a schema version without the kvchat id. */
 static int migrate(store *s, store_error *err)
 {
-    int64_t ver = 0;
-    for (;;) {
-        int rc = pragma_int(s, "PRAGMA user_version", &ver, err);
-        if (rc) return rc;
-        if (ver >= STORE_SCHEMA_VERSION) return STORE_OK;
-        if ((rc = st_begin(s, err))) return rc;
-        /* another process may have migrated between our read and our lock */
-        if ((rc = pragma_int(s, "PRAGMA user_version", &ver, err))) {
-            st_rollback(s);
-            return rc;
-        }
-        if (ver >= STORE_SCHEMA_VERSION) {
-            st_rollback(s);
-            return STORE_OK;
-        }
+    st_header h;
+    int rc = st_begin(s, err);
+    if (rc) return rc;
+    if ((rc = read_header(s, &h, err)) || (rc = check_header(s, &h, err))) {
+        st_rollback(s);
+        return rc;
+    }
+    if (h.ver >= STORE_SCHEMA_VERSION) {
+        st_rollback(s);
+        return STORE_OK;
+    }
+    for (int64_t v = h.ver; v < STORE_SCHEMA_VERSION; v++) {
         char tail[96];
-        snprintf(tail, sizeof tail, "PRAGMA user_version = %d; PRAGMA application_id = %d;", (int)ver + 1,
+        snprintf(tail, sizeof tail, "PRAGMA user_version = %d; PRAGMA application_id = %d;", (int)v + 1,
                  STORE_APPLICATION_ID);
-        if ((rc = st_exec(s, migrations[ver], err)) || (rc = st_exec(s, tail, err)) || (rc = st_commit(s, err))) {
+        if ((rc = st_exec(s, migrations[v], err)) || (rc = st_exec(s, tail, err))) {
             st_rollback(s);
-            return st_set(s, err, rc, "migrating the schema from version %d to %d: %s", (int)ver, (int)ver + 1,
+            return st_set(s, err, rc, "migrating the schema from version %d to %d: %s", (int)v, (int)v + 1,
                           err ? err->msg : "");
         }
+    }
+    if ((rc = st_commit(s, err)))
+        return st_set(s, err, rc, "migrating the schema from version %d to %d: %s", (int)h.ver, STORE_SCHEMA_VERSION,
+                      err ? err->msg : "");
+    return STORE_OK;
+}
+
+/* PRAGMA journal_mode = WAL needs the database alone for a moment; while other processes open
+ * it at the same time SQLite can answer SQLITE_BUSY at once (without calling the busy
+ * handler), so retry for as long as the busy timeout × BEGIN_RETRIES. */
+static int set_wal(store *s, store_error *err)
+{
+    int64_t start = store_now_ms();
+    for (;;) {
+        sqlite3_stmt *st;
+        int rc = st_prepare(s, "PRAGMA journal_mode = WAL", &st, err);
+        if (rc) return rc;
+        int r = sqlite3_step(st);
+        int wal = r == SQLITE_ROW && sqlite3_column_text(st, 0) && !strcmp((const char *)sqlite3_column_text(st, 0), "wal");
+        sqlite3_finalize(st);
+        if (wal) return STORE_OK;
+        if (r != SQLITE_ROW && (r & 0xff) != SQLITE_BUSY && (r & 0xff) != SQLITE_LOCKED)
+            return st_fail(s, err, r, "switching to WAL");
+        int64_t waited = store_now_ms() - start;
+        if (waited >= (int64_t)BUSY_TIMEOUT_MS * BEGIN_RETRIES)
+            return st_set(s, err, STORE_ERR_BUSY, "switching to WAL: the database stayed locked for %d s",
+                          (int)(waited / 1000));
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
     }
 }
 
@@ -497,47 +580,17 @@ int store_open(const char *path, int flags, store **out, store_error *err)
     sqlite3_extended_result_codes(s->db, 1);
     sqlite3_busy_timeout(s->db, BUSY_TIMEOUT_MS);
 
-    /* Look before writing anything: the header (application_id, user_version) and the schema. */
-    int64_t appid = 0, ver = 0;
-    if ((rc = pragma_int(s, "PRAGMA application_id", &appid, err)) ||
-        (rc = pragma_int(s, "PRAGMA user_version", &ver, err))) {
-        if (rc == STORE_ERR_FOREIGN || rc == STORE_ERR_CORRUPT)
-            rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (%s)", sqlite3_errmsg(s->db));
-        goto fail;
-    }
-    char objs[256];
-    int n_objs = 0;
-    if ((rc = schema_objects(s, objs, sizeof objs, &n_objs, err))) {
-        if (rc == STORE_ERR_FOREIGN || rc == STORE_ERR_CORRUPT)
-            rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (%s)", sqlite3_errmsg(s->db));
-        goto fail;
-    }
-    if (appid != 0 && appid != STORE_APPLICATION_ID) {
-        rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it belongs to another application: id %#llx)",
-                    (unsigned long long)appid);
-        goto fail;
-    }
-    if (ver == 0 && n_objs > 0) {
-        rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (it holds %s%s and no kvchat schema version)",
-                    objs, n_objs > 6 ? ", …" : "");
-        goto fail;
-    }
-    if (ver > 0 && appid != STORE_APPLICATION_ID) {
-        rc = st_set(s, err, STORE_ERR_FOREIGN, "not a kvchat database (schema version %lld but no kvchat id)",
-                    (long long)ver);
-        goto fail;
-    }
-    if (ver > STORE_SCHEMA_VERSION) {
-        rc = st_set(s, err, STORE_ERR_NEWER,
-                    "written by a newer kvchat (schema version %lld; this kvchat knows up to %d); it was left "
-                    "untouched — use a newer kvchat, or another --db",
-                    (long long)ver, STORE_SCHEMA_VERSION);
-        goto fail;
-    }
+    /* Look before writing anything: the header (application_id, user_version) and the schema,
+     * as one snapshot. */
+    st_header h;
+    if ((rc = st_exec(s, "BEGIN", err))) goto fail;
+    rc = read_header(s, &h, err);
+    st_rollback(s);
+    if (rc || (rc = check_header(s, &h, err))) goto fail;
     if (s->readonly) {
-        if (ver < STORE_SCHEMA_VERSION && n_objs > 0) {
+        if (h.ver < STORE_SCHEMA_VERSION && h.n_objs > 0) {
             rc = st_set(s, err, STORE_ERR_READONLY, "schema version %lld needs migrating to %d: open it once with write access",
-                        (long long)ver, STORE_SCHEMA_VERSION);
+                        (long long)h.ver, STORE_SCHEMA_VERSION);
             goto fail;
         }
         if ((rc = st_exec(s, "PRAGMA foreign_keys = ON; PRAGMA query_only = ON;", err))) goto fail;
@@ -545,14 +598,14 @@ int store_open(const char *path, int flags, store **out, store_error *err)
         return STORE_OK;
     }
 
-    if (ver == 0 && (rc = st_exec(s, "PRAGMA auto_vacuum = INCREMENTAL;", err))) goto fail;
+    if (h.ver == 0 && (rc = st_exec(s, "PRAGMA auto_vacuum = INCREMENTAL;", err))) goto fail;
     /* journal_mode is persistent; set it only when it is not WAL yet (it needs a moment alone) */
     sqlite3_stmt *jm;
     if ((rc = st_prepare(s, "PRAGMA journal_mode", &jm, err))) goto fail;
     int is_wal = sqlite3_step(jm) == SQLITE_ROW && sqlite3_column_text(jm, 0) &&
                  !strcmp((const char *)sqlite3_column_text(jm, 0), "wal");
     sqlite3_finalize(jm);
-    if (!is_wal && (rc = st_exec(s, "PRAGMA journal_mode = WAL;", err))) goto fail;
+    if (!is_wal && (rc = set_wal(s, err))) goto fail;
     const char *sync = (flags & STORE_OPEN_SYNC_NORMAL) ? "PRAGMA synchronous = NORMAL; PRAGMA secure_delete = FAST;"
                                                          : "PRAGMA synchronous = FULL;";
     /* the WAL is cut back to 64 MiB after checkpoints (KV blobs would otherwise leave it large) */
@@ -693,8 +746,13 @@ static void bind_params(sqlite3_stmt *st, int i, const store_params *p)
     sqlite3_bind_int(st, i + 5, p->repeat_last_n);
     sqlite3_bind_double(st, i + 6, p->presence_penalty);
     sqlite3_bind_double(st, i + 7, p->frequency_penalty);
-    if (p->seed_set) sqlite3_bind_int64(st, i + 8, (int64_t)p->seed);
-    else sqlite3_bind_null(st, i + 8);
+    if (p->seed_set) {
+        char seed[24];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed); /* TEXT: a u64 (schema 3) */
+        sqlite3_bind_text(st, i + 8, seed, -1, SQLITE_TRANSIENT);
+    } else {
+        sqlite3_bind_null(st, i + 8);
+    }
     sqlite3_bind_int(st, i + 9, p->max_tokens);
 }
 
@@ -712,7 +770,12 @@ static void read_params(sqlite3_stmt *st, int i, store_params *p)
     p->presence_penalty = sqlite3_column_double(st, i + 6);
     p->frequency_penalty = sqlite3_column_double(st, i + 7);
     p->seed_set = sqlite3_column_type(st, i + 8) != SQLITE_NULL;
-    p->seed = (uint64_t)sqlite3_column_int64(st, i + 8);
+    if (sqlite3_column_type(st, i + 8) == SQLITE_INTEGER) {
+        p->seed = (uint64_t)sqlite3_column_int64(st, i + 8);
+    } else if (p->seed_set) {
+        const char *t = (const char *)sqlite3_column_text(st, i + 8);
+        p->seed = t ? strtoull(t, NULL, 10) : 0;
+    }
     p->max_tokens = sqlite3_column_int(st, i + 9);
 }
 
@@ -1297,10 +1360,12 @@ static size_t find_msg(const store_msg *v, size_t n, int64_t id)
     return lo < n && v[lo].id == id ? lo : (size_t)-1;
 }
 
-int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, store_error *err)
+int store_conv_path_cut(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, int64_t *cut,
+                        store_error *err)
 {
     *msgs = NULL;
     *n = 0;
+    *cut = 0;
     store_msg *all = NULL;
     size_t n_all = 0;
     int rc = store_conv_messages(s, conv_id, &all, &n_all, err);
@@ -1309,7 +1374,10 @@ int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs
         return rc;
     }
     size_t *chain = malloc((n_all + 1) * sizeof *chain);
-    if (!chain) {
+    unsigned char *seen = calloc(n_all + 1, 1);
+    if (!chain || !seen) {
+        free(chain);
+        free(seen);
         store_msgs_free(all, n_all);
         return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
     }
@@ -1317,14 +1385,14 @@ int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs
     int64_t id = head_id, child = 0;
     while (id > 0) {
         size_t i = find_msg(all, n_all, id);
-        if (i == (size_t)-1 || depth >= n_all) {
-            rc = child ? st_set(s, err, STORE_ERR_CORRUPT,
-                                "message %lld (conversation %lld): its parent %lld is missing or the parents form a loop",
-                                (long long)child, (long long)conv_id, (long long)id)
-                       : st_set(s, err, STORE_ERR_CORRUPT, "conversation %lld: its head %lld is not one of its messages",
-                                (long long)conv_id, (long long)id);
+        if (i == (size_t)-1 || seen[i]) {
+            if (!child)
+                rc = st_set(s, err, STORE_ERR_CORRUPT, "conversation %lld: its head %lld is not one of its messages",
+                            (long long)conv_id, (long long)id);
+            else *cut = child; /* the chain is whole up to child; its parent is missing or repeats */
             break;
         }
+        seen[i] = 1;
         chain[depth++] = i;
         child = id;
         id = all[i].parent_id;
@@ -1340,8 +1408,23 @@ int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs
         *n = depth;
     }
     free(chain);
+    free(seen);
     store_msgs_free(all, n_all);
     return rc;
+}
+
+int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, store_error *err)
+{
+    int64_t cut = 0;
+    int rc = store_conv_path_cut(s, conv_id, head_id, msgs, n, &cut, err);
+    if (rc || !cut) return rc;
+    int64_t parent = (*msgs)[0].parent_id;
+    store_msgs_free(*msgs, *n);
+    *msgs = NULL;
+    *n = 0;
+    return st_set(s, err, STORE_ERR_CORRUPT,
+                  "message %lld (conversation %lld): its parent %lld is missing or the parents form a loop",
+                  (long long)cut, (long long)conv_id, (long long)parent);
 }
 
 /* ---- import ------------------------------------------------------------------------------------- */
@@ -1428,6 +1511,86 @@ int store_kv_verify_all(store *s, void (*problem)(void *ud, const char *msg), vo
 
 static void kv_problem(void *ud, const char *msg) { report_add(ud, "%s", msg); }
 
+/* One message's parent link, for check_parents. */
+typedef struct parent_link {
+    int64_t id, parent, conv;
+} parent_link;
+
+/* Index of v[i]'s parent in v (sorted by id), or n when it has none / it is not there. */
+static size_t parent_index(const parent_link *v, size_t n, size_t i)
+{
+    if (!v[i].parent) return n;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].id < v[i].parent) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && v[lo].id == v[i].parent ? lo : n;
+}
+
+/* Parent links that are not a tree: a message whose parent is in another conversation, and
+ * every loop of parents (each reported once, by its members in order). O(messages · log). */
+static void check_parents(store *s, report *r)
+{
+    sqlite3_stmt *st;
+    if (st_prepare(s, "SELECT m.id, COALESCE(m.parent_id, 0), m.conversation_id, p.conversation_id FROM messages m "
+                      "LEFT JOIN messages p ON p.id = m.parent_id ORDER BY m.id",
+                   &st, NULL))
+        return;
+    size_t n = 0, cap = 0;
+    parent_link *v = NULL;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            parent_link *nv = realloc(v, nc * sizeof *nv);
+            if (!nv) {
+                report_add(r, "parents: out of memory (not checked)");
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        v[n].id = sqlite3_column_int64(st, 0);
+        v[n].parent = sqlite3_column_int64(st, 1);
+        v[n].conv = sqlite3_column_int64(st, 2);
+        if (v[n].parent && sqlite3_column_type(st, 3) != SQLITE_NULL && sqlite3_column_int64(st, 3) != v[n].conv) {
+            report_add(r, "message %lld (conversation %lld): its parent %lld belongs to conversation %lld",
+                       (long long)v[n].id, (long long)v[n].conv, (long long)v[n].parent,
+                       (long long)sqlite3_column_int64(st, 3));
+            v[n].parent = 0; /* not followed */
+        }
+        n++;
+    }
+    sqlite3_finalize(st);
+    /* walk each chain once: 0 = unseen, 1 = on the walk in progress, 2 = done */
+    unsigned char *state = calloc(n ? n : 1, 1);
+    for (size_t i = 0; state && i < n; i++) {
+        size_t k = i, p;
+        while (state[k] == 0) {
+            state[k] = 1;
+            if ((p = parent_index(v, n, k)) == n) break;
+            k = p;
+        }
+        if (state[k] == 1 && parent_index(v, n, k) != n) { /* the walk came back to k: a loop */
+            char ids[200];
+            size_t o = 0, j = k, len = 0;
+            do {
+                if (o < sizeof ids - 24)
+                    o += (size_t)snprintf(ids + o, sizeof ids - o, "%s%lld", len ? " → " : "", (long long)v[j].id);
+                len++;
+                j = parent_index(v, n, j);
+            } while (j != k && j != n && len <= n);
+            report_add(r, "conversation %lld: the parents of messages %s%s → %lld form a loop", (long long)v[k].conv,
+                       ids, o >= sizeof ids - 24 ? " …" : "", (long long)v[k].id);
+        }
+        for (size_t j = i; j != n && state[j] == 1; j = parent_index(v, n, j)) state[j] = 2;
+    }
+    if (!state && n) report_add(r, "parents: out of memory (not checked)");
+    free(state);
+    free(v);
+}
+
 int store_check(store *s, char **out, int *n_problems, store_error *err)
 {
     *out = NULL;
@@ -1463,6 +1626,7 @@ int store_check(store *s, char **out, int *n_problems, store_error *err)
         }
         sqlite3_finalize(st);
     }
+    check_parents(s, &r);
     store_kv_verify_all(s, kv_problem, &r, NULL);
     *n_problems = r.n;
     if (!r.n) report_add(&r, "ok");

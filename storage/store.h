@@ -18,7 +18,7 @@
  *                  token context of that head (the exact tokens the model saw, for resuming)
  *   messages       conversation, parent (branches: siblings share a parent), role, content,
  *                  token count, time; replies are partial = 1 when stopped
- *   generations    one per reply: parameters and seed used, TTFT, prefill / decode tokens/s,
+ *   generations    one per reply: parameters and seed used (seed: the u64 as decimal TEXT), TTFT, prefill / decode tokens/s,
  *                  token counts, finish reason
  *   messages_fts   FTS5 index over messages.content (external content, kept by triggers)
  *   kv_prefixes    a KV blob: model, KV type, its token prefix (n_tokens int32 keys), the
@@ -41,7 +41,8 @@
  * A store handle is used by one thread at a time; use one handle per thread.
  */
 
-#define STORE_SCHEMA_VERSION 2  /* 1: the first schema; 2: kv_prefixes.base_id (deltas) */
+#define STORE_SCHEMA_VERSION 3  /* 1: the first schema; 2: kv_prefixes.base_id (deltas); 3: seeds as
+                                   unsigned decimal TEXT (INTEGER is signed: seeds >= 2^63 read negative) */
 #define STORE_APPLICATION_ID 0x6b766368 /* "kvch" */
 #define STORE_KV_CHUNK_DEFAULT (1u << 20)
 
@@ -74,8 +75,10 @@ enum store_open_flags {
 };
 
 /* Open (creating it and its schema when absent) the database at path and migrate it forward to
- * STORE_SCHEMA_VERSION, each migration in its own transaction. Nothing is written before the
- * checks: a newer schema → STORE_ERR_NEWER ("written by a newer kvchat (schema N, this one
+ * STORE_SCHEMA_VERSION. Creation and all migrations are one write transaction that other
+ * openers wait for (busy timeout; the switch to WAL retries as long), the header checked again
+ * once the lock is held, so any number of processes may open a new file at once. Nothing is
+ * written before the checks: a newer schema → STORE_ERR_NEWER ("written by a newer kvchat (schema N, this one
  * knows up to M); left untouched"), another application's database or a file that is not
  * SQLite → STORE_ERR_FOREIGN, an unwritable file or directory → STORE_ERR_READONLY / _IO.
  * The parent directory must exist. */
@@ -203,6 +206,12 @@ int store_msg_set_tokens(store *s, int64_t id, int n_tokens, store_error *err);
  * whole path; a broken parent chain (a cycle, a parent in another conversation) is
  * STORE_ERR_CORRUPT naming the message. */
 int store_conv_path(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, store_error *err);
+/* The same, but a broken chain does not fail: the path is the part that is whole, from the
+ * head back to the message whose parent is missing or already on the path (a loop) — that
+ * message's id in *cut (0: the path is whole, back to a first message). For the chat, which
+ * shows what it can of a damaged conversation. */
+int store_conv_path_cut(store *s, int64_t conv_id, int64_t head_id, store_msg **msgs, size_t *n, int64_t *cut,
+                        store_error *err);
 /* Every message of a conversation in id order (parents before children). */
 int store_conv_messages(store *s, int64_t conv_id, store_msg **msgs, size_t *n, store_error *err);
 void store_msgs_free(store_msg *msgs, size_t n);
@@ -343,8 +352,10 @@ typedef struct store_kv_stats {
 int store_kv_stats_get(store *s, store_kv_stats *st, store_error *err);
 
 /* ---- checks ---------------------------------------------------------------------------- */
-/* PRAGMA integrity_check and foreign_key_check, the FTS5 index, every message row's fields
- * and every complete KV prefix's chunks and checksum. *report (malloc'd) lists each problem on
+/* PRAGMA integrity_check and foreign_key_check, the FTS5 index, every message row's fields,
+ * parent links (a loop of parents, a parent in another conversation), and every complete KV
+ * prefix's chunks and checksum. (Token ids in conversations.ctx_tokens need the model's
+ * vocabulary: the app checks those.) *report (malloc'd) lists each problem on
  * its own line ("ok" when none); *n_problems counts them. */
 int store_check(store *s, char **report, int *n_problems, store_error *err);
 

@@ -463,7 +463,11 @@ static void test_versions(void **state)
     EXPECT_WRITTEN_ERROR(w, "v0.gguf", KV_ERR_UNSUPPORTED, "GGUF version 0 is not supported");
     w = base_writer();
     gguf_writer_set_version(w, 0x03000000u); /* a big-endian v3 file read little-endian */
-    EXPECT_WRITTEN_ERROR(w, "vbe.gguf", KV_ERR_UNSUPPORTED, "is not supported");
+    EXPECT_WRITTEN_ERROR(w, "vbe.gguf", KV_ERR_UNSUPPORTED, "vbe.gguf: a big-endian GGUF file", "version 3",
+                         "little-endian");
+    w = base_writer();
+    gguf_writer_set_version(w, 0x02000000u); /* big-endian v2 */
+    EXPECT_WRITTEN_ERROR(w, "vbe2.gguf", KV_ERR_UNSUPPORTED, "a big-endian GGUF file", "version 2");
 }
 
 static void test_string_past_end(void **state)
@@ -678,6 +682,19 @@ static void test_offsets(void **state)
     w = base_writer();
     gguf_writer_override_offset(w, "b", 4);
     EXPECT_WRITTEN_ERROR(w, "misal.gguf", KV_ERR_FORMAT, "tensor 'b' offset 4 is not a multiple of the alignment 32");
+    /* two tensors sharing data bytes: 'b' (72 bytes) placed over the second half of 'a' (256
+     * bytes at 0), then in front of 'a' reaching into it, then at the same offset */
+    w = base_writer();
+    gguf_writer_override_offset(w, "b", 128);
+    EXPECT_WRITTEN_ERROR(w, "overlap.gguf", KV_ERR_FORMAT, "overlap.gguf: tensor 'b'", "overlaps tensor 'a'",
+                         "bytes 0..256");
+    w = base_writer();
+    gguf_writer_override_offset(w, "a", 96);
+    gguf_writer_override_offset(w, "b", 64); /* b = [64, 136) runs into a = [96, 352) */
+    EXPECT_WRITTEN_ERROR(w, "overlap2.gguf", KV_ERR_FORMAT, "tensor 'a'", "overlaps tensor 'b'");
+    w = base_writer();
+    gguf_writer_override_offset(w, "b", 0);
+    EXPECT_WRITTEN_ERROR(w, "overlap3.gguf", KV_ERR_FORMAT, "overlaps tensor");
     /* the last tensor ends exactly at the end of the file: fine */
     w = base_writer();
     const char *p = tu_tmp_path("exact.gguf");

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "app/output.h"
+#include "ui/text.h"
 
 typedef struct capture {
     FILE *f;
@@ -143,8 +144,89 @@ static void test_plain_no_control_bytes(void **st)
     const char in[] = "a\x1b[2Jb\tc\nd\re\x07\x7f\xc3\xa9";
     out_plain(c.f, in, sizeof in - 1);
     char *out = cap_close(&c);
-    assert_string_equal(out, "a\xe2\x90\x9b[2Jb\tc\nd\re\xe2\x90\x87\xe2\x90\xa1\xc3\xa9");
-    for (const char *p = out; *p; p++) assert_false(*p == 0x1b || *p == 0x07 || *p == 0x7f);
+    /* a lone CR is ␍ (it would move the cursor back over the line) */
+    assert_string_equal(out, "a\xe2\x90\x9b[2Jb\tc\nd\xe2\x90\x8d" "e\xe2\x90\x87\xe2\x90\xa1\xc3\xa9");
+    for (const char *p = out; *p; p++) assert_false(*p == 0x1b || *p == 0x07 || *p == 0x7f || *p == '\r');
+    free(out);
+}
+
+/* C1 controls (U+009B is the 8-bit CSI), a raw 0x9B byte, NUL, CR LF; and the same rule as the
+ * chat screen's (ui_sanitize) for every control character. */
+static void test_plain_c1_nul_crlf(void **st)
+{
+    (void)st;
+    capture c;
+    cap_open(&c);
+    const char in[] = "x\xc2\x9b" "2Jy\x9b" "2Jz\x00w\r\nv\xc2\x85u\xc2\xa0t";
+    out_plain(c.f, in, sizeof in - 1);
+    char *out = cap_close(&c);
+    assert_string_equal(out, "x\xef\xbf\xbd" "2Jy\xef\xbf\xbd" "2Jz\xe2\x90\x80w\nv\xef\xbf\xbdu\xc2\xa0t");
+    free(out);
+    /* every control, one by one, shows as the screen shows it */
+    for (unsigned b = 0; b < 0xA0; b++) {
+        if (b == '\t' || b == '\n' || (b >= 0x20 && b < 0x7F)) continue;
+        char one[3];
+        size_t n = 0;
+        if (b >= 0x80) one[n++] = (char)0xC2;
+        one[n++] = (char)b;
+        cap_open(&c);
+        out_plain(c.f, one, n);
+        char *plain = cap_close(&c);
+        char scr[16];
+        size_t k = ui_sanitize(one, n, scr, sizeof scr);
+        scr[k] = 0;
+        if (strcmp(plain, scr)) fail_msg("control %#x: one-shot '%s', screen '%s'", b, plain, scr);
+        uint32_t cp;
+        ui_utf8_decode(plain, strlen(plain), &cp);
+        assert_true(cp == ui_control_picture(b));
+        assert_true(cp >= 0x2400 || cp == 0xFFFD);
+        free(plain);
+    }
+    /* long text: pieces are never cut inside a character or a CR LF */
+    size_t len = 5000;
+    char *big = malloc(len);
+    for (size_t i = 0; i < len; i += 2) {
+        big[i] = (char)0xC3;
+        big[i + 1] = (char)0xA9; /* é */
+    }
+    big[1023] = '\r';
+    big[1024] = '\n';
+    big[1022] = 'a';
+    big[1025] = 'b';
+    cap_open(&c);
+    out_plain(c.f, big, len);
+    out = cap_close(&c);
+    assert_int_equal(strlen(out), len - 1);        /* the CR of the CR LF only */
+    assert_null(strstr(out, "\xef\xbf\xbd"));     /* no character was split */
+    free(out);
+    free(big);
+}
+
+/* Token by token: a CR LF split between two pieces is one line break, a lone CR is ␍. */
+static void test_plain_stream_crlf(void **st)
+{
+    (void)st;
+    capture c;
+    cap_open(&c);
+    plain_out po = {.f = c.f};
+    plain_out_write(&po, "a\r", 2);
+    plain_out_write(&po, "\nb\r", 3);
+    plain_out_write(&po, "c\r", 2);
+    plain_out_flush(&po);
+    char *out = cap_close(&c);
+    assert_string_equal(out, "a\nb\xe2\x90\x8d" "c\xe2\x90\x8d");
+    free(out);
+}
+
+/* JSON strings: C1 controls escaped too, a NUL kept as \u0000 with the text after it. */
+static void test_json_c1_nul(void **st)
+{
+    (void)st;
+    capture c;
+    cap_open(&c);
+    json_write_string(c.f, "a\x00" "b\xc2\x9b" "c\xc2\xa9", 8);
+    char *out = cap_close(&c);
+    assert_string_equal(out, "\"a\\u0000b\\u009bc\xc2\xa9\"");
     free(out);
 }
 
@@ -156,6 +238,9 @@ int main(void)
         cmocka_unit_test(test_json_lines_split_character),
         cmocka_unit_test(test_json_done_error),
         cmocka_unit_test(test_plain_no_control_bytes),
+        cmocka_unit_test(test_plain_c1_nul_crlf),
+        cmocka_unit_test(test_json_c1_nul),
+        cmocka_unit_test(test_plain_stream_crlf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -682,6 +682,125 @@ static void test_kv_half_written_never_used(void **state)
 
 /* ---- schema 1 → 2; KV deltas --------------------------------------------------------------------- */
 
+/* Parent links that are no tree: store_check names a loop by its messages and a parent in
+ * another conversation; store_conv_path fails on the loop, store_conv_path_cut gives the whole
+ * part and where it breaks. */
+static void test_parent_loops(void **state)
+{
+    (void)state;
+    store *s = open_new("loops.db");
+    const char *p = tu_tmp_path("loops.db");
+    store_error err = {0};
+    int64_t conv = 0, conv2 = 0;
+    assert_int_equal(store_conv_create(s, 0, NULL, NULL, 0, &conv, &err), STORE_OK);
+    assert_int_equal(store_conv_create(s, 0, NULL, NULL, 0, &conv2, &err), STORE_OK);
+    int64_t u1 = add(s, conv, 0, STORE_ROLE_USER, "one");
+    int64_t a1 = add(s, conv, u1, STORE_ROLE_ASSISTANT, "two");
+    int64_t u2 = add(s, conv, a1, STORE_ROLE_USER, "three");
+    int64_t a2 = add(s, conv, u2, STORE_ROLE_ASSISTANT, "four");
+    int64_t x = add(s, conv2, 0, STORE_ROLE_USER, "elsewhere");
+    char *report = NULL;
+    int n_problems = -1;
+    assert_int_equal(store_check(s, &report, &n_problems, &err), STORE_OK);
+    assert_int_equal(n_problems, 0);
+    free(report);
+    char sql[200];
+    snprintf(sql, sizeof sql, "UPDATE messages SET parent_id = %lld WHERE id = %lld; UPDATE messages SET parent_id = %lld "
+             "WHERE id = %lld;", (long long)a2, (long long)a1, (long long)u1, (long long)x);
+    raw_exec(p, sql);
+    assert_int_equal(store_check(s, &report, &n_problems, &err), STORE_OK);
+    assert_int_equal(n_problems, 2);
+    char want[200];
+    snprintf(want, sizeof want, "conversation %lld: the parents of messages %lld → %lld → %lld → %lld form a loop",
+             (long long)conv, (long long)a1, (long long)a2, (long long)u2, (long long)a1);
+    if (!strstr(report, want)) fail_msg("report: %s\nwanted: %s", report, want);
+    snprintf(want, sizeof want, "message %lld (conversation %lld): its parent %lld belongs to conversation %lld",
+             (long long)x, (long long)conv2, (long long)u1, (long long)conv);
+    if (!strstr(report, want)) fail_msg("report: %s\nwanted: %s", report, want);
+    free(report);
+    store_msg *m;
+    size_t n;
+    assert_int_equal(store_conv_path(s, conv, a2, &m, &n, &err), STORE_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "form a loop"));
+    int64_t cut = -1;
+    assert_int_equal(store_conv_path_cut(s, conv, a2, &m, &n, &cut, &err), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(cut, a1);
+    assert_int_equal(m[0].id, a1);
+    assert_int_equal(m[1].id, u2);
+    assert_int_equal(m[2].id, a2);
+    store_msgs_free(m, n);
+    /* a whole path: cut 0 */
+    assert_int_equal(store_conv_path_cut(s, conv2, x, &m, &n, &cut, &err), STORE_OK);
+    store_msgs_free(m, n);
+    assert_int_equal(store_conv_path_cut(s, conv, u1, &m, &n, &cut, &err), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(cut, 0);
+    store_msgs_free(m, n);
+    store_close(s);
+}
+
+/* Seeds are u64: stored as their unsigned decimal (SQLite's INTEGER is signed, a seed >= 2^63
+ * read negative in SQL before schema 3), and a schema-2 file's negative values are converted. */
+static void test_seed_u64(void **state)
+{
+    (void)state;
+    store *s = open_new("seed.db");
+    const char *p = tu_tmp_path("seed.db");
+    store_error err = {0};
+    int64_t conv = 0;
+    store_params cp = {.set = 1, .temperature = 0.5, .seed_set = 1, .seed = UINT64_MAX};
+    assert_int_equal(store_conv_create(s, 0, NULL, &cp, 0, &conv, &err), STORE_OK);
+    int64_t u = add(s, conv, 0, STORE_ROLE_USER, "hi");
+    int64_t a = add(s, conv, u, STORE_ROLE_ASSISTANT, "hello"); /* seed 0xfedcba9876543210 */
+    char *t = raw_text(p, "SELECT seed FROM generations");
+    assert_string_equal(t, "18364758544493064720");
+    free(t);
+    t = raw_text(p, "SELECT typeof(seed) || ' ' || seed FROM conversations");
+    assert_string_equal(t, "text 18446744073709551615");
+    free(t);
+    store_msg *m;
+    size_t n;
+    assert_int_equal(store_conv_messages(s, conv, &m, &n, &err), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(m[1].id, a);
+    assert_true(m[1].gen.params.seed_set);
+    assert_true(m[1].gen.params.seed == 0xfedcba9876543210ULL);
+    store_msgs_free(m, n);
+    store_conv c;
+    assert_int_equal(store_conv_get(s, conv, &c, &err), STORE_OK);
+    assert_true(c.params.seed == UINT64_MAX);
+    store_conv_clear(&c);
+    store_close(s);
+    /* a schema-2 file: INTEGER seeds, two's complement */
+    raw_exec(p, "ALTER TABLE generations DROP COLUMN seed; ALTER TABLE generations ADD COLUMN seed INTEGER;"
+                "UPDATE generations SET seed = -81985529216486896;"
+                "ALTER TABLE conversations DROP COLUMN seed; ALTER TABLE conversations ADD COLUMN seed INTEGER;"
+                "UPDATE conversations SET seed = -1; PRAGMA user_version = 2;");
+    raw_exec(p, "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('b', 0, 0, 1, 42);"
+                "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('c', 0, 0, 1, "
+                "-9223372036854775808);"
+                "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('d', 0, 0, 1, "
+                "9223372036854775807);"
+                "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('e', 0, 0, 1, "
+                "-1000000000);"
+                "INSERT INTO conversations(title, created_at, updated_at) VALUES ('f', 0, 0);");
+    assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 3);
+    t = raw_text(p, "SELECT group_concat(typeof(seed) || ':' || coalesce(seed, '-'), ' ') FROM "
+                    "(SELECT seed FROM conversations ORDER BY id)");
+    assert_string_equal(t, "text:18446744073709551615 text:42 text:9223372036854775808 text:9223372036854775807 "
+                           "text:18446744072709551616 null:-");
+    free(t);
+    t = raw_text(p, "SELECT seed FROM generations");
+    assert_string_equal(t, "18364758544493064720");
+    free(t);
+    assert_int_equal(store_conv_messages(s, conv, &m, &n, &err), STORE_OK);
+    assert_true(m[1].gen.params.seed == 0xfedcba9876543210ULL);
+    store_msgs_free(m, n);
+    store_close(s);
+}
+
 static void test_migration_1_to_2(void **state)
 {
     (void)state;
@@ -709,8 +828,8 @@ static void test_migration_1_to_2(void **state)
     assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 1);
     /* opened for writing: migrated forward, the rows kept */
     assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
-    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 2);
-    assert_int_equal(STORE_SCHEMA_VERSION, 2);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
+    assert_int_equal(STORE_SCHEMA_VERSION, 3);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 1);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'kv_prefixes_base'"), 1);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM conversations"), 1);
@@ -960,6 +1079,8 @@ int main(void)
         cmocka_unit_test(test_kv_corruption_named),
         cmocka_unit_test(test_kv_half_written_never_used),
         cmocka_unit_test(test_migration_1_to_2),
+        cmocka_unit_test(test_seed_u64),
+        cmocka_unit_test(test_parent_loops),
         cmocka_unit_test(test_kv_deltas),
     };
     return cmocka_run_group_tests(tests, setup_dir, tu_tmpdir_teardown);

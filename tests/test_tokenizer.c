@@ -1,4 +1,5 @@
 /* test_tokenizer: tokenizer conformance (llama.cpp/HF test vectors, golden prompts), round trips, special tokens, streaming detokenization, robustness and speed. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -473,20 +474,169 @@ static void test_synthetic_chatml(void **state)
     unlink(s.path);
 }
 
-static void test_unknown_pre_warns(void **state)
+/* An unknown pre-tokenizer is an error naming the file, the key and the value (issue 13: never
+ * a silent default); a missing one keeps the GPT-2 rules with a warning (old files). */
+static void test_unknown_pre_is_error(void **state)
 {
     (void)state;
     synth s;
     synth_write(chatml_writer("no-such-family"), &s);
     loaded l;
     kv_error err = { 0 };
+    assert_int_equal(load_path(s.path, &l, &err), KV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, s.path));
+    assert_non_null(strstr(err.msg, "unknown pre-tokenizer 'no-such-family' (tokenizer.ggml.pre)"));
+    assert_non_null(strstr(err.msg, "known: gpt-2 default"));
+    assert_non_null(strstr(err.msg, "qwen2"));
+    unlink(s.path);
+    synth_write(chatml_writer(NULL), &s);
     assert_int_equal(load_path(s.path, &l, &err), KV_OK);
     assert_non_null(tokenizer_warning(l.t));
-    assert_non_null(strstr(tokenizer_warning(l.t), "no-such-family"));
+    assert_non_null(strstr(tokenizer_warning(l.t), "no tokenizer.ggml.pre"));
     size_t n;
-    int32_t *ids = encode(l.t, "hello", 5, 0, 0, &n);  /* GPT-2 rules still work */
+    int32_t *ids = encode(l.t, "hello", 5, 0, 0, &n);  /* GPT-2 rules */
     assert_int_equal(n, 2);
     free(ids);
+    unload(&l);
+    unlink(s.path);
+}
+
+/* A 512-token SentencePiece vocab (<unk> <s> </s>, 256 byte tokens, "t259".."t511"), scores
+ * -i, one special id key set by the caller (or none when key is NULL). */
+static gguf_writer *spm512_writer(void)
+{
+    static char names[512][12];
+    const char *tokens[512];
+    float scores[512];
+    int32_t types[512];
+    for (int i = 0; i < 512; i++) {
+        if (i < 3) snprintf(names[i], sizeof names[i], "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+        else if (i < 259) snprintf(names[i], sizeof names[i], "<0x%02X>", i - 3);
+        else snprintf(names[i], sizeof names[i], "t%d", i);
+        tokens[i] = names[i];
+        scores[i] = (float)-i;
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+    }
+    gguf_writer *w = gguf_writer_create();
+    assert_non_null(w);
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 512);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores, 512);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types, 512);
+    return w;
+}
+
+static void expect_tok_error(gguf_writer *w, const char *what, ...)
+{
+    synth s;
+    synth_write(w, &s);
+    loaded l;
+    kv_error err = { 0 };
+    int rc = load_path(s.path, &l, &err);
+    if (rc == KV_OK) {
+        unload(&l);
+        fail_msg("%s: loaded, expected an error", what);
+    }
+    if (rc != KV_ERR_FORMAT) fail_msg("%s: code %d: %s", what, rc, err.msg);
+    if (!strstr(err.msg, s.path)) fail_msg("%s: message does not name the file: %s", what, err.msg);
+    va_list ap;
+    va_start(ap, what);
+    for (const char *want; (want = va_arg(ap, const char *));)
+        if (!strstr(err.msg, want)) fail_msg("%s: message lacks '%s': %s", what, want, err.msg);
+    va_end(ap);
+    unlink(s.path);
+}
+
+/* Special token ids outside the vocabulary are load errors naming the key (they changed the
+ * output silently: a BOS of 600 in a 512 vocab was dropped, the default used); the "none"
+ * sentinels -1 / 0xFFFFFFFF and the last id are accepted. */
+static void test_special_id_out_of_vocab(void **state)
+{
+    (void)state;
+    static const char *const keys[] = { "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                        "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
+                                        "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id" };
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        gguf_writer *w = spm512_writer();
+        gguf_writer_set_u32(w, keys[k], 600);
+        expect_tok_error(w, keys[k], keys[k], "= 600 is outside the vocabulary (512 tokens", (const char *)NULL);
+        w = spm512_writer();
+        gguf_writer_set_u32(w, keys[k], 1u << 31);
+        expect_tok_error(w, keys[k], keys[k], "= 2147483648 is outside", (const char *)NULL);
+        w = spm512_writer();
+        gguf_writer_set_i32(w, keys[k], -5);
+        expect_tok_error(w, keys[k], keys[k], "= -5 is outside", (const char *)NULL);
+        w = spm512_writer();
+        gguf_writer_set_u32(w, keys[k], 512);
+        expect_tok_error(w, keys[k], keys[k], "= 512 is outside", (const char *)NULL);
+    }
+    /* accepted: the last id, and the "none" sentinels */
+    gguf_writer *w = spm512_writer();
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 511);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0xFFFFFFFFu);
+    gguf_writer_set_i32(w, "tokenizer.ggml.padding_token_id", -1);
+    synth s;
+    synth_write(w, &s);
+    loaded l;
+    kv_error err = { 0 };
+    if (load_path(s.path, &l, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(tokenizer_bos(l.t), 511);
+    assert_int_equal(tokenizer_eos(l.t), -1);
+    unload(&l);
+    unlink(s.path);
+}
+
+/* A NaN score and a repeated token text are load errors naming the index and the token. */
+static void test_nan_score_and_duplicate_token(void **state)
+{
+    (void)state;
+    static char names[512][12];
+    const char *tokens[512];
+    float scores[512];
+    for (int i = 0; i < 512; i++) {
+        snprintf(names[i], sizeof names[i], i < 3 ? (i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>") : "t%d", i);
+        tokens[i] = names[i];
+        scores[i] = (float)-i;
+    }
+    scores[300] = NAN;
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 512);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores, 512);
+    expect_tok_error(w, "NaN score", "tokenizer.ggml.scores[300] is NaN", "'t300'", (const char *)NULL);
+    scores[300] = -300;
+    tokens[400] = "t10";
+    w = gguf_writer_create();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 512);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores, 512);
+    expect_tok_error(w, "duplicate", "tokenizer.ggml.tokens[400] 't10' repeats tokenizer.ggml.tokens[10]",
+                     (const char *)NULL);
+    /* BPE too */
+    gguf_writer *b = chatml_writer("qwen2");
+    static char bytes[256][4];
+    const char *btok[262];
+    for (int i = 0; i < 256; i++) {
+        put_utf8(bytes[i], byte_cp((unsigned)i));
+        btok[i] = bytes[i];
+    }
+    btok[256] = "he"; btok[257] = "ll"; btok[258] = "hell"; btok[259] = "<|im_start|>"; btok[260] = "<|im_end|>";
+    btok[261] = "ll";
+    gguf_writer_set_arr_str(b, "tokenizer.ggml.tokens", btok, 262);
+    expect_tok_error(b, "bpe duplicate", "tokenizer.ggml.tokens[261] 'll' repeats tokenizer.ggml.tokens[257]",
+                     (const char *)NULL);
+    /* two empty texts are not duplicates (they never match text) */
+    tokens[400] = "";
+    tokens[401] = "";
+    w = gguf_writer_create();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 512);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, scores, 512);
+    synth s;
+    synth_write(w, &s);
+    loaded l;
+    kv_error err = { 0 };
+    if (load_path(s.path, &l, &err)) fail_msg("%s", err.msg);
     unload(&l);
     unlink(s.path);
 }
@@ -951,7 +1101,9 @@ int main(void)
         cmocka_unit_test(test_special_phi3),
         cmocka_unit_test(test_special_bpe),
         cmocka_unit_test(test_synthetic_chatml),
-        cmocka_unit_test(test_unknown_pre_warns),
+        cmocka_unit_test(test_unknown_pre_is_error),
+        cmocka_unit_test(test_special_id_out_of_vocab),
+        cmocka_unit_test(test_nan_score_and_duplicate_token),
         cmocka_unit_test(test_synthetic_spm_unk),
         cmocka_unit_test(test_all_pre_tokenizers),
         cmocka_unit_test(test_spm_word_split_equivalent),

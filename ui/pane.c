@@ -210,6 +210,8 @@ static void msg_append(ui_msg *m, const char *text, size_t len)
 {
     if (!len) return;
     if (msg_reserve(m, 3 * len + 4)) return;
+    /* a CR LF split between two tokens: the CR, shown as ␍ at the end of the last piece, goes */
+    if (text[0] == '\n' && m->len >= 3 && !memcmp(m->text + m->len - 3, "\xe2\x90\x8d", 3)) m->len -= 3;
     m->len += ui_sanitize(text, len, m->text + m->len, m->cap - m->len);
     if (m->wrap_width > 0 && m->lines.n > 0) {
         size_t from = m->lines.v[m->lines.n - 1].start;

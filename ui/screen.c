@@ -56,9 +56,9 @@ int ui_put(ui *u, int y, int x, int w, const char *s, size_t len, attr_t a)
         if (cp == '\n') break;
         int cw = ui_cp_width(cp);
         /* the same mapping as ui_sanitize, one cell per control character */
-        if (cp < 0x20) cp = 0x2400 + cp;
-        else if (cp == 0x7F) cp = 0x2421;
-        else if ((cp >= 0x80 && cp < 0xA0) || (cp >= 0x80 && wcwidth((wchar_t)cp) < 0)) cp = 0xFFFD;
+        uint32_t shown = ui_control_picture(cp);
+        if (shown == cp && cp >= 0x80 && wcwidth((wchar_t)cp) < 0) shown = 0xFFFD;
+        cp = shown == '\t' ? ' ' : shown;
         if (cw == 0 && !have_base) { /* a mark with nothing to sit on: give it a space */
             if (col + 1 > w) break;
             buf[n++] = L' ';

@@ -89,7 +89,18 @@ int ui_text_width(const char *s, size_t len)
     return w;
 }
 
-size_t ui_sanitize(const char *s, size_t len, char *out, size_t cap)
+uint32_t ui_control_picture(uint32_t cp)
+{
+    if (cp == '\t' || cp == '\n') return cp;
+    if (cp < 0x20) return 0x2400 + cp;                /* ␀ … ␟: ␛ for ESC, ␍ for CR, ␇ for BEL */
+    if (cp == 0x7F) return 0x2421;                    /* ␡ */
+    if (cp >= 0x80 && cp < 0xA0) return REPLACEMENT;  /* C1 controls: U+009B is the 8-bit CSI */
+    return cp;
+}
+
+/* The walk behind ui_neutralize (screen = 0) and ui_sanitize (screen = 1: tabs → four spaces,
+ * code points wcwidth() cannot print → U+FFFD). */
+static size_t neutralize(const char *s, size_t len, char *out, size_t cap, int screen)
 {
     size_t o = 0;
     char tmp[4];
@@ -101,31 +112,29 @@ size_t ui_sanitize(const char *s, size_t len, char *out, size_t cap)
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         size_t n = ui_utf8_decode(s + i, len - i, &cp);
-        if (cp == '\n') {
-            PUT("\n", 1);
-        } else if (cp == '\r') {
-            /* dropped: CR LF shows as one line break, a lone CR must not move the cursor */
-        } else if (cp == '\t') {
-            PUT("    ", 4);
-        } else {
-            uint32_t show = cp;
-            if (cp < 0x20) show = 0x2400 + cp;                  /* ␀ … ␟, ␛ for ESC */
-            else if (cp == 0x7F) show = 0x2421;                  /* ␡ */
-            else if (cp >= 0x80 && cp < 0xA0) show = REPLACEMENT; /* C1 controls (CSI …) */
-            else if (cp >= 0x80 && wcwidth((wchar_t)cp) < 0) show = REPLACEMENT;
-            if (show < 0x80) {
-                tmp[0] = (char)show;
-                PUT(tmp, 1);
-            } else { /* re-encoded, so an invalid byte becomes the 3 bytes of U+FFFD */
-                size_t k = ui_utf8_encode(show, tmp);
-                PUT(tmp, k);
-            }
-        }
         i += n;
+        if (cp == '\r' && i < len && s[i] == '\n') continue; /* CR LF: one line break */
+        if (cp == '\t' && screen) {
+            PUT("    ", 4);
+            continue;
+        }
+        uint32_t show = ui_control_picture(cp);
+        if (screen && show == cp && cp >= 0x80 && wcwidth((wchar_t)cp) < 0) show = REPLACEMENT;
+        if (show < 0x80) {
+            tmp[0] = (char)show;
+            PUT(tmp, 1);
+        } else { /* re-encoded, so an invalid byte becomes the 3 bytes of U+FFFD */
+            size_t k = ui_utf8_encode(show, tmp);
+            PUT(tmp, k);
+        }
     }
 #undef PUT
     return o;
 }
+
+size_t ui_neutralize(const char *s, size_t len, char *out, size_t cap) { return neutralize(s, len, out, cap, 0); }
+
+size_t ui_sanitize(const char *s, size_t len, char *out, size_t cap) { return neutralize(s, len, out, cap, 1); }
 
 static int push_line(ui_lines *out, size_t start, size_t end)
 {

@@ -24,11 +24,21 @@ int ui_cp_width(uint32_t cp);
 /* Cells text s[0..len) takes on one line (newlines count 0). */
 int ui_text_width(const char *s, size_t len);
 
-/* Make model or user text safe to show: invalid UTF-8 → U+FFFD; C0 control bytes (ESC
- * included) → their Unicode control pictures (U+2400 + byte, e.g. ␛), DEL → ␡, C1 controls
- * and code points wcwidth() calls unprintable → U+FFFD; '\t' → four spaces; '\r' dropped;
- * '\n' kept. No escape sequence survives. Writes to out (cap bytes) and returns the bytes
- * the whole result needs (at most 3 * len); writes nothing past cap. */
+/* The one rule for control characters in every text kvchat writes — the chat screen, one-shot
+ * stdout, Markdown export, listings: the code point to show for cp. C0 controls other than TAB
+ * and LF → their Unicode control pictures (U+2400 + cp: ␛ for ESC, ␍ for CR, ␀ for NUL),
+ * DEL → ␡ (U+2421), C1 controls U+0080..U+009F (U+009B is the 8-bit CSI) → U+FFFD; any other
+ * cp is itself. So no output of kvchat carries an escape sequence. */
+uint32_t ui_control_picture(uint32_t cp);
+
+/* Text made safe for a terminal or a pipe with ui_control_picture: invalid UTF-8 → U+FFFD (a
+ * lone 0x9B byte is no CSI either), a CR directly before LF dropped (a Windows line end), TAB
+ * and LF kept. Writes to out (cap bytes) and returns the bytes the whole result needs (at most
+ * 3 * len); writes nothing past cap. */
+size_t ui_neutralize(const char *s, size_t len, char *out, size_t cap);
+
+/* ui_neutralize for the screen, which also lays text out: '\t' → four spaces, and code points
+ * wcwidth() calls unprintable → U+FFFD. */
 size_t ui_sanitize(const char *s, size_t len, char *out, size_t cap);
 
 /* One wrapped line: bytes [start, end) of the text, shown from column 0. */

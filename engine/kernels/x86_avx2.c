@@ -729,6 +729,25 @@ static inline __m256 kv_load8(const kern_attn *a, const uint8_t *const *blk, int
     return _mm256_loadu_ps((const float *)row + off);
 }
 
+/* 8×8 f32 transpose in registers: on return v[k] holds element k of every input row. */
+static inline void transpose8x8(__m256 v[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        v[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
 /* kern_ops.attn_tile with 8-lane vectors. Same arithmetic as the portable tile: q·k summed
  * dimension by dimension with products and sums rounded separately (8 positions per vector, K
  * laid out as KT[d][8] for them), softmax with a correctly rounded exp and a double sum, P·V
@@ -743,8 +762,16 @@ static void x_attn_tile(const kern_attn *a, int g, int t0, int t1, float *S, int
     const __m256 sc = _mm256_set1_ps(a->scale);
     for (int p0 = 0; p0 < n_kv; p0 += 8) {
         int np = n_kv - p0 < 8 ? n_kv - p0 : 8;
-        for (int d = 0; d < hd; d++)
-            for (int r = 0; r < 8; r++) KT[(size_t)d * 8 + r] = r < np ? kv_at(a, a->kb, p0 + r, g * hd + d) : 0.0f;
+        if (hd % 8 == 0)
+            for (int c = 0; c < hd; c += 8) { /* 8 positions x 8 dims at a time, transposed */
+                __m256 v[8];
+                for (int r = 0; r < 8; r++) v[r] = r < np ? kv_load8(a, a->kb, p0 + r, g * hd + c) : _mm256_setzero_ps();
+                transpose8x8(v);
+                for (int d = 0; d < 8; d++) _mm256_store_ps(KT + (size_t)(c + d) * 8, v[d]);
+            }
+        else
+            for (int d = 0; d < hd; d++)
+                for (int r = 0; r < 8; r++) KT[(size_t)d * 8 + r] = r < np ? kv_at(a, a->kb, p0 + r, g * hd + d) : 0.0f;
         int i = 0;
         for (; i + 4 <= nrows; i += 4) {
             const float *q0 = QROW(i), *q1 = QROW(i + 1), *q2 = QROW(i + 2), *q3 = QROW(i + 3);
