@@ -213,7 +213,7 @@ A64_DEB   := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libc6:arm64 l
 A64_SRC   := $(wildcard engine/*.c engine/kernels/*.c) app/gen_model.c tests/support/testutil.c \
              tests/support/testisa.c
 A64_OBJ   := $(A64_SRC:%.c=$(A64)/%.o)
-A64_TESTS := $(A64)/tests/test_quant $(A64)/tests/test_ops $(A64)/tests/test_golden
+A64_TESTS := $(A64)/tests/test_golden $(A64)/tests/test_quant $(A64)/tests/test_ops # longest first
 A64_FLAGS  = -std=c11 -D_GNU_SOURCE -pthread -I. $(WARN) $(shell $(A64_PC) --cflags $(A64_PKGS) 2>/dev/null)
 A64_LIBS   = $(shell $(A64_PC) --libs $(A64_PKGS) 2>/dev/null) -lm -pthread
 A64_DEPS_OK := $(A64)/.deps-ok
@@ -221,7 +221,8 @@ A64_JOBS  ?= 2
 
 .PHONY: test-aarch64 deps-aarch64
 .SECONDARY: $(A64_OBJ)
-$(A64_DEPS_OK): Makefile
+# after the host's deps (one apt-get at a time under make -j)
+$(A64_DEPS_OK): Makefile | $(DEPS_OK)
 	@$(MAKE) --no-print-directory deps-aarch64
 	@mkdir -p $(A64) && touch $@
 

@@ -37,7 +37,8 @@ only() {
     esac
 }
 
-for t in "$@"; do for l in $levels; do echo "$t $l $(only "$t" "$l")"; done; done |
+# the longest run first (test_golden @dotprod), so the other runs fill the second job slot
+for t in "$@"; do for l in dotprod portable neon i8mm; do echo "$t $l $(only "$t" "$l")"; done; done |
     xargs -P "${A64_JOBS:-2}" -L 1 sh -c '
         s=$(date +%s)
         o=$3; [ "$o" = - ] && o=
