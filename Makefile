@@ -208,12 +208,12 @@ A64_CC    := aarch64-linux-gnu-gcc
 A64       := $(BUILD)/aarch64
 A64_PC    := PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig pkg-config
 A64_PKGS  := openblas libpcre2-8 cmocka libcjson
-A64_DEB   := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libopenblas-dev:arm64 \
+A64_DEB   := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libc6:arm64 libopenblas-dev:arm64 \
              libpcre2-dev:arm64 libcmocka-dev:arm64 libcjson-dev:arm64
 A64_SRC   := $(wildcard engine/*.c engine/kernels/*.c) app/gen_model.c tests/support/testutil.c \
              tests/support/testisa.c
 A64_OBJ   := $(A64_SRC:%.c=$(A64)/%.o)
-A64_TESTS := $(A64)/tests/test_quant $(A64)/tests/test_ops $(A64)/tests/test_golden
+A64_TESTS := $(A64)/tests/test_golden $(A64)/tests/test_quant $(A64)/tests/test_ops # longest first
 A64_FLAGS  = -std=c11 -D_GNU_SOURCE -pthread -I. $(WARN) $(shell $(A64_PC) --cflags $(A64_PKGS) 2>/dev/null)
 A64_LIBS   = $(shell $(A64_PC) --libs $(A64_PKGS) 2>/dev/null) -lm -pthread
 A64_DEPS_OK := $(A64)/.deps-ok
@@ -221,13 +221,15 @@ A64_JOBS  ?= 2
 
 .PHONY: test-aarch64 deps-aarch64
 .SECONDARY: $(A64_OBJ)
-$(A64_DEPS_OK): Makefile
+# after the host's deps (one apt-get at a time under make -j)
+$(A64_DEPS_OK): Makefile | $(DEPS_OK)
 	@$(MAKE) --no-print-directory deps-aarch64
 	@mkdir -p $(A64) && touch $@
 
 deps-aarch64:
 	@missing=""; \
 	for c in $(A64_CC) qemu-aarch64; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	[ -e /lib/ld-linux-aarch64.so.1 ] || missing="$$missing libc6:arm64"; \
 	for p in $(A64_PKGS); do $(A64_PC) --exists $$p 2>/dev/null || missing="$$missing $$p:arm64"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "kvchat: missing for the aarch64 tests:$$missing — installing Debian packages"; \

@@ -1390,7 +1390,8 @@ static void test_gemm_packed_extremes(void **state) {
 static void test_gemm_rows(void **state) {
     (void)state;
     rng_seed(79);
-    static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q3_K, GGML_TYPE_Q5_1};
+    static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q3_K, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
+                                GGML_TYPE_Q4_0};
     static const int64_t lens[] = {256, 64 + 7 * 16, 2048 + 5};
     enum { ROWS = 11, TMAX = 13, NMAX = 2048 + 5 };
     float *x = malloc((size_t)NMAX * TMAX * sizeof(float)), *out = malloc(sizeof(float) * ROWS * TMAX);

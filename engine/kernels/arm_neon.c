@@ -8,9 +8,10 @@
  *
  * Entries overridden: vec_dot and vec_dot_rows for F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K
  * and Q6_K; quantize_row for the activation formats F32, F16, BF16, Q8_0 and Q8_K; dequantize_row
- * for F16 and BF16; the fp16 row conversions. Every other type goes to the entry this level
- * replaced (the portable reference). The matmul group and attention stay the portable ones, which
- * call these dot products through kern()->vec_dot_rows.
+ * for F16 and BF16; the fp16 row conversions; at the i8mm level also gemm for Q8_0 / Q4_0 (2 rows
+ * × 2 tokens per SMMLA). Every other type goes to the entry this level replaced (the portable
+ * reference). The rest of the matmul group and attention stay the portable ones, which call these
+ * dot products through kern()->vec_dot_rows.
  *
  * Arithmetic, against the scalar reference (engine/kernels/quant_ref.c):
  *   - integer block sums are exact: int8 products through SMULL + SADALP (baseline: 16-bit
@@ -591,6 +592,89 @@ static void neon_dequantize_row(int type, const void *src, float *dst, int64_t n
     else bf16_to_f32_row(src, dst, n);
 }
 
+/* ---- i8mm: Q8_0 / Q4_0 GEMM, 2 rows × 2 tokens per SMMLA ----------------------------------- */
+
+#if defined(KERN_I8MM)
+static void (*prev_gemm)(int, int64_t, int64_t, const void *, size_t, const void *, size_t, int, float *, size_t);
+
+/* The 32 signed quants of a Q8_0 / Q4_0 block as elements 0..15, 16..31. */
+static inline void dec_w(int wtype, const void *blk, int8x16_t *lo, int8x16_t *hi)
+{
+    if (wtype == GGML_TYPE_Q8_0) {
+        *lo = vld1q_s8(((const block_q8_0 *)blk)->qs);
+        *hi = vld1q_s8(((const block_q8_0 *)blk)->qs + 16);
+    } else {
+        dec_q4_0(blk, lo, hi);
+    }
+}
+
+/* SMMLA (vmmlaq_s32) multiplies the 2×8 int8 matrix of its first operand by the transpose of the
+ * 2×8 matrix of its second: acc lanes = (row0·tok0, row0·tok1, row1·tok0, row1·tok1) over 8
+ * elements. A 32-element block is 4 such steps (zip of the two rows' / tokens' 8-byte halves),
+ * all exact in int32; each lane then scales block after block as the reference does,
+ * acc = fma(d_w·d_x, Σ, acc), so every output equals quant_vec_dot_ref's bit for bit. */
+static void mm2x2(int wtype, int64_t nb, size_t wbs, const uint8_t *w0, const uint8_t *w1, const block_q8_0 *x0,
+                  const block_q8_0 *x1, float out[4])
+{
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < nb; i++) {
+        const void *b0 = w0 + (size_t)i * wbs, *b1 = w1 + (size_t)i * wbs;
+        int8x16_t l0, h0, l1, h1;
+        dec_w(wtype, b0, &l0, &h0);
+        dec_w(wtype, b1, &l1, &h1);
+        int8x16_t xl0 = vld1q_s8(x0[i].qs), xh0 = vld1q_s8(x0[i].qs + 16);
+        int8x16_t xl1 = vld1q_s8(x1[i].qs), xh1 = vld1q_s8(x1[i].qs + 16);
+#define ZIP1(a, b) vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)))
+#define ZIP2(a, b) vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)))
+        int32x4_t s = vmmlaq_s32(vdupq_n_s32(0), ZIP1(l0, l1), ZIP1(xl0, xl1));
+        s = vmmlaq_s32(s, ZIP2(l0, l1), ZIP2(xl0, xl1));
+        s = vmmlaq_s32(s, ZIP1(h0, h1), ZIP1(xh0, xh1));
+        s = vmmlaq_s32(s, ZIP2(h0, h1), ZIP2(xh0, xh1));
+#undef ZIP1
+#undef ZIP2
+        float dw0 = h2f(*(const uint16_t *)b0), dw1 = h2f(*(const uint16_t *)b1);
+        float dx0 = h2f(x0[i].d), dx1 = h2f(x1[i].d);
+        float sc[4] = {dw0 * dx0, dw0 * dx1, dw1 * dx0, dw1 * dx1};
+        acc = vfmaq_f32(acc, vld1q_f32(sc), vcvtq_f32_s32(s));
+    }
+    vst1q_f32(out, acc);
+}
+
+/* quant_gemm for Q8_0 / Q4_0 weights on the portable activation layout (the Q8_0 row of each
+ * token); rows and tokens left over from the 2×2 tiles, and every other type, go to the portable
+ * gemm (vec_dot_rows per token). */
+static void i8mm_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
+                      size_t act_stride, int n_tokens, float *out, size_t out_stride)
+{
+    if ((wtype != GGML_TYPE_Q8_0 && wtype != GGML_TYPE_Q4_0) || n <= 0 || n % 32 || n_tokens < 2 || nrows < 2) {
+        prev_gemm(wtype, n, nrows, w, w_stride, act, act_stride, n_tokens, out, out_stride);
+        return;
+    }
+    const uint8_t *wb = w, *ab = act;
+    size_t wbs = wtype == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+    int64_t nb = n / 32, r2 = nrows & ~(int64_t)1;
+    int t2 = n_tokens & ~1;
+    for (int t = 0; t < t2; t += 2) {
+        const block_q8_0 *x0 = (const void *)(ab + (size_t)t * act_stride);
+        const block_q8_0 *x1 = (const void *)(ab + (size_t)(t + 1) * act_stride);
+        for (int64_t r = 0; r < r2; r += 2) {
+            float o[4];
+            mm2x2(wtype, nb, wbs, wb + (size_t)r * w_stride, wb + (size_t)(r + 1) * w_stride, x0, x1, o);
+            out[(size_t)t * out_stride + r] = o[0];
+            out[(size_t)(t + 1) * out_stride + r] = o[1];
+            out[(size_t)t * out_stride + r + 1] = o[2];
+            out[(size_t)(t + 1) * out_stride + r + 1] = o[3];
+        }
+        if (r2 < nrows)
+            for (int k = 0; k < 2; k++)
+                out[(size_t)(t + k) * out_stride + r2] =
+                    dot_one(wtype, n, wb + (size_t)r2 * w_stride, ab + (size_t)(t + k) * act_stride);
+    }
+    if (t2 < n_tokens)
+        neon_vec_dot_rows(wtype, n, nrows, w, w_stride, ab + (size_t)t2 * act_stride, out + (size_t)t2 * out_stride);
+}
+#endif
+
 /* ---- the level's table entries ------------------------------------------------------------- */
 
 void FILL_FN(kern_ops *o)
@@ -606,6 +690,12 @@ void FILL_FN(kern_ops *o)
     o->dequantize_row = neon_dequantize_row;
     o->fp16_to_fp32_row = neon_fp16_to_fp32_row;
     o->fp32_to_fp16_row = neon_fp32_to_fp16_row;
+#if defined(KERN_I8MM)
+    /* gemm reads the portable group's activation layout (no packing), so the other six matmul
+     * entries stay the portable ones */
+    if (o->gemm != i8mm_gemm) prev_gemm = o->gemm;
+    o->gemm = i8mm_gemm;
+#endif
 }
 
 #endif /* __aarch64__ */

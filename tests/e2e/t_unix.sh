@@ -110,13 +110,13 @@ rc=${PIPESTATUS[0]}
 if { [ "$rc" -eq 141 ] || [ "$rc" -eq 0 ]; } && [ ! -s "$ux/sp.err" ]; then ok "SIGPIPE ends --json quietly (status $rc)"
 else bad "SIGPIPE ends --json quietly" "status $rc, stderr: $(head -c 300 "$ux/sp.err")"; fi
 
-# --help in the GNU style, --version with build options and the SIMD level
+# --help in the GNU style, --version with build options and the kernel level
 "$BIN" --help >"$ux/h"
 if head -1 "$ux/h" | grep -q '^Usage: kvchat ' && grep -q '^Mandatory arguments to long options' "$ux/h" &&
     grep -q '^Exit status:' "$ux/h" && grep -q -- '--print-config' "$ux/h" && grep -q 'man kvchat' "$ux/h"; then
     ok "--help in the GNU style"
 else bad "--help in the GNU style"; fi
 "$BIN" --version >"$ux/v"
-if head -1 "$ux/v" | grep -Eq '^kvchat [0-9]' && grep -q '^build: ' "$ux/v" && grep -q '^SIMD in use: ' "$ux/v" &&
-    grep -q '^this CPU has:' "$ux/v"; then ok "--version: $(grep '^SIMD in use' "$ux/v" | cut -c1-60)"
-else bad "--version shows build and SIMD" "$(cat "$ux/v")"; fi
+if head -1 "$ux/v" | grep -Eq '^kvchat [0-9]' && grep -q '^build: ' "$ux/v" && grep -q '^kernels: ' "$ux/v" &&
+    grep -q '^kernel levels this CPU can run: portable' "$ux/v"; then ok "--version: $(grep '^kernels: ' "$ux/v" | cut -c1-60)"
+else bad "--version shows build and kernels" "$(cat "$ux/v")"; fi

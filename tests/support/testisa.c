@@ -9,6 +9,11 @@
 int tu_run_every_isa(const char *group, const struct CMUnitTest *tests, size_t n, CMFixtureFunction setup,
                      CMFixtureFunction teardown)
 {
+    /* KVCHAT_TEST_ONLY / KVCHAT_TEST_SKIP: a cmocka name pattern (* and ?) of the tests to run /
+     * leave out, e.g. to keep the slow cases off an emulated CPU (tests/aarch64.sh) */
+    const char *only_pat = getenv("KVCHAT_TEST_ONLY"), *skip_pat = getenv("KVCHAT_TEST_SKIP");
+    if (only_pat && *only_pat) cmocka_set_test_filter(only_pat);
+    if (skip_pat && *skip_pat) cmocka_set_skip_filter(skip_pat);
     const char *env = getenv("KVCHAT_ISA");
     int only = env && *env ? kern_isa_parse(env) : -1, failed = 0, ran = 0;
     for (int isa = 0; isa < KERN_ISA_COUNT; isa++) {

@@ -9,7 +9,8 @@
 #include <cmocka.h>
 
 /* Runs tests[0..n) as group "<group> @<level>" for each level (kern_select before each run);
- * returns the number of failed tests over all levels. */
+ * returns the number of failed tests over all levels. KVCHAT_TEST_ONLY / KVCHAT_TEST_SKIP (cmocka
+ * name patterns with * and ?) run only / leave out the tests whose names match. */
 int tu_run_every_isa(const char *group, const struct CMUnitTest *tests, size_t n, CMFixtureFunction setup,
                      CMFixtureFunction teardown);
 
