@@ -53,6 +53,8 @@
 #include "engine/kernels/simd_util.h"
 #endif
 
+#if defined(QG_AVX512) /* the rest of the file, but the fill function */
+
 /* The level below (AVX-VNNI or AVX2), for the types and operations this file leaves to it. */
 static kern_ops base;
 static void g_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
@@ -1266,6 +1268,7 @@ static void g_attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int
 
 
 #endif /* QG_AVX512 */
+#endif /* QG_AVX512: the whole file */
 
 void kern_fill_x86_avx512(kern_ops *o)
 {
