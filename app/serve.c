@@ -530,6 +530,14 @@ static const char *finish_reason(int finish)
     return finish == GEN_FINISH_LENGTH || finish == GEN_FINISH_CONTEXT ? "length" : "stop";
 }
 
+/* One line per generation on stderr: route, outcome, token counts. g.mu held or j done. */
+static void log_job(const char *route, const job *j, const char *outcome)
+{
+    fprintf(stderr, "kvchat serve: %s: %s — prompt %zu tokens (cached %d), completion %d tokens\n", route,
+            outcome ? outcome : j->rc != KV_OK ? j->err.msg : gen_finish_name(j->finish), j->n_toks, j->st.n_reused,
+            j->n_completion);
+}
+
 static cJSON *usage_obj(const job *j)
 {
     cJSON *u = cJSON_CreateObject();
@@ -560,6 +568,8 @@ typedef struct stream_ctx {
     long created;
     size_t sent;              /* bytes of j->text already sent */
     int phase;                /* 0: the role chunk is next, 1: content, 2: everything queued */
+    int logged;
+    const char *route;
     char *out;                /* bytes queued for MHD */
     size_t out_len, out_off, out_cap;
 } stream_ctx;
@@ -640,6 +650,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_cond_timedwait(&j->cv, &g.mu, &ts);
             if (!j->done && (client_gone(s->fd) || atomic_load(&g.shutdown))) {
                 atomic_store(&j->cancel, 1);
+                s->logged = 1;
+                log_job(s->route, j, "client gone, cancelled");
                 pthread_mutex_unlock(&g.mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
@@ -670,6 +682,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         }
         sse_push(s, NULL);
         s->phase = 2;
+        s->logged = 1;
+        log_job(s->route, j, NULL);
     }
 }
 
@@ -677,6 +691,11 @@ static void stream_free(void *cls)
 {
     stream_ctx *s = cls;
     atomic_store(&s->j->cancel, 1); /* no-op when it is done; else the client went away */
+    if (!s->logged) {
+        pthread_mutex_lock(&g.mu);
+        log_job(s->route, s->j, "connection closed, cancelled");
+        pthread_mutex_unlock(&g.mu);
+    }
     job_unref(s->j);
     free(s->out);
     free(s);
@@ -760,7 +779,8 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
             job_unref(j);
             return MHD_NO;
         }
-        *s = (stream_ctx){.j = j, .chat = chat, .include_usage = r.include_usage, .fd = fd, .created = created};
+        *s = (stream_ctx){.j = j, .chat = chat, .include_usage = r.include_usage, .fd = fd, .created = created,
+                          .route = chat ? "chat stream" : "completion stream"};
         snprintf(s->id, sizeof s->id, "%s", idbuf);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -768,11 +788,16 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
         MHD_destroy_response(resp);
         return ret;
     }
+    const char *route = chat ? "chat" : "completion";
     if (wait_job(j, fd)) {
+        pthread_mutex_lock(&g.mu);
+        log_job(route, j, "client gone, cancelled");
+        pthread_mutex_unlock(&g.mu);
         job_unref(j);
         return MHD_NO; /* nobody to answer */
     }
     enum MHD_Result ret;
+    log_job(route, j, NULL);
     if (j->rc != KV_OK) {
         ret = send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, j->err.msg, "server_error", NULL, NULL);
     } else {
