@@ -195,3 +195,12 @@ uninstall:
 	-rmdir $(THEMEDIR) $(DESTDIR)$(PREFIX)/share/kvchat 2>/dev/null || true
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# --- kvchat serve under the sanitizers ----------------------------------------------------
+# kvchat linked from the ASan + UBSan objects `make unit` builds anyway; tests/e2e/t_serve.sh runs
+# the server with it (KVCHAT_SERVE_BIN), so a leak or memory error in serving fails the test.
+SERVE_ASAN_BIN := $(BUILD)/asan/kvchat
+$(SERVE_ASAN_BIN): $(LIB_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/app/main.o
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
+e2e: $(SERVE_ASAN_BIN)
+e2e: export KVCHAT_SERVE_BIN := $(SERVE_ASAN_BIN)
