@@ -199,7 +199,7 @@ fi
 
 # the API key, from the environment (KVCHAT_API_KEY): every route but /health; the openai client's
 # errors; and a client vanishing mid-stream on a model that does not stop by itself
-if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.gguf" -c 1100 -t 1; then
+if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.gguf" -c 1100 -t 1 --parallel 2; then
     r=$(curl -s -w '\n%{http_code}' "$SV_URL/v1/models")
     [ "$(status "$r")" = 401 ] && [ "$(js "$(body "$r")" 'j.error.code')" = invalid_api_key ] &&
         ok "serve: no API key → 401" || bad "serve: no API key → 401" "$r"
@@ -224,6 +224,29 @@ if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.g
     r=$(post /v1/completions '{"prompt":"Hello","max_tokens":5,"temperature":0}' -H 'Authorization: Bearer sekrit')
     [ "$(status "$r")" = 200 ] && [ "$(js "$(body "$r")" 'j.usage.completion_tokens')" = 5 ] &&
         ok "serve: the next request after a vanished client is served" || bad "serve: serving after a vanished client" "$r"
+
+    # requests in flight beyond --parallel (2 here) get 503; one admitted behind a running one waits its turn
+    # and gets the same greedy text as alone
+    A=(-H 'Authorization: Bearer sekrit')
+    curl -s -N -m 60 "${A[@]}" "$SV_URL/v1/completions" -d '{"prompt":"Hello","max_tokens":400,"temperature":0,"stream":true}' \
+        >"$sv/long.txt" &
+    lpid=$!
+    for i in $(seq 1 100); do grep -q '^data: {' "$sv/long.txt" 2>/dev/null && break; sleep 0.05; done
+    post /v1/completions '{"prompt":"One day","max_tokens":8,"temperature":0}' "${A[@]}" >"$sv/queued.txt" &
+    qpid=$!
+    sleep 0.3
+    r=$(post /v1/completions '{"prompt":"Hi","max_tokens":3}' "${A[@]}")
+    [ "$(status "$r")" = 503 ] && [ "$(js "$(body "$r")" 'j.error.code')" = server_busy ] &&
+        ok "serve: a request beyond --parallel in flight → 503 server_busy" || bad "serve: beyond --parallel → 503" "$r"
+    wait "$qpid"
+    q=$(cat "$sv/queued.txt")
+    solo=$(post /v1/completions '{"prompt":"One day","max_tokens":8,"temperature":0}' "${A[@]}")
+    [ "$(status "$q")" = 200 ] && [ "$(js "$(body "$q")" 'j.choices[0].text')" = "$(js "$(body "$solo")" 'j.choices[0].text')" ] &&
+        ok "serve: a request queued behind a running one is served, with the text it gets alone" ||
+        bad "serve: a queued request" "$q / $solo"
+    wait "$lpid"
+    [ "$(grep -c '^data: {' "$sv/long.txt")" -gt 100 ] && tail -n2 "$sv/long.txt" | grep -q '^data: \[DONE\]' &&
+        ok "serve: the running stream was not disturbed by the others" || bad "serve: the running stream" "$(tail -c 300 "$sv/long.txt")"
     sv_stop keyed
 else
     bad "serve: kvchat serve with KVCHAT_API_KEY starts" "$(cat "$sv/keyed.log")"
