@@ -32,8 +32,18 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_MODEL = 3 };
 #define SERVE_DEFAULT_MAX_BODY (1 << 20) /* bytes of a request body (--max-body) */
 #define SERVE_CONN_TIMEOUT_S 300        /* an idle connection is closed after this */
 #define SERVE_POLL_MS 100               /* how often a waiting connection checks its client */
+#define SERVE_MAX_N 16                  /* choices per request ("n") */
 
 /* ---- one request's generation (shared by its connection and the generator thread) -------- */
+/* One choice's output, under g.mu. */
+typedef struct choice {
+    char *text;
+    size_t len, cap;
+    int n_completion;         /* tokens sampled, end-of-generation tokens not counted */
+    int finish;               /* enum gen_finish, once done */
+    int done;
+} choice;
+
 typedef struct job {
     int refs;                 /* g.mu: the connection's and the generator's */
     struct job *next;         /* g.mu: the queue */
@@ -41,12 +51,13 @@ typedef struct job {
     size_t n_toks;
     gen_opts go;
     sampler_params sp;
-    stop_matcher sm;          /* generator thread only */
+    stop_matcher sm0;         /* the request's stop strings, fresh */
+    stop_matcher sm;          /* generator thread only: the choice being generated */
+    int n_choices;            /* "n": choices generated one after another from one prefill */
     /* output, under g.mu */
-    char *text;
-    size_t len, cap;
-    int n_completion;         /* tokens sampled, end-of-generation tokens not counted */
-    int done, rc, finish;
+    choice ch[SERVE_MAX_N];
+    int cur;                  /* the choice being generated */
+    int done, rc;
     kv_error err;
     gen_stats st;
     atomic_int cancel;        /* the client went away (or the server stops) */
@@ -74,7 +85,7 @@ static void job_unref_locked(job *j)
     if (--j->refs > 0) return;
     pthread_cond_destroy(&j->cv);
     free(j->toks);
-    free(j->text);
+    for (int i = 0; i < SERVE_MAX_N; i++) free(j->ch[i].text);
     free(j);
 }
 
@@ -85,21 +96,29 @@ static void job_unref(job *j)
     pthread_mutex_unlock(&g.mu);
 }
 
-/* g.mu held: append text to the job's output. */
+/* g.mu held: append text to the output of the choice being generated. */
 static int job_append_locked(job *j, const char *t, size_t n)
 {
-    if (j->len + n + 1 > j->cap) {
-        size_t nc = j->cap ? j->cap : 1024;
-        while (nc < j->len + n + 1) nc *= 2;
-        char *nt = realloc(j->text, nc);
+    choice *c = &j->ch[j->cur];
+    if (c->len + n + 1 > c->cap) {
+        size_t nc = c->cap ? c->cap : 1024;
+        while (nc < c->len + n + 1) nc *= 2;
+        char *nt = realloc(c->text, nc);
         if (!nt) return -1;
-        j->text = nt;
-        j->cap = nc;
+        c->text = nt;
+        c->cap = nc;
     }
-    memcpy(j->text + j->len, t, n);
-    j->len += n;
-    j->text[j->len] = 0;
+    memcpy(c->text + c->len, t, n);
+    c->len += n;
+    c->text[c->len] = 0;
     return 0;
+}
+
+static int job_completion_tokens(const job *j)
+{
+    int n = 0;
+    for (int i = 0; i < j->n_choices; i++) n += j->ch[i].n_completion;
+    return n;
 }
 
 static int gen_on_text(void *ud, const char *text, size_t len, int32_t token)
@@ -128,7 +147,7 @@ static void gen_on_token(void *ud, int32_t token, int is_eog)
     job *j = ud;
     if (!is_eog) {
         pthread_mutex_lock(&g.mu);
-        j->n_completion++;
+        j->ch[j->cur].n_completion++;
         pthread_mutex_unlock(&g.mu);
     }
 }
@@ -139,30 +158,65 @@ static int gen_should_stop(void *ud)
     return atomic_load(&j->cancel) || atomic_load(&g.shutdown);
 }
 
-/* Generator thread: run j on a new sequence, which is freed afterwards (its full blocks stay in
- * the prefix cache, so the next request sharing the prefix adopts them by hash). */
-static void run_job(job *j)
+/* Generator thread: one choice on sequence seq with a sampler seeded for it; fills its output. */
+static int run_choice(job *j, int seq, uint64_t seed, gen_stats *st, kv_error *err)
 {
     engine *e = g.e;
-    kv_error err = {0};
-    gen_stats st = {0};
-    int finish = GEN_FINISH_ERROR, seq = -1, rc;
-    sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &j->sp, &err);
-    if (!s) rc = err.code ? err.code : KV_ERR_NOMEM;
-    else if ((rc = engine_seq_new(e, &seq, &err)) == KV_OK) {
+    int finish = GEN_FINISH_ERROR, rc;
+    sampler_params sp = j->sp;
+    sp.seed = seed;
+    j->sm = j->sm0;
+    sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &sp, err);
+    if (!s) {
+        rc = err->code ? err->code : KV_ERR_NOMEM;
+    } else {
         gen_callbacks cb = {.on_text = gen_on_text, .should_stop = gen_should_stop, .ud = j, .on_token = gen_on_token};
-        rc = engine_generate_seq(e, seq, j->toks, j->n_toks, &j->go, s, &cb, &st, &finish, &err);
-        engine_seq_free(e, seq);
+        rc = engine_generate_seq(e, seq, j->toks, j->n_toks, &j->go, s, &cb, st, &finish, err);
     }
     sampler_free(s);
     char tail[STOP_MAX_LEN];
     size_t n_tail = rc == KV_OK ? stop_flush(&j->sm, tail) : 0;
     pthread_mutex_lock(&g.mu);
     if (n_tail) job_append_locked(j, tail, n_tail);
+    j->ch[j->cur].finish = rc == KV_OK ? finish : GEN_FINISH_ERROR;
+    j->ch[j->cur].done = 1;
+    if (rc == KV_OK && j->cur + 1 < j->n_choices) j->cur++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&g.mu);
+    return rc;
+}
+
+/* Generator thread: run j on a new sequence, which is freed afterwards (its full blocks stay in
+ * the prefix cache, so the next request sharing the prefix adopts them by hash). With n > 1
+ * choices the prompt but its last token is prefilled once on a base sequence and every choice
+ * runs on a fork of it (no copy, no recomputation); a fixed seed S gives choice i the seed S + i. */
+static void run_job(job *j)
+{
+    engine *e = g.e;
+    kv_error err = {0};
+    gen_stats st = {0}, st_prefill = {0};
+    int seq = -1, base = -1, rc;
+    uint64_t seed = j->sp.seed;
+    if (j->n_choices == 1) {
+        if ((rc = engine_seq_new(e, &seq, &err)) == KV_OK) {
+            rc = run_choice(j, seq, seed, &st, &err);
+            engine_seq_free(e, seq);
+        }
+    } else if ((rc = engine_seq_new(e, &base, &err)) == KV_OK) {
+        gen_callbacks cb = {.should_stop = gen_should_stop, .ud = j};
+        if (j->n_toks > 1) rc = engine_prefill_seq(e, base, j->toks, j->n_toks - 1, &cb, &st_prefill, &err);
+        for (int i = 0; rc == KV_OK && i < j->n_choices && !gen_should_stop(j); i++) {
+            if ((rc = engine_seq_fork(e, base, -1, &seq, &err)) != KV_OK) break;
+            rc = run_choice(j, seq, seed == SAMPLER_SEED_RANDOM ? seed : seed + (uint64_t)i, &st, &err);
+            engine_seq_free(e, seq);
+        }
+        engine_seq_free(e, base);
+        st.n_reused = st_prefill.n_reused; /* what the request found cached */
+    }
+    pthread_mutex_lock(&g.mu);
     j->rc = rc;
     j->err = err;
     j->st = st;
-    j->finish = finish;
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -182,7 +236,7 @@ static void *generator_main(void *arg)
         pthread_mutex_unlock(&g.mu);
         if (atomic_load(&j->cancel) || atomic_load(&g.shutdown)) {
             j->rc = KV_OK;
-            j->finish = GEN_FINISH_CANCELLED;
+            for (int i = 0; i < j->n_choices; i++) j->ch[i].finish = GEN_FINISH_CANCELLED;
         } else {
             run_job(j);
         }
@@ -237,6 +291,16 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     return send_json(c, status, error_obj(message, type, param, code));
 }
 
+/* g.mu held: wait up to SERVE_POLL_MS for j's condition. */
+static void job_wait_locked(job *j)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += SERVE_POLL_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &g.mu, &ts);
+}
+
 /* 1 when the client has closed its end (or the socket failed). */
 static int client_gone(int fd)
 {
@@ -255,7 +319,7 @@ static int connection_fd(struct MHD_Connection *c)
 typedef struct api_req {
     int chat;                 /* /v1/chat/completions (else /v1/completions) */
     int stream, include_usage;
-    int n_predict;
+    int n_predict, n;
     sampler_params sp;
     const char *stops[STOP_MAX_STRINGS];
     int n_stops;
@@ -486,8 +550,8 @@ static int parse_request(const cJSON *root, api_req *r, bad_field *b)
     if (get_number(root, "seed", -1, 18446744073709551615.0, 1, &d, b)) return -1;
     r->sp.seed = d < 0 ? SAMPLER_SEED_RANDOM : (uint64_t)d;
     d = 1;
-    if (get_number(root, "n", 1, 128, 1, &d, b)) return -1;
-    if (d != 1) return bad(b, "n", "unsupported_value", "%s", "only n = 1 is supported");
+    if (get_number(root, "n", 1, SERVE_MAX_N, 1, &d, b)) return -1;
+    r->n = (int)d;
     int lp = 0;
     if (!r->chat) { /* /v1/completions: logprobs is an integer there */
         d = 0;
@@ -534,16 +598,16 @@ static const char *finish_reason(int finish)
 static void log_job(const char *route, const job *j, const char *outcome)
 {
     fprintf(stderr, "kvchat serve: %s: %s — prompt %zu tokens (cached %d), completion %d tokens\n", route,
-            outcome ? outcome : j->rc != KV_OK ? j->err.msg : gen_finish_name(j->finish), j->n_toks, j->st.n_reused,
-            j->n_completion);
+            outcome ? outcome : j->rc != KV_OK ? j->err.msg : gen_finish_name(j->ch[0].finish), j->n_toks, j->st.n_reused,
+            job_completion_tokens(j));
 }
 
 static cJSON *usage_obj(const job *j)
 {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->n_toks);
-    cJSON_AddNumberToObject(u, "completion_tokens", j->n_completion);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)j->n_toks + j->n_completion);
+    cJSON_AddNumberToObject(u, "completion_tokens", job_completion_tokens(j));
+    cJSON_AddNumberToObject(u, "total_tokens", (double)j->n_toks + job_completion_tokens(j));
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", j->st.n_reused);
     return u;
@@ -566,7 +630,8 @@ typedef struct stream_ctx {
     int chat, include_usage, fd;
     char id[48];
     long created;
-    size_t sent;              /* bytes of j->text already sent */
+    int c;                    /* the choice being sent */
+    size_t sent;              /* bytes of its text already sent */
     int phase;                /* 0: the role chunk is next, 1: content, 2: everything queued */
     int logged;
     const char *route;
@@ -601,7 +666,7 @@ static cJSON *chunk(stream_ctx *s, const char *text, size_t len, const char *fin
     cJSON *o = response_head(s->id, s->chat ? "chat.completion.chunk" : "text_completion", s->created);
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddItemToArray(ch, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", s->c);
     char *t = malloc(len + 1);
     if (t) {
         if (text) memcpy(t, text, len);
@@ -642,12 +707,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             continue;
         }
         pthread_mutex_lock(&g.mu);
-        while (j->len == s->sent && !j->done) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += SERVE_POLL_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&j->cv, &g.mu, &ts);
+        choice *cc = &j->ch[s->c];
+        while (cc->len == s->sent && !j->done && !(cc->done && s->c + 1 < j->n_choices && cc->finish != GEN_FINISH_ERROR)) {
+            job_wait_locked(j);
             if (!j->done && (client_gone(s->fd) || atomic_load(&g.shutdown))) {
                 atomic_store(&j->cancel, 1);
                 s->logged = 1;
@@ -656,23 +718,36 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
-        if (j->len > s->sent) {
-            size_t n = j->len - s->sent;
+        if (cc->len > s->sent) {
+            size_t n = cc->len - s->sent;
             char *t = malloc(n);
-            if (t) memcpy(t, j->text + s->sent, n);
-            s->sent = j->len;
+            if (t) memcpy(t, cc->text + s->sent, n);
+            s->sent = cc->len;
             pthread_mutex_unlock(&g.mu);
             if (!t) return MHD_CONTENT_READER_END_WITH_ERROR;
             sse_push(s, chunk(s, t, n, NULL, 0));
             free(t);
             continue;
         }
-        /* done, all text sent */
+        /* this choice is done and all its text sent: its finish chunk, then the next choice */
+        if (cc->done && cc->finish != GEN_FINISH_ERROR && s->c + 1 < j->n_choices) {
+            int fin = cc->finish;
+            pthread_mutex_unlock(&g.mu);
+            sse_push(s, chunk(s, NULL, 0, finish_reason(fin), 0));
+            s->c++;
+            s->sent = 0;
+            if (s->chat) sse_push(s, chunk(s, "", 0, NULL, 1));
+            continue;
+        }
+        if (!j->done) { /* not reached: the wait above ends only on text, a next choice or done */
+            pthread_mutex_unlock(&g.mu);
+            continue;
+        }
         pthread_mutex_unlock(&g.mu);
         if (j->rc != KV_OK) {
             sse_push(s, error_obj(j->err.msg, "server_error", NULL, NULL));
         } else {
-            sse_push(s, chunk(s, NULL, 0, finish_reason(j->finish), 0));
+            sse_push(s, chunk(s, NULL, 0, finish_reason(cc->finish), 0));
             if (s->include_usage) {
                 cJSON *o = response_head(s->id, s->chat ? "chat.completion.chunk" : "text_completion", s->created);
                 cJSON_AddArrayToObject(o, "choices");
@@ -706,11 +781,7 @@ static int wait_job(job *j, int fd)
 {
     pthread_mutex_lock(&g.mu);
     while (!j->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += SERVE_POLL_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&j->cv, &g.mu, &ts);
+        job_wait_locked(j);
         if (!j->done && (client_gone(fd) || atomic_load(&g.shutdown))) {
             atomic_store(&j->cancel, 1);
             pthread_mutex_unlock(&g.mu);
@@ -748,7 +819,8 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
     j->n_toks = r.n_toks;
     j->sp = r.sp;
     j->go = (gen_opts){.n_predict = r.n_predict, .no_context_shift = 1};
-    stop_init(&j->sm, r.stops, r.n_stops);
+    j->n_choices = r.n;
+    stop_init(&j->sm0, r.stops, r.n_stops);
     pthread_cond_init(&j->cv, NULL);
     cJSON_Delete(root); /* r.stops pointed into it; stop_init copied them */
     pthread_mutex_lock(&g.mu);
@@ -802,18 +874,22 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
         ret = send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, j->err.msg, "server_error", NULL, NULL);
     } else {
         cJSON *o = response_head(idbuf, chat ? "chat.completion" : "text_completion", created);
-        cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c0 = cJSON_CreateObject();
-        cJSON_AddItemToArray(ch, c0);
-        cJSON_AddNumberToObject(c0, "index", 0);
-        if (chat) {
-            cJSON *m = cJSON_AddObjectToObject(c0, "message");
-            cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", j->text ? j->text : "");
-        } else {
-            cJSON_AddStringToObject(c0, "text", j->text ? j->text : "");
+        cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+        for (int i = 0; i < j->n_choices; i++) {
+            cJSON *c0 = cJSON_CreateObject();
+            const char *text = j->ch[i].text ? j->ch[i].text : "";
+            cJSON_AddItemToArray(ch, c0);
+            cJSON_AddNumberToObject(c0, "index", i);
+            if (chat) {
+                cJSON *m = cJSON_AddObjectToObject(c0, "message");
+                cJSON_AddStringToObject(m, "role", "assistant");
+                cJSON_AddStringToObject(m, "content", text);
+            } else {
+                cJSON_AddStringToObject(c0, "text", text);
+            }
+            cJSON_AddNullToObject(c0, "logprobs");
+            cJSON_AddStringToObject(c0, "finish_reason", finish_reason(j->ch[i].finish));
         }
-        cJSON_AddNullToObject(c0, "logprobs");
-        cJSON_AddStringToObject(c0, "finish_reason", finish_reason(j->finish));
         cJSON_AddItemToObject(o, "usage", usage_obj(j));
         ret = send_json(c, MHD_HTTP_OK, o);
     }

@@ -138,6 +138,26 @@ else
     [ "$(js "$(body "$a")" 'j.choices[0].text')" = "$(js "$(body "$b2")" 'j.choices[0].text')" ] && [ "$(status "$a")" = 200 ] &&
         ok "serve: a fixed seed reproduces the sampled text" || bad "serve: seed" "$a / $b2"
 
+    # n choices from one prefill: greedy ones all equal the one-shot; sampled ones reproducible per seed;
+    # streamed, each choice's chunks carry its index
+    r=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":20,"temperature":0,"n":3}')
+    [ "$(js "$(body "$r")" 'j.choices.map(c => c.index + c.text).join("|") + "|" + j.usage.completion_tokens')" = \
+      "0$expect|1$expect|2$expect|60" ] && ok "serve: n = 3 greedy choices, each the one-shot text (usage: 60 tokens)" ||
+        bad "serve: n = 3 greedy" "$r"
+    nreq='{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":12,"temperature":1,"top_k":0,"top_p":1,"min_p":0,"seed":7,"n":2'
+    r1=$(body "$(post /v1/chat/completions "$nreq}")")
+    r2=$(body "$(post /v1/chat/completions "$nreq}")")
+    c1=$(js "$r1" 'j.choices.map(c => c.message.content).join("|")')
+    s=$(curl -s -N -m 60 "$SV_URL/v1/chat/completions" -d "$nreq,\"stream\":true}")
+    sj=$(grep '^data: {' <<<"$s" | sed 's/^data: //' | node -e 'const t = ["", ""], f = ["", ""];
+        require("fs").readFileSync(0,"utf8").trim().split("\n").forEach(l => { const c = JSON.parse(l).choices[0];
+        if (c.delta.content) t[c.index] += c.delta.content; if (c.finish_reason) f[c.index] = c.finish_reason; });
+        process.stdout.write(t.join("|") + "|" + f.join(","))')
+    [ "$c1" = "$(js "$r2" 'j.choices.map(c => c.message.content).join("|")')" ] && [ "${c1%%|*}" != "${c1#*|}" ] &&
+        [ "$sj" = "$c1|length,length" ] &&
+        ok "serve: n = 2 sampled choices differ, repeat with the seed, and stream with their indexes" ||
+        bad "serve: n = 2 sampled" "$c1 / $sj"
+
     # errors: OpenAI's shape, the right status, the field named in param
     err_case() { # NAME PATH BODY STATUS PARAM CODE
         local r
@@ -157,7 +177,7 @@ else
     err_case "top_p out of range" /v1/completions '{"prompt":"a","top_p":1.5}' 400 top_p invalid_value
     err_case "max_tokens a fraction" /v1/completions '{"prompt":"a","max_tokens":2.5}' 400 max_tokens invalid_type
     err_case "stream not a boolean" /v1/completions '{"prompt":"a","stream":"yes"}' 400 stream invalid_type
-    err_case "n = 2" /v1/completions '{"prompt":"a","n":2}' 400 n unsupported_value
+    err_case "n = 17" /v1/completions '{"prompt":"a","n":17}' 400 n invalid_value
     err_case "prompt missing" /v1/completions '{"max_tokens":3}' 400 prompt missing_required_parameter
     longp=$(printf 'Lily ran. %.0s' $(seq 1 400))
     err_case "a prompt longer than the context" /v1/completions "{\"prompt\":\"$longp\"}" 400 prompt context_length_exceeded
@@ -228,25 +248,37 @@ if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.g
     # requests in flight beyond --parallel (2 here) get 503; one admitted behind a running one waits its turn
     # and gets the same greedy text as alone
     A=(-H 'Authorization: Bearer sekrit')
-    curl -s -N -m 60 "${A[@]}" "$SV_URL/v1/completions" -d '{"prompt":"Hello","max_tokens":400,"temperature":0,"stream":true}' \
+    curl -s -N -m 60 "${A[@]}" "$SV_URL/v1/completions" -d '{"prompt":"Hello","max_tokens":1000,"temperature":0,"stream":true}' \
         >"$sv/long.txt" &
     lpid=$!
     for i in $(seq 1 100); do grep -q '^data: {' "$sv/long.txt" 2>/dev/null && break; sleep 0.05; done
-    post /v1/completions '{"prompt":"One day","max_tokens":8,"temperature":0}' "${A[@]}" >"$sv/queued.txt" &
-    qpid=$!
-    sleep 0.3
-    r=$(post /v1/completions '{"prompt":"Hi","max_tokens":3}' "${A[@]}")
-    [ "$(status "$r")" = 503 ] && [ "$(js "$(body "$r")" 'j.error.code')" = server_busy ] &&
-        ok "serve: a request beyond --parallel in flight → 503 server_busy" || bad "serve: beyond --parallel → 503" "$r"
-    wait "$qpid"
-    q=$(cat "$sv/queued.txt")
+    qp=()
+    for q in 1 2 3; do
+        post /v1/completions '{"prompt":"One day","max_tokens":8,"temperature":0}' "${A[@]}" >"$sv/queued$q.txt" &
+        qp+=($!)
+    done
+    # once two have been refused, the stream's client goes away (cancelling it), so the third runs
+    for i in $(seq 1 100); do [ "$(cat "$sv"/queued*.txt 2>/dev/null | grep -c server_busy)" -ge 2 ] && break; sleep 0.05; done
+    nlong=$(grep -c '^data: {' "$sv/long.txt")
+    kill "$lpid" 2>/dev/null
+    wait "$lpid" 2>/dev/null
+    wait "${qp[@]}"
     solo=$(post /v1/completions '{"prompt":"One day","max_tokens":8,"temperature":0}' "${A[@]}")
-    [ "$(status "$q")" = 200 ] && [ "$(js "$(body "$q")" 'j.choices[0].text')" = "$(js "$(body "$solo")" 'j.choices[0].text')" ] &&
-        ok "serve: a request queued behind a running one is served, with the text it gets alone" ||
-        bad "serve: a queued request" "$q / $solo"
-    wait "$lpid"
-    [ "$(grep -c '^data: {' "$sv/long.txt")" -gt 100 ] && tail -n2 "$sv/long.txt" | grep -q '^data: \[DONE\]' &&
-        ok "serve: the running stream was not disturbed by the others" || bad "serve: the running stream" "$(tail -c 300 "$sv/long.txt")"
+    n503=0 n200=0 qtext=""
+    for q in 1 2 3; do
+        r=$(cat "$sv/queued$q.txt")
+        case "$(status "$r")" in
+        503) [ "$(js "$(body "$r")" 'j.error.code')" = server_busy ] && n503=$((n503 + 1)) ;;
+        200) n200=$((n200 + 1)); qtext=$(js "$(body "$r")" 'j.choices[0].text') ;;
+        esac
+    done
+    [ "$n503" = 2 ] && [ "$n200" = 1 ] && ok "serve: beyond --parallel 2 in flight → 503 server_busy (2 of 3 sent during a stream)" ||
+        bad "serve: beyond --parallel → 503" "$n503 × 503, $n200 × 200: $(cat "$sv"/queued*.txt)"
+    [ "$n200" = 1 ] && [ "$qtext" = "$(js "$(body "$solo")" 'j.choices[0].text')" ] &&
+        ok "serve: the request queued behind the running one is served, with the text it gets alone" ||
+        bad "serve: a queued request" "$qtext / $solo"
+    [ "$nlong" -gt 0 ] && ! grep -q '"error"' "$sv/long.txt" &&
+        ok "serve: the running stream went on meanwhile" || bad "serve: the running stream" "$(tail -c 300 "$sv/long.txt")"
     sv_stop keyed
 else
     bad "serve: kvchat serve with KVCHAT_API_KEY starts" "$(cat "$sv/keyed.log")"
