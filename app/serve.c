@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <math.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -33,6 +34,17 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_MODEL = 3 };
 #define SERVE_CONN_TIMEOUT_S 300        /* an idle connection is closed after this */
 #define SERVE_POLL_MS 100               /* how often a waiting connection checks its client */
 #define SERVE_MAX_N 16                  /* choices per request ("n") */
+#define SERVE_MAX_TOP_LOGPROBS 20       /* "top_logprobs" (chat) / "logprobs" (completions) at most */
+
+/* The log-probability of one generated token under the model (log-softmax of the logits it was
+ * sampled from, before penalties and temperature) and the most likely alternatives. */
+typedef struct lp_entry {
+    int32_t tok;
+    float lp;
+    int n_top;
+    int32_t top[SERVE_MAX_TOP_LOGPROBS];
+    float top_lp[SERVE_MAX_TOP_LOGPROBS];
+} lp_entry;
 
 /* ---- one request's generation (shared by its connection and the generator thread) -------- */
 /* One choice's output, under g.mu. */
@@ -42,6 +54,8 @@ typedef struct choice {
     int n_completion;         /* tokens sampled, end-of-generation tokens not counted */
     int finish;               /* enum gen_finish, once done */
     int done;
+    lp_entry *lp;             /* with logprobs: one per generated token */
+    size_t n_lp, cap_lp;
 } choice;
 
 typedef struct job {
@@ -54,6 +68,7 @@ typedef struct job {
     stop_matcher sm0;         /* the request's stop strings, fresh */
     stop_matcher sm;          /* generator thread only: the choice being generated */
     int n_choices;            /* "n": choices generated one after another from one prefill */
+    int logprobs, top_n;      /* record lp_entry per token; alternatives per token */
     /* output, under g.mu */
     choice ch[SERVE_MAX_N];
     int cur;                  /* the choice being generated */
@@ -85,7 +100,7 @@ static void job_unref_locked(job *j)
     if (--j->refs > 0) return;
     pthread_cond_destroy(&j->cv);
     free(j->toks);
-    for (int i = 0; i < SERVE_MAX_N; i++) free(j->ch[i].text);
+    for (int i = 0; i < SERVE_MAX_N; i++) free(j->ch[i].text), free(j->ch[i].lp);
     free(j);
 }
 
@@ -141,15 +156,57 @@ static int gen_on_text(void *ud, const char *text, size_t len, int32_t token)
     return hit ? 2 : 0;
 }
 
+/* Log-softmax of the logits at tok and the top_n most likely tokens (ties: lower id first). */
+static void token_logprobs(const float *logits, int n_vocab, int32_t tok, int top_n, lp_entry *out)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    out->tok = tok;
+    out->lp = (float)(logits[tok] - lse);
+    out->n_top = 0;
+    for (int i = 0; top_n > 0 && i < n_vocab; i++) { /* insertion into a sorted list of at most top_n */
+        float v = logits[i];
+        int k = out->n_top;
+        if (k == top_n && !(v > logits[out->top[k - 1]])) continue;
+        if (k < top_n) out->n_top++;
+        else k--;
+        while (k > 0 && v > logits[out->top[k - 1]]) {
+            out->top[k] = out->top[k - 1];
+            k--;
+        }
+        out->top[k] = i;
+    }
+    for (int k = 0; k < out->n_top; k++) out->top_lp[k] = (float)(logits[out->top[k]] - lse);
+}
+
 static void gen_on_token(void *ud, int32_t token, int is_eog)
 {
-    (void)token;
     job *j = ud;
-    if (!is_eog) {
-        pthread_mutex_lock(&g.mu);
-        j->ch[j->cur].n_completion++;
-        pthread_mutex_unlock(&g.mu);
+    if (is_eog) return;
+    lp_entry le;
+    int have = 0;
+    if (j->logprobs) {
+        const float *logits = engine_logits(g.e); /* those token was sampled from */
+        int n_vocab = engine_model(g.e)->hp.n_vocab;
+        if (logits && token >= 0 && token < n_vocab) {
+            token_logprobs(logits, n_vocab, token, j->top_n, &le);
+            have = 1;
+        }
     }
+    pthread_mutex_lock(&g.mu);
+    choice *c = &j->ch[j->cur];
+    c->n_completion++;
+    if (have && c->n_lp == c->cap_lp) {
+        size_t nc = c->cap_lp ? c->cap_lp * 2 : 64;
+        lp_entry *nl = realloc(c->lp, nc * sizeof *nl);
+        if (nl) c->lp = nl, c->cap_lp = nc;
+    }
+    if (have && c->n_lp < c->cap_lp) c->lp[c->n_lp++] = le;
+    pthread_mutex_unlock(&g.mu);
 }
 
 static int gen_should_stop(void *ud)
@@ -320,6 +377,7 @@ typedef struct api_req {
     int chat;                 /* /v1/chat/completions (else /v1/completions) */
     int stream, include_usage;
     int n_predict, n;
+    int logprobs, top_n;
     sampler_params sp;
     const char *stops[STOP_MAX_STRINGS];
     int n_stops;
@@ -552,15 +610,20 @@ static int parse_request(const cJSON *root, api_req *r, bad_field *b)
     d = 1;
     if (get_number(root, "n", 1, SERVE_MAX_N, 1, &d, b)) return -1;
     r->n = (int)d;
-    int lp = 0;
-    if (!r->chat) { /* /v1/completions: logprobs is an integer there */
+    if (!r->chat) { /* /v1/completions: "logprobs" is the number of alternatives (0: the token's own only) */
+        const cJSON *lpv = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        d = -1;
+        if (get_number(root, "logprobs", 0, SERVE_MAX_TOP_LOGPROBS, 1, &d, b)) return -1;
+        r->logprobs = lpv && !cJSON_IsNull(lpv);
+        r->top_n = d > 0 ? (int)d : 0;
+    } else {
+        if (get_bool(root, "logprobs", &r->logprobs, b)) return -1;
         d = 0;
-        if (get_number(root, "logprobs", 0, 20, 1, &d, b)) return -1;
-        lp = d > 0;
-    } else if (get_bool(root, "logprobs", &lp, b)) {
-        return -1;
+        if (get_number(root, "top_logprobs", 0, SERVE_MAX_TOP_LOGPROBS, 1, &d, b)) return -1;
+        r->top_n = (int)d;
+        if (r->top_n > 0 && !r->logprobs)
+            return bad(b, "top_logprobs", "invalid_value", "%s", "'top_logprobs' needs 'logprobs': true");
     }
-    if (lp) return bad(b, "logprobs", "unsupported_value", "%s", "logprobs are not supported");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (cJSON_IsString(st)) {
         if (*st->valuestring) r->stops[r->n_stops++] = st->valuestring;
@@ -613,6 +676,105 @@ static cJSON *usage_obj(const job *j)
     return u;
 }
 
+/* Copy src[0..n) to dst as valid UTF-8 (each invalid byte becomes U+FFFD); dst holds 3n + 1. */
+static void utf8_sanitize(const unsigned char *src, size_t n, char *dst)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = src[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 && c >= 0xC2 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 && c <= 0xF4 ? 4 : 0;
+        int okseq = len > 0 && i + len <= n;
+        for (size_t k = 1; okseq && k < len; k++) okseq = (src[i + k] & 0xC0) == 0x80;
+        if (okseq && len == 3) okseq = !(c == 0xE0 && src[i + 1] < 0xA0) && !(c == 0xED && src[i + 1] >= 0xA0);
+        if (okseq && len == 4) okseq = !(c == 0xF0 && src[i + 1] < 0x90) && !(c == 0xF4 && src[i + 1] >= 0x90);
+        if (okseq) {
+            memcpy(dst + o, src + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(dst + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    dst[o] = 0;
+}
+
+/* A token's text as JSON: "token" (valid UTF-8) and, for chat, "bytes" (the raw bytes); returns
+ * the raw length (for text_offset). */
+static size_t token_json(int32_t tok, cJSON *into, int chat, char *name_out, size_t name_cap)
+{
+    char raw[256], text[3 * 256 + 1];
+    size_t n = tokenizer_token_to_piece(engine_tokenizer(g.e), tok, 0, raw, sizeof raw);
+    if (n > sizeof raw) n = 0;
+    utf8_sanitize((const unsigned char *)raw, n, text);
+    if (name_out) snprintf(name_out, name_cap, "%s", text);
+    if (into) {
+        cJSON_AddStringToObject(into, "token", text);
+        if (chat) {
+            cJSON *b = cJSON_AddArrayToObject(into, "bytes");
+            for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)raw[i]));
+        }
+    }
+    return n;
+}
+
+/* The logprobs of entries e[0..n): chat's {"content": [{token, logprob, bytes, top_logprobs}]}
+ * or completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"} (offsets from
+ * *offset, advanced). */
+static cJSON *logprobs_obj(int chat, const lp_entry *e, size_t n, size_t *offset)
+{
+    cJSON *o = cJSON_CreateObject();
+    char name[3 * 256 + 1];
+    if (chat) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = 0; i < n; i++) {
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddItemToArray(content, t);
+            token_json(e[i].tok, t, 1, NULL, 0);
+            cJSON_AddNumberToObject(t, "logprob", e[i].lp);
+            cJSON *top = cJSON_AddArrayToObject(t, "top_logprobs");
+            for (int k = 0; k < e[i].n_top; k++) {
+                cJSON *a = cJSON_CreateObject();
+                cJSON_AddItemToArray(top, a);
+                token_json(e[i].top[k], a, 1, NULL, 0);
+                cJSON_AddNumberToObject(a, "logprob", e[i].top_lp[k]);
+            }
+        }
+        cJSON_AddNullToObject(o, "refusal");
+        return o;
+    }
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (size_t i = 0; i < n; i++) {
+        size_t len = token_json(e[i].tok, NULL, 0, name, sizeof name);
+        cJSON_AddItemToArray(toks, cJSON_CreateString(name));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(e[i].lp));
+        cJSON *t = cJSON_CreateObject();
+        for (int k = 0; k < e[i].n_top; k++) {
+            token_json(e[i].top[k], NULL, 0, name, sizeof name);
+            if (!cJSON_GetObjectItemCaseSensitive(t, name)) cJSON_AddNumberToObject(t, name, e[i].top_lp[k]);
+        }
+        cJSON_AddItemToArray(tops, t);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*offset));
+        *offset += len;
+    }
+    return o;
+}
+
+/* g.mu held: a copy of the choice's entries from *from on (advanced); NULL when none or off. */
+static lp_entry *take_logprobs_locked(const job *j, const choice *c, size_t *from, size_t *n)
+{
+    *n = 0;
+    if (!j->logprobs || c->n_lp <= *from) return NULL;
+    lp_entry *e = malloc((c->n_lp - *from) * sizeof *e);
+    if (!e) return NULL;
+    *n = c->n_lp - *from;
+    memcpy(e, c->lp + *from, *n * sizeof *e);
+    *from = c->n_lp;
+    return e;
+}
+
 /* The fields every response and chunk starts with. */
 static cJSON *response_head(const char *id, const char *object, long created)
 {
@@ -632,6 +794,8 @@ typedef struct stream_ctx {
     long created;
     int c;                    /* the choice being sent */
     size_t sent;              /* bytes of its text already sent */
+    size_t lp_sent;           /* its logprob entries already sent */
+    size_t text_off;          /* completions' text_offset of the next entry */
     int phase;                /* 0: the role chunk is next, 1: content, 2: everything queued */
     int logged;
     const char *route;
@@ -661,7 +825,7 @@ static void sse_push(stream_ctx *s, cJSON *obj)
 }
 
 /* A chunk with one choice: delta content (chat) or text (completions), and a finish reason. */
-static cJSON *chunk(stream_ctx *s, const char *text, size_t len, const char *finish, int role)
+static cJSON *chunk(stream_ctx *s, const char *text, size_t len, const char *finish, int role, cJSON *lp)
 {
     cJSON *o = response_head(s->id, s->chat ? "chat.completion.chunk" : "text_completion", s->created);
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
@@ -680,7 +844,8 @@ static cJSON *chunk(stream_ctx *s, const char *text, size_t len, const char *fin
         cJSON_AddStringToObject(c, "text", t ? t : "");
     }
     free(t);
-    cJSON_AddNullToObject(c, "logprobs");
+    if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+    else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     if (s->include_usage) cJSON_AddNullToObject(o, "usage");
@@ -703,7 +868,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (s->phase == 2) return MHD_CONTENT_READER_END_OF_STREAM;
         if (s->phase == 0) {
             s->phase = 1;
-            if (s->chat) sse_push(s, chunk(s, "", 0, NULL, 1));
+            if (s->chat) sse_push(s, chunk(s, "", 0, NULL, 1, NULL));
             continue;
         }
         pthread_mutex_lock(&g.mu);
@@ -719,35 +884,45 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             }
         }
         if (cc->len > s->sent) {
-            size_t n = cc->len - s->sent;
+            size_t n = cc->len - s->sent, n_lp;
             char *t = malloc(n);
             if (t) memcpy(t, cc->text + s->sent, n);
             s->sent = cc->len;
+            lp_entry *le = take_logprobs_locked(j, cc, &s->lp_sent, &n_lp);
             pthread_mutex_unlock(&g.mu);
-            if (!t) return MHD_CONTENT_READER_END_WITH_ERROR;
-            sse_push(s, chunk(s, t, n, NULL, 0));
+            if (!t) {
+                free(le);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            sse_push(s, chunk(s, t, n, NULL, 0, le ? logprobs_obj(s->chat, le, n_lp, &s->text_off) : NULL));
+            free(le);
             free(t);
             continue;
         }
         /* this choice is done and all its text sent: its finish chunk, then the next choice */
         if (cc->done && cc->finish != GEN_FINISH_ERROR && s->c + 1 < j->n_choices) {
             int fin = cc->finish;
+            size_t n_lp;
+            lp_entry *le = take_logprobs_locked(j, cc, &s->lp_sent, &n_lp);
             pthread_mutex_unlock(&g.mu);
-            sse_push(s, chunk(s, NULL, 0, finish_reason(fin), 0));
+            sse_push(s, chunk(s, NULL, 0, finish_reason(fin), 0, le ? logprobs_obj(s->chat, le, n_lp, &s->text_off) : NULL));
+            free(le);
             s->c++;
-            s->sent = 0;
-            if (s->chat) sse_push(s, chunk(s, "", 0, NULL, 1));
+            s->sent = s->lp_sent = s->text_off = 0;
+            if (s->chat) sse_push(s, chunk(s, "", 0, NULL, 1, NULL));
             continue;
         }
         if (!j->done) { /* not reached: the wait above ends only on text, a next choice or done */
             pthread_mutex_unlock(&g.mu);
             continue;
         }
+        size_t n_lp;
+        lp_entry *le = take_logprobs_locked(j, cc, &s->lp_sent, &n_lp);
         pthread_mutex_unlock(&g.mu);
         if (j->rc != KV_OK) {
             sse_push(s, error_obj(j->err.msg, "server_error", NULL, NULL));
         } else {
-            sse_push(s, chunk(s, NULL, 0, finish_reason(cc->finish), 0));
+            sse_push(s, chunk(s, NULL, 0, finish_reason(cc->finish), 0, le ? logprobs_obj(s->chat, le, n_lp, &s->text_off) : NULL));
             if (s->include_usage) {
                 cJSON *o = response_head(s->id, s->chat ? "chat.completion.chunk" : "text_completion", s->created);
                 cJSON_AddArrayToObject(o, "choices");
@@ -755,6 +930,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 sse_push(s, o);
             }
         }
+        free(le);
         sse_push(s, NULL);
         s->phase = 2;
         s->logged = 1;
@@ -820,6 +996,8 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
     j->sp = r.sp;
     j->go = (gen_opts){.n_predict = r.n_predict, .no_context_shift = 1};
     j->n_choices = r.n;
+    j->logprobs = r.logprobs;
+    j->top_n = r.top_n;
     stop_init(&j->sm0, r.stops, r.n_stops);
     pthread_cond_init(&j->cv, NULL);
     cJSON_Delete(root); /* r.stops pointed into it; stop_init copied them */
@@ -887,7 +1065,9 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
             } else {
                 cJSON_AddStringToObject(c0, "text", text);
             }
-            cJSON_AddNullToObject(c0, "logprobs");
+            size_t off = 0;
+            if (j->logprobs) cJSON_AddItemToObject(c0, "logprobs", logprobs_obj(chat, j->ch[i].lp, j->ch[i].n_lp, &off));
+            else cJSON_AddNullToObject(c0, "logprobs");
             cJSON_AddStringToObject(c0, "finish_reason", finish_reason(j->ch[i].finish));
         }
         cJSON_AddItemToObject(o, "usage", usage_obj(j));

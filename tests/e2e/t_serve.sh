@@ -158,6 +158,27 @@ else
         ok "serve: n = 2 sampled choices differ, repeat with the seed, and stream with their indexes" ||
         bad "serve: n = 2 sampled" "$c1 / $sj"
 
+    # logprobs: at temperature 0 each token is its own top alternative; the alternatives come sorted,
+    # are log-probabilities (their mass at most 1), and chat and completions report the same numbers
+    r=$(body "$(post /v1/chat/completions '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":6,
+        "temperature":0,"logprobs":true,"top_logprobs":3}')")
+    lc=$(js "$r" 'const c = j.choices[0].logprobs.content; [c.length, c.every(t => t.top_logprobs.length === 3 &&
+        t.top_logprobs[0].token === t.token && t.top_logprobs[0].logprob === t.logprob && t.logprob <= 0 &&
+        t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob && t.top_logprobs[1].logprob >= t.top_logprobs[2].logprob &&
+        t.top_logprobs.reduce((a, x) => a + Math.exp(x.logprob), 0) <= 1.0001 &&
+        Buffer.from(t.bytes).toString() === t.token), c.map(t => t.token).join("") === j.choices[0].message.content,
+        c.map(t => t.logprob.toFixed(5)).join(",")].join(" ")')
+    r=$(body "$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":6,"temperature":0,"logprobs":3}')")
+    lt=$(js "$r" 'j.choices[0].logprobs.token_logprobs.map(x => x.toFixed(5)).join(",")')
+    [ "${lc% *}" = "6 true true" ] && [ "${lc##* }" = "$lt" ] &&
+        ok "serve: logprobs / top_logprobs (chat and completions agree: $lt)" || bad "serve: logprobs" "$lc / $lt"
+    s=$(curl -s -N -m 60 "$SV_URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":6,
+        "temperature":0,"logprobs":true,"stream":true}')
+    ls=$(grep '^data: {' <<<"$s" | sed 's/^data: //' | node -e 'const a = [];
+        require("fs").readFileSync(0,"utf8").trim().split("\n").forEach(l => { const c = JSON.parse(l).choices[0];
+        if (c.logprobs) c.logprobs.content.forEach(t => a.push(t.logprob.toFixed(5))); }); process.stdout.write(a.join(","))')
+    [ "$ls" = "$lt" ] && ok "serve: streamed chunks carry their tokens' logprobs" || bad "serve: streamed logprobs" "$ls vs $lt"
+
     # errors: OpenAI's shape, the right status, the field named in param
     err_case() { # NAME PATH BODY STATUS PARAM CODE
         local r
@@ -177,6 +198,8 @@ else
     err_case "top_p out of range" /v1/completions '{"prompt":"a","top_p":1.5}' 400 top_p invalid_value
     err_case "max_tokens a fraction" /v1/completions '{"prompt":"a","max_tokens":2.5}' 400 max_tokens invalid_type
     err_case "stream not a boolean" /v1/completions '{"prompt":"a","stream":"yes"}' 400 stream invalid_type
+    err_case "top_logprobs without logprobs" /v1/chat/completions '{"messages":[{"role":"user","content":"a"}],"top_logprobs":2}' 400 top_logprobs invalid_value
+    err_case "logprobs over 20" /v1/completions '{"prompt":"a","logprobs":21}' 400 logprobs invalid_value
     err_case "n = 17" /v1/completions '{"prompt":"a","n":17}' 400 n invalid_value
     err_case "prompt missing" /v1/completions '{"max_tokens":3}' 400 prompt missing_required_parameter
     longp=$(printf 'Lily ran. %.0s' $(seq 1 400))
