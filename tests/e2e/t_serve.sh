@@ -320,6 +320,23 @@ if sv_start cli -m "$MODEL" -c 256 -t 1 --api-key k1 --chat-template chatml; the
 else
     bad "serve: kvchat serve --api-key starts" "$(cat "$sv/cli.log")"
 fi
+# while the model loads: /health and every other route answer 503 model_loading (the "model" is a FIFO,
+# so loading blocks in open(2) until the test writes to it; then the load fails and serve exits 3)
+mkfifo "$sv/loading.gguf"
+"$SVBIN" serve -m "$sv/loading.gguf" --port 0 2>"$sv/loading.log" &
+lp=$!
+SV_PIDS="$SV_PIDS $lp"
+for i in $(seq 1 100); do grep -q listening "$sv/loading.log" && break; sleep 0.05; done
+SV_URL=http://127.0.0.1:$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$sv/loading.log")
+r=$(curl -s -w '\n%{http_code}' "$SV_URL/health")
+r2=$(post /v1/completions '{"prompt":"a"}')
+[ "$(status "$r")" = 503 ] && [ "$(js "$(body "$r")" 'j.error.code')" = model_loading ] && [ "$(status "$r2")" = 503 ] &&
+    ok "serve: while the model loads, /health and the API are 503 model_loading" || bad "serve: 503 while loading" "$r / $r2"
+head -c 100 /dev/zero >"$sv/loading.gguf"
+wait "$lp"
+rc=$?
+[ "$rc" = 3 ] && ok "serve: a model that fails to load ends serve with exit 3" || bad "serve: a failed load exits 3" "$rc $(cat "$sv/loading.log")"
+
 "$BIN" serve -m "$MODEL" --port 99999 >/dev/null 2>&1
 [ $? = 2 ] && ok "serve: a bad --port is a usage error (exit 2)" || bad "serve: a bad --port is a usage error (exit 2)"
 "$BIN" serve -m "$sv/none.gguf" --port 0 >/dev/null 2>"$sv/nomodel.log"
