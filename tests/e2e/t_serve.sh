@@ -204,6 +204,15 @@ else
     err_case "prompt missing" /v1/completions '{"max_tokens":3}' 400 prompt missing_required_parameter
     longp=$(printf 'Lily ran. %.0s' $(seq 1 400))
     err_case "a prompt longer than the context" /v1/completions "{\"prompt\":\"$longp\"}" 400 prompt context_length_exceeded
+    r=$(node -e 'process.stdout.write("[".repeat(5000) + "]".repeat(5000))' | curl -s -m 60 -w '\n%{http_code}' --data-binary @- "$SV_URL/v1/completions")
+    [ "$(status "$r")" = 400 ] && [ "$(js "$(body "$r")" 'j.error.code')" = invalid_json ] &&
+        ok "serve: JSON nested 5000 deep → 400 (cJSON's nesting limit), no crash" || bad "serve: deep JSON" "$r"
+    r=$(printf '{"messages":[{"role":"user","content":"a\xff\xfe b\xc3"}],"max_tokens":3}' |
+        curl -s -m 60 -w '\n%{http_code}' --data-binary @- "$SV_URL/v1/chat/completions")
+    [ "$(status "$r")" = 200 ] && [ "$(js "$(body "$r")" 'j.usage.completion_tokens')" = 3 ] &&
+        ok "serve: invalid UTF-8 in a message is tokenized as bytes, not a crash" || bad "serve: invalid UTF-8" "$r"
+    r=$(post /v1/completions '{"prompt":"a","max_tokens":2,"user":"me","metadata":{"x":[1,{"y":null}]},"unknown_field":true}')
+    [ "$(status "$r")" = 200 ] && ok "serve: unknown fields are ignored" || bad "serve: unknown fields" "$r"
     r=$(curl -s -w '\n%{http_code}' "$SV_URL/v1/nothing")
     [ "$(status "$r")" = 404 ] && [ "$(js "$(body "$r")" 'j.error.code')" = not_found ] && ok "serve: unknown route → 404" ||
         bad "serve: unknown route → 404" "$r"
