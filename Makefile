@@ -204,3 +204,21 @@ $(SERVE_ASAN_BIN): $(LIB_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/app/main.o
 	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
 e2e: $(SERVE_ASAN_BIN)
 e2e: export KVCHAT_SERVE_BIN := $(SERVE_ASAN_BIN)
+
+# t_serve.sh's clients: curl, node and the official `openai` npm package (from the npm registry,
+# into build/npm). Debian's nodejs + npm are installed only when node or npm is missing (a machine
+# with another nodejs — e.g. NodeSource's, which conflicts with Debian's npm — keeps its own).
+SERVE_NPM := $(BUILD)/npm/node_modules/openai/package.json
+.PHONY: serve-test-deps
+serve-test-deps: $(SERVE_NPM)
+$(SERVE_NPM): | $(DEPS_OK)
+	@missing=""; for c in curl node npm; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "kvchat: missing:$$missing — installing Debian packages (curl nodejs npm)"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    $$(for c in $$missing; do case $$c in curl) echo curl;; *) echo nodejs npm;; esac; done | sort -u); \
+	fi
+	@mkdir -p $(BUILD)/npm && cd $(BUILD)/npm && npm install --no-audit --no-fund --silent openai@4 && \
+	  echo "kvchat: openai $$(node -p 'require("./node_modules/openai/package.json").version') installed in $(BUILD)/npm"
+e2e: serve-test-deps
