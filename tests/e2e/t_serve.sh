@@ -273,6 +273,14 @@ if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.g
     [[ "$line" == *cancelled* ]] && [ "${n:-1000}" -lt 1000 ] &&
         ok "serve: a client vanishing mid-stream cancels its generation ($n of 1000 tokens)" ||
         bad "serve: a client vanishing mid-stream cancels its generation" "$line"
+    # the same for a client waiting for a non-streamed reply (curl gives up after 0.5 s)
+    curl -s -m 0.5 -H 'Authorization: Bearer sekrit' "$SV_URL/v1/completions" \
+        -d '{"prompt":"Hello","max_tokens":1000,"temperature":0,"n":16}' >/dev/null
+    for i in $(seq 1 50); do grep -q "^kvchat serve: completion: client gone" "$sv/keyed.log" && break; sleep 0.1; done
+    line=$(grep "^kvchat serve: completion: client gone" "$sv/keyed.log" | tail -n1)
+    n=$(sed -n 's/.*completion \([0-9]*\) tokens.*/\1/p' <<<"$line")
+    [ -n "$line" ] && [ "${n:-16000}" -lt 16000 ] && ok "serve: a client giving up on a non-streamed reply cancels it ($n of 16 × 1000 tokens)" ||
+        bad "serve: a vanished non-streaming client" "$(tail -n3 "$sv/keyed.log")"
     r=$(post /v1/completions '{"prompt":"Hello","max_tokens":5,"temperature":0}' -H 'Authorization: Bearer sekrit')
     [ "$(status "$r")" = 200 ] && [ "$(js "$(body "$r")" 'j.usage.completion_tokens')" = 5 ] &&
         ok "serve: the next request after a vanished client is served" || bad "serve: serving after a vanished client" "$r"
