@@ -222,3 +222,9 @@ $(SERVE_NPM): | $(DEPS_OK)
 	@mkdir -p $(BUILD)/npm && cd $(BUILD)/npm && npm install --no-audit --no-fund --silent openai@4 && \
 	  echo "kvchat: openai $$(node -p 'require("./node_modules/openai/package.json").version') installed in $(BUILD)/npm"
 e2e: serve-test-deps
+
+# kvchat serve's aggregate decode tokens/s with 1, 2, 4, 8 concurrent streams, not a test
+# (tests/bench_serve.sh; MODEL=… BENCH_TOKENS, BENCH_STREAMS tune it).
+.PHONY: bench-serve
+bench-serve: kvchat
+	@KVCHAT=./kvchat SHARED=$(SHARED) sh tests/bench_serve.sh $(if $(filter command line,$(origin MODEL)),$(MODEL))
