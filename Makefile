@@ -9,12 +9,12 @@ PREFIX  ?= /usr/local
 BUILD   := build
 VERSION := 0.1.0
 
-PKGS      := ncursesw readline openblas sqlite3 libpcre2-8 inih libcjson
+PKGS      := ncursesw readline openblas sqlite3 libpcre2-8 inih libcjson libmicrohttpd
 TEST_PKGS := cmocka libcjson
 
 # Debian packages (`make deps`); the build and the tests need all of them.
 DEB_PKGS := build-essential pkg-config libncurses-dev libreadline-dev libopenblas-dev \
-            libsqlite3-dev libpcre2-dev libinih-dev libcmocka-dev libcjson-dev \
+            libsqlite3-dev libpcre2-dev libinih-dev libcmocka-dev libcjson-dev libmicrohttpd-dev \
             tmux mandoc bash-completion zsh fish
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
@@ -272,3 +272,36 @@ $(JINJA_REF):
 	  npm install --silent --no-audit --no-fund @huggingface/jinja@0.5.11 >/dev/null
 e2e: $(JINJA_REF)
 .PHONY: jinja-ref
+
+# --- kvchat serve under the sanitizers ----------------------------------------------------
+# kvchat linked from the ASan + UBSan objects `make unit` builds anyway; tests/e2e/t_serve.sh runs
+# the server with it (KVCHAT_SERVE_BIN), so a leak or memory error in serving fails the test.
+SERVE_ASAN_BIN := $(BUILD)/asan/kvchat
+$(SERVE_ASAN_BIN): $(LIB_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/app/main.o
+	$(CC) $(SAN) -o $@ $^ $(LDLIBS_ALL)
+e2e: $(SERVE_ASAN_BIN)
+e2e: export KVCHAT_SERVE_BIN := $(SERVE_ASAN_BIN)
+
+# t_serve.sh's clients: curl, node and the official `openai` npm package (from the npm registry,
+# into build/npm). Debian's nodejs + npm are installed only when node or npm is missing (a machine
+# with another nodejs — e.g. NodeSource's, which conflicts with Debian's npm — keeps its own).
+SERVE_NPM := $(BUILD)/npm/node_modules/openai/package.json
+.PHONY: serve-test-deps
+serve-test-deps: $(SERVE_NPM)
+$(SERVE_NPM): | $(DEPS_OK)
+	@missing=""; for c in curl node npm; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "kvchat: missing:$$missing — installing Debian packages (curl nodejs npm)"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    $$(for c in $$missing; do case $$c in curl) echo curl;; *) echo nodejs npm;; esac; done | sort -u); \
+	fi
+	@mkdir -p $(BUILD)/npm && cd $(BUILD)/npm && npm install --no-audit --no-fund --silent openai@4 && \
+	  echo "kvchat: openai $$(node -p 'require("./node_modules/openai/package.json").version') installed in $(BUILD)/npm"
+e2e: serve-test-deps
+
+# kvchat serve's aggregate decode tokens/s with 1, 2, 4, 8 concurrent streams, not a test
+# (tests/bench_serve.sh; MODEL=… BENCH_TOKENS, BENCH_STREAMS tune it).
+.PHONY: bench-serve
+bench-serve: kvchat
+	@KVCHAT=./kvchat SHARED=$(SHARED) sh tests/bench_serve.sh $(if $(filter command line,$(origin MODEL)),$(MODEL))

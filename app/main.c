@@ -17,6 +17,7 @@
 #include "app/config.h"
 #include "app/models.h"
 #include "app/output.h"
+#include "app/serve.h"
 #include "app/store_cli.h"
 #include "app/prompt.h"
 #include "app/template_cmd.h"
@@ -145,6 +146,7 @@ static void usage(FILE *out)
             "  gen-model                write a model of a real shape with random weights\n"
             "  tokenize                 show how text is tokenized\n"
             "  template-render          render a Jinja chat template with a JSON context\n"
+            "  serve                    an OpenAI-compatible HTTP server on the model (/v1/chat/completions)\n"
             "  list                     the saved conversations (--json, --ids)\n"
             "  export ID|last           a conversation as Markdown or JSON (--format md|json, -o FILE)\n"
             "  import FILE              a JSON export, as a new conversation\n"
@@ -582,6 +584,8 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "gen-model")) return gen_model_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "tokenize")) return tokenize_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "template-render")) return template_main(argc - 1, argv + 1);
+    /* the OpenAI-compatible HTTP server (app/serve.c) */
+    if (argc > 1 && !strcmp(argv[1], "serve")) return serve_main(argc - 1, argv + 1);
     /* the models directory and the themes found (app/models.c) */
     if (argc > 1 && !strcmp(argv[1], "models")) return models_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "themes")) return themes_main(argc - 1, argv + 1);

@@ -3,7 +3,7 @@
 # from the kvchat being completed (`kvchat themes`, `kvchat list --ids`); when that fails
 # nothing is offered.
 
-set -l kvchat_cmds models themes list export import rm check bench gen-model tokenize template-render
+set -l kvchat_cmds models themes list export import rm check bench gen-model tokenize template-render serve
 
 function __kvchat_bin
     set -l cmd (commandline -opc)
@@ -94,6 +94,7 @@ complete -c kvchat -n '__fish_seen_subcommand_from template-render' -s t -l temp
 complete -c kvchat -n '__fish_seen_subcommand_from template-render' -s m -l model -r -f -a '(__kvchat_models)' -d 'GGUF model'
 complete -c kvchat -n '__fish_seen_subcommand_from template-render' -l now -r -d 'Clock of strftime_now (seconds)'
 complete -c kvchat -n '__fish_seen_subcommand_from template-render' -l spans -d 'Print the message-content byte ranges'
+complete -c kvchat -n $main -f -a serve -d 'OpenAI-compatible HTTP server'
 
 complete -c kvchat -n '__fish_seen_subcommand_from models' -f -l json -d 'One JSON object per model'
 complete -c kvchat -n '__fish_seen_subcommand_from list' -f -l json -d 'JSON output'
@@ -104,7 +105,7 @@ complete -c kvchat -n '__fish_seen_subcommand_from export' -f -a last -d 'The mo
 complete -c kvchat -n '__fish_seen_subcommand_from export' -l format -x -a 'md json' -d 'Markdown or JSON'
 complete -c kvchat -n '__fish_seen_subcommand_from export' -s o -r -F -d 'Output file'
 complete -c kvchat -n '__fish_seen_subcommand_from import' -F
-complete -c kvchat -n '__fish_seen_subcommand_from bench tokenize' -s m -l model -r -f -a '(__kvchat_models)' -d 'GGUF model'
+complete -c kvchat -n '__fish_seen_subcommand_from bench tokenize serve' -s m -l model -r -f -a '(__kvchat_models)' -d 'GGUF model'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s p -l n-prompt -x -d 'Prompt tokens'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s n -l n-gen -x -d 'Generated tokens'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s t -l threads -x -d 'Threads'
@@ -124,4 +125,14 @@ complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l attn-softcap -x
 complete -c kvchat -n '__fish_seen_subcommand_from tokenize' -l ids -d 'Print the ids as a JSON array'
 complete -c kvchat -n '__fish_seen_subcommand_from tokenize' -l no-bos -d 'Do not add the BOS token'
 complete -c kvchat -n '__fish_seen_subcommand_from tokenize' -l parse-special -d 'Turn control-token text into those tokens'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l host -x -a '127.0.0.1 ::1 0.0.0.0' -d 'Address to listen on'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l port -x -d 'TCP port'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Requests admitted at once'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l api-key -x -d 'Required API key'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Context length in tokens'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -s t -l threads -x -d 'Threads'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -s b -l batch-size -x -d 'Prefill chunk in tokens'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l kv-type -x -a 'f16 q8_0 f32' -d 'KV cache type'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l chat-template -x -d 'Chat template family'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l max-body -x -d 'Largest request body in bytes'
 complete -c kvchat -n "__fish_seen_subcommand_from $kvchat_cmds" -s h -l help -d 'Show help'
