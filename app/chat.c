@@ -23,25 +23,13 @@
 #include "engine/stop.h"
 #include "engine/worker.h"
 #include "chatstore.h"
+#include "conv_tree.h"
 #include "prompt.h"
 #include "ui/text.h"
 #include "ui/theme.h"
 #include "ui/ui.h"
 
-/* A message of the conversation, as the model sees it (raw bytes) and as the pane shows it: a
- * node of the conversation's tree. Messages that follow the same message are branches of each
- * other (an edited message, a regenerated reply); the screen shows one path from the first
- * message to a leaf. */
-typedef struct turn {
-    int role; /* UI_ROLE_USER or UI_ROLE_ASSISTANT */
-    char *text;
-    size_t len, cap;
-    ui_msg *view;  /* its view while on the shown path, else NULL */
-    int64_t id;    /* its message in the store (0: not saved) */
-    long parent;   /* index in chat.tree of the message it follows; -1: a first message */
-    int finish;    /* a finished reply's enum store_finish (its note when shown again); 0 */
-    int unreadable;/* a stored row that could not be read */
-} turn;
+typedef conv_node turn;
 
 enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
 
@@ -54,10 +42,7 @@ typedef struct chat {
     int max_tokens;      /* < 0: unlimited */
     int tmpl;            /* CHAT_TMPL_NONE: completion mode */
     char *system;        /* system prompt, NULL for none */
-    turn *tree;          /* every message of the conversation, parents before children */
-    size_t n_tree, cap_tree;
-    long *path;          /* the shown branch: tree indices from the first message on */
-    size_t n_turns, cap_path;
+    conv_tree conv;      /* every message of the conversation and the branch shown (app/conv_tree.h) */
     size_t editing;      /* > 0: the input holds an edit of path[editing - 1] (/edit, Up) */
     int busy, req;
     int synced;          /* the worker's conversation tokens match the turns: append to them */
@@ -182,75 +167,18 @@ static void restore_signals(const struct sigaction *old)
 
 /* ---- the conversation --------------------------------------------------------------------------- */
 
-static int text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *len + n + 1) nc *= 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) return -1;
-        *buf = nb;
-        *cap = nc;
-    }
-    if (n) memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
-
 /* The i-th message of the shown path (valid until the tree grows). */
-static turn *T(const chat *c, size_t i) { return &c->tree[c->path[i]]; }
-
-/* A new message in the tree after parent (-1: a first message); returns its index or -1. */
-static long tree_add(chat *c, long parent, int role, const char *text, size_t len)
-{
-    if (c->n_tree == c->cap_tree) {
-        size_t nc = c->cap_tree ? c->cap_tree * 2 : 16;
-        turn *nt = realloc(c->tree, nc * sizeof *nt);
-        if (!nt) return -1;
-        c->tree = nt;
-        c->cap_tree = nc;
-    }
-    turn *t = &c->tree[c->n_tree];
-    memset(t, 0, sizeof *t);
-    t->role = role;
-    t->parent = parent;
-    if (text_append(&t->text, &t->len, &t->cap, text, len)) return -1;
-    return (long)c->n_tree++;
-}
-
-static int path_push(chat *c, long node)
-{
-    if (c->n_turns == c->cap_path) {
-        size_t nc = c->cap_path ? c->cap_path * 2 : 16;
-        long *np = realloc(c->path, nc * sizeof *np);
-        if (!np) return -1;
-        c->path = np;
-        c->cap_path = nc;
-    }
-    c->path[c->n_turns++] = node;
-    return 0;
-}
+static turn *T(const chat *c, size_t i) { return conv_at(&c->conv, i); }
 
 /* Append a message to the shown path (after its last message). NULL when out of memory. */
-static turn *turn_add(chat *c, int role, const char *text, size_t len)
-{
-    long parent = c->n_turns ? c->path[c->n_turns - 1] : -1;
-    long k = tree_add(c, parent, role, text, len);
-    if (k < 0) return NULL;
-    if (path_push(c, k)) {
-        free(c->tree[k].text);
-        c->n_tree--;
-        return NULL;
-    }
-    return &c->tree[k];
-}
+static turn *turn_add(chat *c, int role, const char *text, size_t len) { return conv_append(&c->conv, role, text, len); }
 
 /* Take the last message off the shown path; it stays in the tree as a branch. */
 static void turn_drop_last(chat *c)
 {
-    if (!c->n_turns) return;
-    turn *t = T(c, --c->n_turns);
+    long k = conv_path_pop(&c->conv);
+    if (k < 0) return;
+    turn *t = &c->conv.node[k];
     if (t->view) ui_msg_remove(c->u, t->view);
     t->view = NULL;
 }
@@ -259,18 +187,17 @@ static void turn_drop_last(chat *c)
  * empty reply that failed); otherwise as turn_drop_last. */
 static void turn_discard_last(chat *c)
 {
-    if (!c->n_turns) return;
-    long k = c->path[c->n_turns - 1];
+    if (!c->conv.n_path) return;
+    long k = c->conv.path[c->conv.n_path - 1];
     turn_drop_last(c);
-    if ((size_t)k == c->n_tree - 1 && !c->tree[k].id) free(c->tree[--c->n_tree].text);
+    conv_drop_newest(&c->conv, k);
 }
 
 /* Forget the whole conversation (a new one, or another one opened). */
 static void turns_clear(chat *c)
 {
-    while (c->n_turns) turn_drop_last(c);
-    for (size_t i = 0; i < c->n_tree; i++) free(c->tree[i].text);
-    c->n_tree = 0;
+    while (c->conv.n_path) turn_drop_last(c);
+    conv_clear(&c->conv);
     if (c->editing) ui_input_edit_end(c->u); /* an edit of a message that is gone */
     c->editing = 0;
 }
@@ -284,11 +211,11 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     if (append) {
         c->pb.len = 0;
         c->pb.n_seg = 0;
-        if (!with_user || !c->n_turns) return 0;
-        const turn *u = T(c, c->n_turns - 1);
+        if (!with_user || !c->conv.n_path) return 0;
+        const turn *u = T(c, c->conv.n_path - 1);
         const char *prev = "";
         size_t prev_len = 0;
-        for (size_t i = c->n_turns - 1; i-- > 0;) /* the text the new one follows */
+        for (size_t i = c->conv.n_path - 1; i-- > 0;) /* the text the new one follows */
             if (T(c, i)->len) {
                 prev = T(c, i)->text;
                 prev_len = T(c, i)->len;
@@ -300,7 +227,7 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
         }
         return 0;
     }
-    size_t n = c->n_turns + 1;
+    size_t n = c->conv.n_path + 1;
     prompt_msg *msgs = calloc(n, sizeof *msgs);
     if (!msgs) {
         snprintf(err, err_cap, "out of memory building the prompt");
@@ -308,7 +235,7 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     }
     size_t k = 0;
     if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
-    for (size_t i = 0; i < c->n_turns; i++)
+    for (size_t i = 0; i < c->conv.n_path; i++)
         msgs[k++] = (prompt_msg){T(c, i)->role == UI_ROLE_USER ? "user" : "assistant", T(c, i)->text, T(c, i)->len};
     int rc = prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
     free(msgs);
@@ -339,8 +266,8 @@ static void start_reply(chat *c, int continue_last)
         return;
     }
     turn *t;
-    if (continue_last && c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) {
-        t = T(c, c->n_turns - 1);
+    if (continue_last && c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) {
+        t = T(c, c->conv.n_path - 1);
         ui_msg_set_note(c->u, t->view, NULL, 0);
         ui_msg_set_state(c->u, t->view, t->len ? UI_MSG_STREAMING : UI_MSG_WAITING);
     } else {
@@ -353,7 +280,7 @@ static void start_reply(chat *c, int continue_last)
         ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
         refresh_labels(c);
     }
-    c->reply = c->n_turns - 1; /* the reply is always the path's last message */
+    c->reply = c->conv.n_path - 1; /* the reply is always the path's last message */
     c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
                         ? T(c, c->reply - 1)->id : 0;
     worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
@@ -398,7 +325,7 @@ static int64_t parent_of(const chat *c, size_t i)
 static void save_user(chat *c, turn *t)
 {
     if (!c->cs) return;
-    int64_t parent = parent_of(c, c->n_turns - 1);
+    int64_t parent = parent_of(c, c->conv.n_path - 1);
     char why[700];
     if (chatstore_user_message(c->cs, parent, t->text, t->len, c->system, &c->sp, c->max_tokens, &t->id, why, sizeof why))
         ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
@@ -407,7 +334,7 @@ static void save_user(chat *c, turn *t)
 /* Store the reply in turn i as the DONE event ev finished it (or update a continued one). */
 static void save_reply(chat *c, size_t i, const worker_event *ev)
 {
-    if (!c->cs || i >= c->n_turns) return;
+    if (!c->cs || i >= c->conv.n_path) return;
     turn *t = T(c, i);
     int64_t parent = parent_of(c, i);
     char why[700];
@@ -421,7 +348,7 @@ static void save_reply(chat *c, size_t i, const worker_event *ev)
 static void save_head(chat *c)
 {
     char why[700];
-    if (c->cs && chatstore_set_head(c->cs, parent_of(c, c->n_turns), why, sizeof why))
+    if (c->cs && chatstore_set_head(c->cs, parent_of(c, c->conv.n_path), why, sizeof why))
         ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
 }
 
@@ -437,7 +364,7 @@ static void on_done(chat *c, const worker_event *ev)
     set_busy(c, 0, REQ_NONE);
     ui_set_kv(c->u, &ev->stats.kv);
     show_store_notes(c);
-    if (req != REQ_REPLY || c->reply >= c->n_turns) return;
+    if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
     c->last_seed = ev->seed;
     c->have_seed = 1;
     c->synced = 1;
@@ -446,7 +373,7 @@ static void on_done(chat *c, const worker_event *ev)
     t->finish = ev->status != KV_OK ? STORE_FINISH_ERROR : chatstore_finish_of(ev->finish);
     if (ev->status != KV_OK) {
         if (t->len) save_reply(c, c->reply, ev); /* the partial text, marked as an error */
-        if (t->len == 0 && c->reply == c->n_turns - 1) turn_discard_last(c);
+        if (t->len == 0 && c->reply == c->conv.n_path - 1) turn_discard_last(c);
         else ui_msg_set_note(c->u, t->view, "[error]", 1);
         if (ev->status == KV_ERR_CONTEXT)
             ui_notice(c->u, UI_ROLE_ERROR, "%s — /undo drops the last exchange, /clear starts over", ev->err.msg);
@@ -469,9 +396,9 @@ static void drain_events(chat *c)
     for (int guard = 0; guard < 64 && worker_next_event(c->w, &ev); guard++) {
         switch (ev.kind) {
         case WORKER_EV_TEXT:
-            if (c->req == REQ_REPLY && c->reply < c->n_turns) {
+            if (c->req == REQ_REPLY && c->reply < c->conv.n_path) {
                 turn *t = T(c, c->reply);
-                text_append(&t->text, &t->len, &t->cap, ev.text, ev.len);
+                conv_text_append(&t->text, &t->len, &t->cap, ev.text, ev.len);
                 if (t->view) {
                     ui_msg_append(c->u, t->view, ev.text, ev.len);
                     ui_msg_set_state(c->u, t->view, UI_MSG_STREAMING);
@@ -501,37 +428,19 @@ static void label_of(const chat *c, const turn *t, size_t k, size_t n, char *buf
     else snprintf(buf, cap, "%s", who);
 }
 
-/* For every tree node: its 1-based rank among its siblings (rank[i]) and their count
- * (count[slot], slot = parent, or n_tree for first messages). One pass; NULL when out of memory. */
-static size_t *sibling_ranks(const chat *c, size_t **count)
-{
-    size_t *rank = malloc((c->n_tree ? c->n_tree : 1) * sizeof *rank);
-    *count = calloc(c->n_tree + 1, sizeof **count);
-    if (!rank || !*count) {
-        free(rank);
-        free(*count);
-        *count = NULL;
-        return NULL;
-    }
-    for (size_t i = 0; i < c->n_tree; i++) {
-        size_t slot = c->tree[i].parent < 0 ? c->n_tree : (size_t)c->tree[i].parent;
-        rank[i] = ++(*count)[slot];
-    }
-    return rank;
-}
-
-static size_t slot_of(const chat *c, long k) { return c->tree[k].parent < 0 ? c->n_tree : (size_t)c->tree[k].parent; }
+static size_t *sibling_ranks(const chat *c, size_t **count) { return conv_sibling_ranks(&c->conv, count); }
+static size_t slot_of(const chat *c, long k) { return conv_slot_of(&c->conv, k); }
 
 /* Put "branch k/n" on the shown messages that have siblings. */
 static void refresh_labels(chat *c)
 {
     size_t *count, *rank = sibling_ranks(c, &count);
     if (!rank) return;
-    for (size_t i = 0; i < c->n_turns; i++) {
+    for (size_t i = 0; i < c->conv.n_path; i++) {
         turn *t = T(c, i);
         if (!t->view) continue;
         char label[160];
-        label_of(c, t, rank[c->path[i]], count[slot_of(c, c->path[i])], label, sizeof label);
+        label_of(c, t, rank[c->conv.path[i]], count[slot_of(c, c->conv.path[i])], label, sizeof label);
         ui_msg_set_label(c->u, t->view, label);
     }
     free(rank);
@@ -541,7 +450,7 @@ static void refresh_labels(chat *c)
 /* Show the path's messages from position from on (their views are added at the end). */
 static void show_from(chat *c, size_t from)
 {
-    for (size_t i = from; i < c->n_turns; i++) {
+    for (size_t i = from; i < c->conv.n_path; i++) {
         turn *t = T(c, i);
         t->view = ui_msg_add(c->u, t->role, t->role == UI_ROLE_USER ? "you" : c->model_label, t->text, t->len);
         if (t->unreadable) ui_msg_set_note(c->u, t->view, "[unreadable]", 1);
@@ -555,20 +464,10 @@ static void show_from(chat *c, size_t from)
  * (the newest reply at every step), and make that the conversation's head. */
 static void switch_branch(chat *c, size_t p, long target)
 {
-    long *latest = malloc((c->n_tree ? c->n_tree : 1) * sizeof *latest);
-    if (!latest) {
-        ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < c->n_tree; i++) latest[i] = -1;
-    for (size_t i = 0; i < c->n_tree; i++)
-        if (c->tree[i].parent >= 0) latest[c->tree[i].parent] = (long)i;
-    while (c->n_turns > p) turn_drop_last(c);
-    for (long k = target; k >= 0; k = latest[k])
-        if (path_push(c, k)) break;
-    free(latest);
+    while (c->conv.n_path > p) turn_drop_last(c);
+    if (conv_show_branch(&c->conv, p, target)) ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
     /* the pane shows the conversation in order again (notices go) */
-    for (size_t i = 0; i < c->n_turns; i++) T(c, i)->view = NULL;
+    for (size_t i = 0; i < c->conv.n_path; i++) T(c, i)->view = NULL;
     ui_pane_clear(c->u);
     if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
     show_from(c, 0);
@@ -583,11 +482,11 @@ static void cmd_branch(chat *c, const char *args)
 {
     if (!need_idle(c, "/branch")) return;
     if (!*args) {
-        if (!c->n_turns) {
+        if (!c->conv.n_path) {
             ui_notice(c->u, UI_ROLE_ERROR, "/branch: the conversation is empty — send a message first");
             return;
         }
-        if (T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c); /* stays as branch 1 */
+        if (T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c); /* stays as branch 1 */
         c->synced = 0;
         save_head(c);
         start_reply(c, 0);
@@ -602,8 +501,8 @@ static void cmd_branch(chat *c, const char *args)
         char buf[2400];
         size_t o = 0;
         int any = 0;
-        for (size_t i = 0; i < c->n_turns && o < sizeof buf - 200; i++) {
-            size_t n = count[slot_of(c, c->path[i])];
+        for (size_t i = 0; i < c->conv.n_path && o < sizeof buf - 200; i++) {
+            size_t n = count[slot_of(c, c->conv.path[i])];
             if (n < 2) continue;
             const turn *t = T(c, i);
             char snip[200];
@@ -615,7 +514,7 @@ static void cmd_branch(chat *c, const char *args)
                 if (*q == '\n') *q = ' ';
             o += (size_t)snprintf(buf + o, sizeof buf - o, "%smessage %zu (%s): branch %zu of %zu — \"%s%s\"",
                                   any ? "\n" : "", i + 1, t->role == UI_ROLE_USER ? "you" : "reply",
-                                  rank[c->path[i]], n, snip, cut < t->len ? "…" : "");
+                                  rank[c->conv.path[i]], n, snip, cut < t->len ? "…" : "");
             any = 1;
         }
         if (any)
@@ -635,7 +534,7 @@ static void cmd_branch(chat *c, const char *args)
         char *end;
         errno = 0;
         long m = strtol(args, &end, 10);
-        if (errno || end != colon || m < 1 || (size_t)m > c->n_turns || count[slot_of(c, c->path[m - 1])] < 2) {
+        if (errno || end != colon || m < 1 || (size_t)m > c->conv.n_path || count[slot_of(c, c->conv.path[m - 1])] < 2) {
             ui_notice(c->u, UI_ROLE_ERROR, "/branch %s: message %.*s of the shown conversation has no branches "
                                            "(/branch list shows which do)", args, (int)(colon - args), args);
             free(rank);
@@ -645,15 +544,15 @@ static void cmd_branch(chat *c, const char *args)
         p = m - 1;
         args = colon + 1;
     }
-    for (size_t i = c->n_turns; i-- > 0 && p < 0;)
-        if (count[slot_of(c, c->path[i])] > 1) p = (long)i;
+    for (size_t i = c->conv.n_path; i-- > 0 && p < 0;)
+        if (count[slot_of(c, c->conv.path[i])] > 1) p = (long)i;
     if (p < 0) {
         ui_notice(c->u, UI_ROLE_ERROR, "/branch %s: this conversation has no branches (/branch list)", args);
         free(rank);
         free(count);
         return;
     }
-    long cur = c->path[p];
+    long cur = c->conv.path[p];
     size_t n = count[slot_of(c, cur)], k = rank[cur], want = 0;
     free(rank);
     free(count);
@@ -674,29 +573,15 @@ static void cmd_branch(chat *c, const char *args)
         ui_flash(c->u, "already showing branch %zu/%zu", k, n);
         return;
     }
-    long target = -1;
-    size_t seen = 0;
-    for (size_t i = 0; i < c->n_tree && target < 0; i++)
-        if (c->tree[i].parent == c->tree[cur].parent && ++seen == want) target = (long)i;
+    long target = conv_sibling(&c->conv, cur, want);
     switch_branch(c, (size_t)p, target);
     ui_flash(c->u, "branch %zu/%zu of message %ld", want, n, p + 1);
 }
 
-/* The path position of the last message the user wrote before position before, or -1. */
-static long user_pos_before(const chat *c, size_t before)
-{
-    for (size_t i = before < c->n_turns ? before : c->n_turns; i-- > 0;)
-        if (T(c, i)->role == UI_ROLE_USER) return (long)i;
-    return -1;
-}
-
-/* ... after position after, or -1. */
-static long user_pos_after(const chat *c, size_t after)
-{
-    for (size_t i = after + 1; i < c->n_turns; i++)
-        if (T(c, i)->role == UI_ROLE_USER) return (long)i;
-    return -1;
-}
+/* The path position of the last message the user wrote before position before / the first one
+ * after position after, or -1. */
+static long user_pos_before(const chat *c, size_t before) { return conv_role_before(&c->conv, UI_ROLE_USER, before); }
+static long user_pos_after(const chat *c, size_t after) { return conv_role_after(&c->conv, UI_ROLE_USER, after); }
 
 /* Put the user message at path position q in the input to edit it. */
 static void edit_at(chat *c, size_t q)
@@ -713,7 +598,7 @@ static void edit_at(chat *c, size_t q)
 static void edit_send(chat *c, size_t q, const char *text, size_t len)
 {
     c->editing = 0;
-    while (c->n_turns > q) turn_drop_last(c);
+    while (c->conv.n_path > q) turn_drop_last(c);
     turn *t = turn_add(c, UI_ROLE_USER, text, len);
     if (!t) {
         ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
@@ -728,7 +613,7 @@ static void edit_send(chat *c, size_t q, const char *text, size_t len)
 /* /edit [TEXT], Up on an empty input: edit the last message you wrote. */
 static int begin_edit(chat *c, const char *text)
 {
-    long q = user_pos_before(c, c->n_turns);
+    long q = user_pos_before(c, c->conv.n_path);
     if (q < 0) return 0;
     if (text && *text) edit_send(c, (size_t)q, text, strlen(text));
     else edit_at(c, (size_t)q);
@@ -955,9 +840,9 @@ static void run_command(chat *c, const char *line)
         request_reset(c);
     } else if (!strcmp(cmd, "/regen")) {
         if (!need_idle(c, "/regen")) return;
-        if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+        if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
         c->synced = 0;
-        if (!c->n_turns) {
+        if (!c->conv.n_path) {
             ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
             return;
         }
@@ -965,12 +850,12 @@ static void run_command(chat *c, const char *line)
         start_reply(c, 0);
     } else if (!strcmp(cmd, "/undo")) {
         if (!need_idle(c, "/undo")) return;
-        if (!c->n_turns) {
+        if (!c->conv.n_path) {
             ui_notice(c->u, UI_ROLE_ERROR, "/undo: the conversation is empty");
             return;
         }
-        if (T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
-        if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_USER) turn_drop_last(c);
+        if (T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+        if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER) turn_drop_last(c);
         c->synced = 0;
         save_head(c); /* the exchange stays in the store as a branch */
         ui_flash(c->u, "dropped the last exchange");
@@ -1043,12 +928,12 @@ static int cb_submit(void *ud, const char *line)
     }
     if (editing) { /* the edited version of path[editing - 1] */
         if (!*text) ui_flash(c->u, "edit cancelled (an empty message)");
-        else if (editing - 1 < c->n_turns && T(c, editing - 1)->role == UI_ROLE_USER)
+        else if (editing - 1 < c->conv.n_path && T(c, editing - 1)->role == UI_ROLE_USER)
             edit_send(c, editing - 1, text, strlen(text));
         return 1;
     }
     if (!*text) {
-        if (c->tmpl == CHAT_TMPL_NONE && c->n_turns) start_reply(c, 1);
+        if (c->tmpl == CHAT_TMPL_NONE && c->conv.n_path) start_reply(c, 1);
         return 1;
     }
     turn *t = turn_add(c, UI_ROLE_USER, text, strlen(text));
@@ -1132,20 +1017,14 @@ static void load_tree(chat *c, const chatstore_conv *cv)
     while (i < cv->n || j < cv->n_others) {
         int from_path = j >= cv->n_others || (i < cv->n && cv->msgs[i].id < cv->others[j].id);
         const chatstore_msg *m = from_path ? &cv->msgs[i++] : &cv->others[j++];
-        long parent = -1, lo = 0, hi = (long)c->n_tree; /* ids ascend: binary search */
-        while (lo < hi) {
-            long mid = lo + (hi - lo) / 2;
-            if (c->tree[mid].id < m->parent) lo = mid + 1;
-            else hi = mid;
-        }
-        if (m->parent && lo < (long)c->n_tree && c->tree[lo].id == m->parent) parent = lo;
+        long parent = conv_find_id(&c->conv, m->parent); /* ids ascend */
         int role = m->role == STORE_ROLE_USER ? UI_ROLE_USER : UI_ROLE_ASSISTANT;
-        long k = tree_add(c, parent, role, m->text, m->len);
+        long k = conv_add(&c->conv, parent, role, m->text, m->len);
         if (k < 0) break;
-        c->tree[k].id = m->id;
-        c->tree[k].finish = m->finish;
-        c->tree[k].unreadable = m->problem[0] != 0;
-        if (from_path && path_push(c, k)) break;
+        c->conv.node[k].id = m->id;
+        c->conv.node[k].finish = m->finish;
+        c->conv.node[k].unreadable = m->problem[0] != 0;
+        if (from_path && conv_path_push(&c->conv, k)) break;
     }
 }
 
@@ -1176,7 +1055,7 @@ static int open_conversation(chat *c, int64_t id)
     load_tree(c, &cv);
     show_from(c, 0);
     if (cv.note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", cv.note);
-    if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_USER)
+    if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER)
         ui_notice(c->u, UI_ROLE_NOTICE, "the last message has no reply (the chat ended before it): /regen answers it");
     worker_request rq = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx};
     if (cv.ctx) chatstore_announce_restore(c->cs);
@@ -1255,7 +1134,7 @@ static void cb_sessions(void *ud, int action, long long id, const char *text)
             break;
         }
         if (id == chatstore_current(c->cs))
-            for (size_t i = 0; i < c->n_tree; i++) c->tree[i].id = 0; /* the next message starts a new one */
+            for (size_t i = 0; i < c->conv.n; i++) c->conv.node[i].id = 0; /* the next message starts a new one */
         if (chatstore_delete(c->cs, id, why, sizeof why)) snprintf(status, sizeof status, "%.190s", why);
         else snprintf(status, sizeof status, "deleted conversation %lld", id);
         sessions_refresh(c, status);
@@ -1449,9 +1328,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     restore_signals(old);
     if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
     g_sigpipe[0] = g_sigpipe[1] = -1;
-    for (size_t i = 0; i < c->n_tree; i++) free(c->tree[i].text); /* the views went with the ui */
-    free(c->tree);
-    free(c->path);
+    conv_free(&c->conv); /* the views went with the ui */
     free(c->system);
     for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
     prompt_buf_free(&c->pb);
