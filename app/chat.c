@@ -23,6 +23,7 @@
 #include "engine/stop.h"
 #include "engine/worker.h"
 #include "chatstore.h"
+#include "config.h"
 #include "conv_tree.h"
 #include "prompt.h"
 #include "ui/text.h"
@@ -58,71 +59,6 @@ typedef struct chat {
     char *stops[STOP_MAX_STRINGS]; /* stop strings (--stop, /set stop) */
     int n_stops;
 } chat;
-
-static const char *const commands[] = {"/help", "/set",  "/show",     "/clear", "/regen", "/undo", "/edit",
-                                        "/branch", "/theme", "/sessions", "/quit", NULL};
-static const char *const set_names[] = {"temp",   "top_k",       "top_p",         "min_p",           "repeat_penalty",
-                                        "seed",   "max_tokens",  "system",        "repeat_last_n",   "presence_penalty",
-                                        "frequency_penalty", "stop", NULL};
-
-static const char help_text[] =
-    "Keys\n"
-    "Enter\tsend the message, or run a /command\n"
-    "Alt-Enter\tnew line in the message (pastes keep theirs)\n"
-    "Esc, Ctrl-C\tstop the streaming reply (the partial reply stays)\n"
-    "Ctrl-C Ctrl-C\tquit (on an empty input)\n"
-    "Ctrl-D\tquit (on an empty input)\n"
-    "F1\tthis help\n"
-    "F2\tshow / hide the sampling sliders\n"
-    "F3\tsaved conversations: open, search, rename, delete\n"
-    "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
-    "Left, Right\t(sliders) change the selected slider\n"
-    "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
-    "Up, Down\t(sliders) select; (chat) scroll; (input) history\n"
-    "Up (empty input)\tedit your last message; Up, Down again: earlier,\n"
-    "\t  later ones (Esc cancels); Ctrl-P, Ctrl-N: history\n"
-    "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
-    "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
-    "Ctrl-R\tsearch the message history\n"
-    "Ctrl-A E K U W Y\treadline (Emacs) editing; Alt-B, Alt-F: words\n"
-    "Ctrl-L\tredraw the screen\n"
-    "Ctrl-Z\tsuspend (fg resumes)\n"
-    "Shift + drag\tselect text while the wheel is on (--no-mouse)\n"
-    "\n"
-    "Commands\n"
-    "/help\tthis help\n"
-    "/set NAME VALUE\tchange a parameter (from the next token on):\n"
-    "\t  temp 0-2 · top_k 0-200, 0 off · top_p 0-1\n"
-    "\t  min_p 0-1 · repeat_penalty 1-2 · seed N|random\n"
-    "\t  max_tokens N, 0 = no limit · system TEXT\n"
-    "\t  repeat_last_n · presence_penalty\n"
-    "\t  frequency_penalty\n"
-    "\t  stop STR: end replies where STR appears\n"
-    "\t  (repeatable; /set stop alone clears them)\n"
-    "/show params\tlist the parameters\n"
-    "/show cache\tthe KV prefix store: size, hit rate\n"
-    "/sessions\tsaved conversations (also F3)\n"
-    "/clear\tnew conversation (empties the KV cache)\n"
-    "/regen\ta new reply to your last message (the old one\n"
-    "\t  stays as a branch)\n"
-    "/undo\tdrop the last exchange (kept as a branch)\n"
-    "/edit [TEXT]\tedit your last message; the answer goes on a new\n"
-    "\t  branch, the original stays (Up on an empty input)\n"
-    "/branch\tan alternative reply, keeping this one\n"
-    "/branch N\tshow branch N of the last branch point (next,\n"
-    "\t  prev); the label says \"branch 2/3\"\n"
-    "/branch M:N\tbranch N of message M\n"
-    "/branch list\tthe branch points of the shown conversation\n"
-    "/theme NAME\tswitch theme; /theme alone lists them\n"
-    "/quit\tquit (also /exit)\n"
-    "//text\tsend a message that starts with '/'\n"
-    "Enter (empty)\tcompletion mode: let the model go on\n"
-    "\n"
-    " Themes are looked up in $XDG_CONFIG_HOME/kvchat/themes, then\n"
-    " the install dir (share/kvchat/themes), then themes/ by the binary.\n"
-    " NO_COLOR turns colours off. History: $XDG_STATE_HOME/kvchat/history\n"
-    " Conversations are saved as you go in $XDG_DATA_HOME/kvchat/kvchat.db\n"
-    " (--db, KVCHAT_DB); kvchat --resume [ID|last] reopens one.";
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
 
@@ -622,6 +558,31 @@ static int begin_edit(chat *c, const char *text)
 
 /* ---- slash commands ------------------------------------------------------------------------------ */
 
+/* The parameters /set changes: each a key of the settings table (app/config.c keys[]), which gives
+ * its range and its text form, as for the command line and config.ini; key -1: the chat's own. */
+typedef struct set_param {
+    const char *name, *alias;
+    int key;
+} set_param;
+
+static const set_param set_params[] = {
+    {"temp", "temperature", CFG_TEMP},          {"top_k", NULL, CFG_TOP_K},
+    {"top_p", NULL, CFG_TOP_P},                 {"min_p", NULL, CFG_MIN_P},
+    {"repeat_penalty", NULL, CFG_REPEAT_PENALTY}, {"repeat_last_n", NULL, CFG_REPEAT_LAST_N},
+    {"presence_penalty", NULL, CFG_PRESENCE_PENALTY}, {"frequency_penalty", NULL, CFG_FREQUENCY_PENALTY},
+    {"seed", NULL, CFG_SEED},                   {"max_tokens", "n_predict", CFG_N_PREDICT},
+    {"system", NULL, CFG_SYSTEM},               {"stop", NULL, -1},
+};
+#define N_SET_PARAMS (sizeof set_params / sizeof set_params[0])
+
+static const set_param *set_param_find(const char *name)
+{
+    for (size_t i = 0; i < N_SET_PARAMS; i++)
+        if (!strcmp(name, set_params[i].name) || (set_params[i].alias && !strcmp(name, set_params[i].alias)))
+            return &set_params[i];
+    return NULL;
+}
+
 static void push_params(chat *c)
 {
     worker_set_params(c->w, &c->sp);
@@ -631,7 +592,7 @@ static void push_params(chat *c)
     ui_set_slider(c->u, UI_SL_TOP_K, c->sp.top_k);
     ui_set_slider(c->u, UI_SL_MIN_P, c->sp.min_p);
     ui_set_slider(c->u, UI_SL_REPEAT, c->sp.repeat_penalty);
-    ui_set_slider(c->u, UI_SL_MAX_TOKENS, c->max_tokens < 0 ? 0 : c->max_tokens);
+    ui_set_slider(c->u, UI_SL_MAX_TOKENS, c->max_tokens < 0 ? -1 : c->max_tokens);
 }
 
 /* The stop strings as "'a' · 'b'" for /show params (static buffer). */
@@ -651,135 +612,131 @@ static void push_stops(chat *c)
     worker_set_stops(c->w, (const char *const *)c->stops, c->n_stops);
 }
 
+/* The current value of a numeric / seed key as /show params and /set print it: the table's
+ * decimals, its off label ("no limit"), no float noise. */
+static void param_text(const chat *c, int key, char *buf, size_t cap)
+{
+    double v = 0;
+    switch (key) {
+    case CFG_TEMP: v = c->sp.temperature; break;
+    case CFG_TOP_K: v = c->sp.top_k; break;
+    case CFG_TOP_P: v = c->sp.top_p; break;
+    case CFG_MIN_P: v = c->sp.min_p; break;
+    case CFG_REPEAT_PENALTY: v = c->sp.repeat_penalty; break;
+    case CFG_REPEAT_LAST_N: v = c->sp.repeat_last_n; break;
+    case CFG_PRESENCE_PENALTY: v = c->sp.presence_penalty; break;
+    case CFG_FREQUENCY_PENALTY: v = c->sp.frequency_penalty; break;
+    case CFG_N_PREDICT: v = c->max_tokens; break;
+    case CFG_SEED:
+        if (c->sp.seed == SAMPLER_SEED_RANDOM) snprintf(buf, cap, "random");
+        else snprintf(buf, cap, "%llu", (unsigned long long)c->sp.seed);
+        if (c->have_seed) {
+            size_t l = strlen(buf);
+            snprintf(buf + l, cap - l, " (last reply: %llu)", (unsigned long long)c->last_seed);
+        }
+        return;
+    default: snprintf(buf, cap, "?"); return;
+    }
+    cfg_range r;
+    config_key_range(key, &r);
+    if (key == CFG_N_PREDICT && v < 0) snprintf(buf, cap, "no limit");
+    else if (key == CFG_REPEAT_LAST_N && v < 0) snprintf(buf, cap, "-1 (all)");
+    else if (r.integer) snprintf(buf, cap, "%.0f", v);
+    else snprintf(buf, cap, "%.*f", r.decimals ? r.decimals : 2, v);
+}
+
 static void show_params(chat *c)
 {
-    char seed[64], used[64] = "";
-    if (c->sp.seed == SAMPLER_SEED_RANDOM) snprintf(seed, sizeof seed, "random");
-    else snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->sp.seed);
-    if (c->have_seed) snprintf(used, sizeof used, " (last reply: %llu)", (unsigned long long)c->last_seed);
-    char maxt[32];
-    if (c->max_tokens < 0) snprintf(maxt, sizeof maxt, "no limit");
-    else snprintf(maxt, sizeof maxt, "%d", c->max_tokens);
-    ui_notice(c->u, UI_ROLE_NOTICE,
-              "temp %.2f · top_k %d · top_p %.2f · min_p %.2f · repeat_penalty %.2f (last %d tokens) · "
-              "presence_penalty %.2f · frequency_penalty %.2f · seed %s%s · max_tokens %s\n"
-              "mode: %s · system prompt: %s\n"
-              "stop strings: %s",
-              c->sp.temperature, c->sp.top_k, c->sp.top_p, c->sp.min_p, c->sp.repeat_penalty, c->sp.repeat_last_n,
-              c->sp.presence_penalty, c->sp.frequency_penalty, seed, used, maxt,
+    char line[1200];
+    size_t o = 0;
+    for (size_t i = 0; i < N_SET_PARAMS; i++) {
+        int k = set_params[i].key;
+        if (k < 0 || k == CFG_SYSTEM) continue;
+        char v[96];
+        param_text(c, k, v, sizeof v);
+        o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %s", o ? " · " : "", set_params[i].name, v);
+        if (o >= sizeof line) break;
+    }
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nmode: %s · system prompt: %s\nstop strings: %s", line,
               c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
               c->system && *c->system ? c->system : "(none)", stops_list(c));
 }
 
-static int parse_num(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    while (*end == ' ') end++;
-    if (errno || end == s || *end || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
-}
+/* Results of /set: a notice when idle; while a reply streams a flash in the status bar, so
+ * nothing comes between the message and its reply in the transcript. */
+#define SAY(c, ...) ((c)->busy ? ui_flash((c)->u, __VA_ARGS__) : ui_notice((c)->u, UI_ROLE_NOTICE, __VA_ARGS__))
 
 static int need_idle(chat *c, const char *cmd);
 
+static void set_system(chat *c, const char *value)
+{
+    if (!need_idle(c, "/set system")) return;
+    c->synced = 0;
+    free(c->system);
+    c->system = *value ? strdup(value) : NULL;
+    char why[700];
+    if (c->cs && chatstore_set_system(c->cs, c->system, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+    if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
+    else ui_notice(c->u, UI_ROLE_NOTICE, "system prompt cleared");
+}
+
+static void set_stop(chat *c, const char *value)
+{
+    if (!*value) {
+        for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
+        c->n_stops = 0;
+        push_stops(c);
+        SAY(c, "stop strings cleared");
+        return;
+    }
+    if (c->n_stops == STOP_MAX_STRINGS || strlen(value) >= STOP_MAX_LEN) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/set stop: at most %d stop strings of 1 to %d bytes", STOP_MAX_STRINGS,
+                  STOP_MAX_LEN - 1);
+        return;
+    }
+    char *dup = strdup(value);
+    if (!dup) return;
+    c->stops[c->n_stops++] = dup;
+    push_stops(c);
+    SAY(c, "stop strings: %s%s", stops_list(c), c->busy ? " (from the next reply)" : "");
+}
+
 static void cmd_set(chat *c, char *args)
 {
-    while (*args == ' ') args++;
     char *name = args;
     size_t nl = strcspn(args, " ");
     char *value = args + nl;
     if (*value) *value++ = 0;
     while (*value == ' ') value++;
-    if (!*name) {
-        ui_notice(c->u, UI_ROLE_ERROR, "usage: /set NAME VALUE (names: temp top_k top_p min_p repeat_penalty seed max_tokens system)");
+    for (char *p = name; *p; p++)
+        if (*p == '-') *p = '_';
+    const set_param *sp = *name ? set_param_find(name) : NULL;
+    if (!sp) {
+        char names[400];
+        size_t o = 0;
+        for (size_t i = 0; i < N_SET_PARAMS; i++) o += (size_t)snprintf(names + o, sizeof names - o, " %s", set_params[i].name);
+        if (*name) ui_notice(c->u, UI_ROLE_ERROR, "/set: unknown parameter '%s' (%s)", name, names + 1);
+        else ui_notice(c->u, UI_ROLE_ERROR, "usage: /set NAME VALUE (names:%s)", names);
         return;
     }
-    for (char *p = name; *p; p++) if (*p == '-') *p = '_';
-    if (!strcmp(name, "system")) {
-        if (!need_idle(c, "/set system")) return;
-        c->synced = 0;
-        free(c->system);
-        c->system = *value ? strdup(value) : NULL;
-        char why[700];
-        if (c->cs && chatstore_set_system(c->cs, c->system, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
-        if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
-        else ui_notice(c->u, UI_ROLE_NOTICE, "system prompt cleared");
-        return;
-    }
-    if (!strcmp(name, "stop")) {
-        if (!*value) {
-            for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
-            c->n_stops = 0;
-            push_stops(c);
-            ui_notice(c->u, UI_ROLE_NOTICE, "stop strings cleared");
-            return;
-        }
-        if (c->n_stops == STOP_MAX_STRINGS || strlen(value) >= STOP_MAX_LEN) {
-            ui_notice(c->u, UI_ROLE_ERROR, "/set stop: at most %d stop strings of 1 to %d bytes", STOP_MAX_STRINGS,
-                      STOP_MAX_LEN - 1);
-            return;
-        }
-        char *dup = strdup(value);
-        if (!dup) return;
-        c->stops[c->n_stops++] = dup;
-        push_stops(c);
-        ui_notice(c->u, UI_ROLE_NOTICE, "stop strings: %s%s", stops_list(c), c->busy ? " (from the next reply)" : "");
-        return;
-    }
+    if (sp->key == CFG_SYSTEM) return set_system(c, value);
+    if (sp->key < 0) return set_stop(c, value);
     if (!*value) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", name);
+        ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", sp->name);
+        return;
+    }
+    /* the chat's spellings of "none": max_tokens 0 = no limit, seed -1 = random */
+    if (sp->key == CFG_N_PREDICT && !strcmp(value, "0")) value = "-1";
+    if (sp->key == CFG_SEED && !strcmp(value, "-1")) value = "random";
+    char norm[1100], why[600];
+    if (config_check(sp->key, value, norm, sizeof norm, why, sizeof why)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/set %s: %s", sp->name, why);
         return;
     }
     sampler_params p = c->sp;
-    double v = 0;
     int max_tokens = c->max_tokens;
-    if (!strcmp(name, "seed")) {
-        if (!strcasecmp(value, "random") || !strcmp(value, "-1")) p.seed = SAMPLER_SEED_RANDOM;
-        else {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(value, &end, 10);
-            if (errno || *end || value[0] == '-' || s == SAMPLER_SEED_RANDOM) {
-                ui_notice(c->u, UI_ROLE_ERROR, "seed must be a non-negative integer or 'random', not '%s'", value);
-                return;
-            }
-            p.seed = s;
-        }
-    } else if (parse_num(value, &v)) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/set %s: '%s' is not a number", name, value);
-        return;
-    } else if (!strcmp(name, "temp") || !strcmp(name, "temperature")) p.temperature = (float)v;
-    else if (!strcmp(name, "top_k")) {
-        if (v != floor(v) || v < 0 || v > 1e9) {
-            ui_notice(c->u, UI_ROLE_ERROR, "top_k must be a whole number >= 0 (0 = off), not %s", value);
-            return;
-        }
-        p.top_k = (int32_t)v;
-    } else if (!strcmp(name, "top_p")) p.top_p = (float)v;
-    else if (!strcmp(name, "min_p")) p.min_p = (float)v;
-    else if (!strcmp(name, "repeat_penalty")) p.repeat_penalty = (float)v;
-    else if (!strcmp(name, "presence_penalty")) p.presence_penalty = (float)v;
-    else if (!strcmp(name, "frequency_penalty")) p.frequency_penalty = (float)v;
-    else if (!strcmp(name, "repeat_last_n")) {
-        if (v != floor(v) || v < -1 || v > SAMPLER_MAX_LAST_N) {
-            ui_notice(c->u, UI_ROLE_ERROR, "repeat_last_n must be -1 or a whole number 0-%d", SAMPLER_MAX_LAST_N);
-            return;
-        }
-        p.repeat_last_n = (int32_t)v;
-    } else if (!strcmp(name, "max_tokens") || !strcmp(name, "n_predict")) {
-        if (v != floor(v) || v < -1 || v > 1e9) {
-            ui_notice(c->u, UI_ROLE_ERROR, "max_tokens must be a whole number (0 or -1: no limit), not %s", value);
-            return;
-        }
-        max_tokens = v <= 0 ? -1 : (int)v;
-    } else {
-        ui_notice(c->u, UI_ROLE_ERROR,
-                  "/set: unknown parameter '%s' (temp top_k top_p min_p repeat_penalty seed max_tokens system "
-                  "repeat_last_n presence_penalty frequency_penalty stop)", name);
-        return;
-    }
+    config_apply_key(sp->key, norm, NULL, &p, &max_tokens);
+    if (max_tokens <= 0) max_tokens = -1;
     kv_error ke = {0};
     if (sampler_params_validate(&p, &ke)) {
         ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
@@ -788,10 +745,12 @@ static void cmd_set(chat *c, char *args)
     c->sp = p;
     c->max_tokens = max_tokens;
     push_params(c);
-    ui_notice(c->u, UI_ROLE_NOTICE, "%s = %s%s", name, value, c->busy ? " (from the next token)" : "");
+    char shown[96];
+    param_text(c, sp->key, shown, sizeof shown);
+    SAY(c, "%s = %s%s", sp->name, shown, c->busy ? " (from the next token)" : "");
 }
 
-static void cmd_theme(chat *c, const char *name);
+static void cmd_theme(chat *c, char *name);
 static void cb_sessions(void *ud, int action, long long id, const char *text);
 
 static void show_cache(chat *c)
@@ -813,6 +772,110 @@ static int need_idle(chat *c, const char *cmd)
     return 0;
 }
 
+static void cmd_help(chat *c, char *args) { (void)args; ui_show_help(c->u, 1); }
+static void cmd_quit(chat *c, char *args) { (void)args; c->quit = 1; }
+static void cmd_sessions(chat *c, char *args) { (void)args; cb_sessions(c, UI_SESS_SHOW, 0, NULL); }
+static void cmd_branch_(chat *c, char *args) { cmd_branch(c, args); }
+
+static void cmd_show(chat *c, char *args)
+{
+    if (!*args || !strcmp(args, "params")) show_params(c);
+    else if (!strcmp(args, "cache")) show_cache(c);
+    else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params or /show cache)", args);
+}
+
+static void cmd_clear(chat *c, char *args)
+{
+    (void)args;
+    turns_clear(c);
+    if (c->cs) chatstore_new(c->cs);
+    c->synced = 0;
+    ui_pane_clear(c->u);
+    ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
+    ui_notice(c->u, UI_ROLE_NOTICE, "New conversation.");
+    request_reset(c);
+}
+
+static void cmd_regen(chat *c, char *args)
+{
+    (void)args;
+    if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+    c->synced = 0;
+    if (!c->conv.n_path) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
+        return;
+    }
+    save_head(c); /* the old reply stays in the store as a branch */
+    start_reply(c, 0);
+}
+
+static void cmd_undo(chat *c, char *args)
+{
+    (void)args;
+    if (!c->conv.n_path) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/undo: the conversation is empty");
+        return;
+    }
+    if (T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+    if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER) turn_drop_last(c);
+    c->synced = 0;
+    save_head(c); /* the exchange stays in the store as a branch */
+    ui_flash(c->u, "dropped the last exchange");
+}
+
+static void cmd_edit(chat *c, char *args)
+{
+    if (!begin_edit(c, args)) ui_notice(c->u, UI_ROLE_ERROR, "/edit: there is no message of yours to edit yet");
+}
+
+/* The slash commands: one table gives dispatch, the help overlay and Tab completion (Redis's
+ * command table). usage: help lines "USAGE\tdescription" ('\n' between lines; a line starting
+ * with '\t' continues the one above); "@set" stands for the generated list of /set's parameters. */
+typedef struct chat_cmd {
+    const char *name;
+    const char *aliases[3];        /* NULL-terminated */
+    const char *usage;
+    int needs_idle;                /* refused while a reply streams */
+    void (*handler)(chat *c, char *args);
+    const char *const *args;       /* what Tab completes the first argument to; NULL: nothing */
+    int args_themes;               /* ... the theme names */
+} chat_cmd;
+
+static const char *const show_args[] = {"params", "cache", NULL};
+static const char *const branch_args[] = {"list", "next", "prev", NULL};
+static const char *set_args[N_SET_PARAMS + 1];
+
+static const chat_cmd commands[] = {
+    {"/help", {"/?"}, "/help\tthis help", 0, cmd_help, NULL, 0},
+    {"/set", {0}, "/set NAME VALUE\tchange a parameter (from the next token on):\n@set\n"
+                  "\t  stop STR: end replies where STR appears\n\t  (repeatable; /set stop alone clears them)",
+     0, cmd_set, set_args, 0},
+    {"/show", {0}, "/show params\tlist the parameters\n/show cache\tthe KV prefix store: size, hit rate", 0, cmd_show,
+     show_args, 0},
+    {"/sessions", {0}, "/sessions\tsaved conversations (also F3)", 0, cmd_sessions, NULL, 0},
+    {"/clear", {0}, "/clear\tnew conversation (empties the KV cache)", 1, cmd_clear, NULL, 0},
+    {"/regen", {0}, "/regen\ta new reply to your last message (the old one\n\t  stays as a branch)", 1, cmd_regen, NULL, 0},
+    {"/undo", {0}, "/undo\tdrop the last exchange (kept as a branch)", 1, cmd_undo, NULL, 0},
+    {"/edit", {0}, "/edit [TEXT]\tedit your last message; the answer goes on a new\n\t  branch, the original stays (Up on an "
+                   "empty input)", 1, cmd_edit, NULL, 0},
+    {"/branch", {0}, "/branch\tan alternative reply, keeping this one\n/branch N\tshow branch N of the last branch point "
+                     "(next,\n\t  prev); the label says \"branch 2/3\"\n/branch M:N\tbranch N of message M\n/branch list\tthe "
+                     "branch points of the shown conversation", 1, cmd_branch_, branch_args, 0},
+    {"/theme", {0}, "/theme NAME\tswitch theme; /theme alone lists them", 0, cmd_theme, NULL, 1},
+    {"/quit", {"/exit", "/q"}, "/quit\tquit (also /exit)", 0, cmd_quit, NULL, 0},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const chat_cmd *command_find(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (!strcmp(name, commands[i].name)) return &commands[i];
+        for (int a = 0; a < 3 && commands[i].aliases[a]; a++)
+            if (!strcmp(name, commands[i].aliases[a])) return &commands[i];
+    }
+    return NULL;
+}
+
 static void run_command(chat *c, const char *line)
 {
     char buf[4096];
@@ -822,52 +885,86 @@ static void run_command(chat *c, const char *line)
     char *cmd = buf, *args = buf + strcspn(buf, " ");
     if (*args) *args++ = 0;
     while (*args == ' ') args++;
-    if (!strcmp(cmd, "/help") || !strcmp(cmd, "/?")) ui_show_help(c->u, 1);
-    else if (!strcmp(cmd, "/quit") || !strcmp(cmd, "/exit") || !strcmp(cmd, "/q")) c->quit = 1;
-    else if (!strcmp(cmd, "/set")) cmd_set(c, args);
-    else if (!strcmp(cmd, "/show")) {
-        if (!*args || !strcmp(args, "params")) show_params(c);
-        else if (!strcmp(args, "cache")) show_cache(c);
-        else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params or /show cache)", args);
-    } else if (!strcmp(cmd, "/clear")) {
-        if (!need_idle(c, "/clear")) return;
-        turns_clear(c);
-        if (c->cs) chatstore_new(c->cs);
-        c->synced = 0;
-        ui_pane_clear(c->u);
-        ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
-        ui_notice(c->u, UI_ROLE_NOTICE, "New conversation.");
-        request_reset(c);
-    } else if (!strcmp(cmd, "/regen")) {
-        if (!need_idle(c, "/regen")) return;
-        if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
-        c->synced = 0;
-        if (!c->conv.n_path) {
-            ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
-            return;
-        }
-        save_head(c); /* the old reply stays in the store as a branch */
-        start_reply(c, 0);
-    } else if (!strcmp(cmd, "/undo")) {
-        if (!need_idle(c, "/undo")) return;
-        if (!c->conv.n_path) {
-            ui_notice(c->u, UI_ROLE_ERROR, "/undo: the conversation is empty");
-            return;
-        }
-        if (T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
-        if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER) turn_drop_last(c);
-        c->synced = 0;
-        save_head(c); /* the exchange stays in the store as a branch */
-        ui_flash(c->u, "dropped the last exchange");
-    } else if (!strcmp(cmd, "/edit")) {
-        if (!need_idle(c, "/edit")) return;
-        if (!begin_edit(c, args)) ui_notice(c->u, UI_ROLE_ERROR, "/edit: there is no message of yours to edit yet");
-    } else if (!strcmp(cmd, "/branch")) cmd_branch(c, args);
-    else if (!strcmp(cmd, "/theme")) cmd_theme(c, args);
-    else if (!strcmp(cmd, "/sessions")) cb_sessions(c, UI_SESS_SHOW, 0, NULL);
-    else {
+    const chat_cmd *k = command_find(cmd);
+    if (!k) {
         ui_notice(c->u, UI_ROLE_ERROR, "unknown command '%.40s' — /help lists the commands", cmd);
+        return;
     }
+    if (k->needs_idle && !need_idle(c, k->name)) return;
+    k->handler(c, args);
+}
+
+static const char help_keys[] =
+    "Keys\n"
+    "Enter\tsend the message, or run a /command\n"
+    "Alt-Enter\tnew line in the message (pastes keep theirs)\n"
+    "Esc, Ctrl-C\tstop the streaming reply (the partial reply stays)\n"
+    "Ctrl-C Ctrl-C\tquit (on an empty input)\n"
+    "Ctrl-D\tquit (on an empty input)\n"
+    "F1\tthis help\n"
+    "F2\tshow / hide the sampling sliders\n"
+    "F3\tsaved conversations: open, search, rename, delete\n"
+    "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
+    "Left, Right\t(sliders) change the selected slider\n"
+    "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
+    "Up, Down\t(sliders) select; (chat) scroll; (input) history\n"
+    "Up (empty input)\tedit your last message; Up, Down again: earlier,\n"
+    "\t  later ones (Esc cancels); Ctrl-P, Ctrl-N: history\n"
+    "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
+    "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
+    "Ctrl-R\tsearch the message history\n"
+    "Ctrl-A E K U W Y\treadline (Emacs) editing; Alt-B, Alt-F: words\n"
+    "Ctrl-L\tredraw the screen\n"
+    "Ctrl-Z\tsuspend (fg resumes)\n"
+    "Shift + drag\tselect text while the wheel is on (--no-mouse)\n"
+    "\n"
+    "Commands\n";
+
+static const char help_tail[] =
+    "//text\tsend a message that starts with '/'\n"
+    "Enter (empty)\tcompletion mode: let the model go on\n"
+    "\n"
+    " Themes are looked up in $XDG_CONFIG_HOME/kvchat/themes, then\n"
+    " the install dir (share/kvchat/themes), then themes/ by the binary.\n"
+    " NO_COLOR turns colours off. History: $XDG_STATE_HOME/kvchat/history\n"
+    " Conversations are saved as you go in $XDG_DATA_HOME/kvchat/kvchat.db\n"
+    " (--db, KVCHAT_DB); kvchat --resume [ID|last] reopens one.";
+
+/* The help overlay's text from the command table (malloc'd; NULL when out of memory). The
+ * parameters of /set are listed with their ranges from the settings table, two or three a line. */
+static char *help_build(void)
+{
+    size_t cap = sizeof help_keys + sizeof help_tail + 4096, o = 0;
+    char *h = malloc(cap);
+    if (!h) return NULL;
+    o += (size_t)snprintf(h + o, cap - o, "%s", help_keys);
+    for (size_t i = 0; i < N_COMMANDS && o < cap; i++) {
+        const char *u = commands[i].usage, *at = strstr(u, "@set");
+        if (!at) {
+            o += (size_t)snprintf(h + o, cap - o, "%s\n", u);
+            continue;
+        }
+        o += (size_t)snprintf(h + o, cap - o, "%.*s", (int)(at - u), u);
+        size_t line = 0;
+        for (size_t k = 0; k < N_SET_PARAMS && o < cap; k++) {
+            int key = set_params[k].key;
+            if (key < 0) continue;
+            char r[64], item[120];
+            if (key == CFG_SYSTEM) snprintf(r, sizeof r, "TEXT");
+            else config_range_text(key, r, sizeof r);
+            snprintf(item, sizeof item, "%s %s", set_params[k].name, r);
+            size_t w = strlen(item);
+            if (line && line + 3 + w > 48) {
+                o += (size_t)snprintf(h + o, cap - o, "\n");
+                line = 0;
+            }
+            o += (size_t)snprintf(h + o, cap - o, "%s%s", line ? " · " : "\t  ", item);
+            line += (line ? 3 : 0) + w;
+        }
+        o += (size_t)snprintf(h + o, cap - o, "%s\n", at + 4);
+    }
+    if (o < cap) snprintf(h + o, cap - o, "%s", help_tail);
+    return h;
 }
 
 /* ---- themes --------------------------------------------------------------------------------------- */
@@ -890,7 +987,7 @@ static void show_warnings(chat *c, const warn_list *w)
     if (w->n > 8) ui_notice(c->u, UI_ROLE_ERROR, "theme: %d more warnings", w->n - 8);
 }
 
-static void cmd_theme(chat *c, const char *name)
+static void cmd_theme(chat *c, char *name)
 {
     if (!*name) {
         char list[1024];
@@ -988,7 +1085,7 @@ static void cb_slider(void *ud, int id, double v)
     case UI_SL_TOP_K: c->sp.top_k = (int32_t)lround(v); break;
     case UI_SL_MIN_P: c->sp.min_p = (float)v; break;
     case UI_SL_REPEAT: c->sp.repeat_penalty = (float)v; break;
-    case UI_SL_MAX_TOKENS: c->max_tokens = v <= 0 ? -1 : (int)lround(v); break;
+    case UI_SL_MAX_TOKENS: c->max_tokens = v <= 0 ? -1 : (int)lround(v); break; /* -1: ∞ */
     default: return;
     }
     worker_set_params(c->w, &c->sp);
@@ -1243,13 +1340,32 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     char hist[1024] = "";
     if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
     else chat_history_path(hist, sizeof hist);
+    /* completion, help and sliders from the command and settings tables */
+    ui_command ucmds[N_COMMANDS];
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        ucmds[i] = (ui_command){commands[i].name, commands[i].args, commands[i].args_themes};
+    for (size_t i = 0; i < N_SET_PARAMS; i++) set_args[i] = set_params[i].name;
+    static const struct { int key; const char *label; } slider_keys[UI_SL_COUNT] = {
+        [UI_SL_TEMP] = {CFG_TEMP, "temperature"}, [UI_SL_TOP_P] = {CFG_TOP_P, "top-p"},
+        [UI_SL_TOP_K] = {CFG_TOP_K, "top-k"},     [UI_SL_MIN_P] = {CFG_MIN_P, "min-p"},
+        [UI_SL_REPEAT] = {CFG_REPEAT_PENALTY, "repeat penalty"}, [UI_SL_MAX_TOKENS] = {CFG_N_PREDICT, "max tokens"},
+    };
+    ui_slider_spec sliders[UI_SL_COUNT];
+    for (int i = 0; i < UI_SL_COUNT; i++) {
+        cfg_range r;
+        config_key_range(slider_keys[i].key, &r);
+        sliders[i] = (ui_slider_spec){slider_keys[i].label, r.ui_lo, r.ui_hi, r.step, r.decimals, r.off_value,
+                                      r.off_label, r.log};
+    }
+    char *help = help_build();
     ui_config cfg = {
         .history_path = hist,
         .mouse = o->mouse,
-        .commands = commands,
-        .set_names = set_names,
+        .commands = ucmds,
+        .n_commands = N_COMMANDS,
+        .sliders = sliders,
         .n_ctx = engine_n_ctx(e),
-        .help_text = help_text,
+        .help_text = help,
     };
     ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c,
                        .sessions = cb_sessions, .edit_step = cb_edit_step, .edit_cancel = cb_edit_cancel};
@@ -1258,6 +1374,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     g_signal = 0;
     install_signals(old);
     c->u = ui_open(&cfg, &cb, &theme, why, sizeof why);
+    free(help);
     if (!c->u) {
         restore_signals(old);
         worker_destroy(c->w);

@@ -99,6 +99,34 @@ const char *config_get(const kv_config *c, int key);
  * chat_template, mouse, db, cache_size and model are read with config_get(). */
 void config_apply(const kv_config *c, engine_params *ep, sampler_params *sp, int *n_predict);
 
+/* One key's value, as config_apply does for all: text must be normalized (config_check). ep may
+ * be NULL (sampling keys only). */
+void config_apply_key(int key, const char *text, engine_params *ep, sampler_params *sp, int *n_predict);
+
+/* Validate text for key as every source does (command line, config.ini, the environment, the
+ * chat's /set) and write its normalized form to out ("0.7", "auto", "random"). Returns 0, or -1
+ * with the reason in why ("'5' is not a number from 0 to 2"). */
+int config_check(int key, const char *text, char *out, size_t cap, char *why, size_t why_cap);
+
+/* The one table of ranges: what a numeric key accepts, and how its slider shows it. */
+typedef struct cfg_range {
+    double lo, hi;        /* accepted values (inclusive) */
+    int integer;          /* whole numbers only */
+    double ui_lo, ui_hi;  /* the slider's span; equal: the key has no slider */
+    double step;          /* the slider's step */
+    int decimals;         /* digits shown */
+    double off_value;     /* with off_label: the value that means "off" ("greedy", "∞") */
+    const char *off_label;
+    int log;              /* logarithmic slider with off_value past its right end (max tokens) */
+} cfg_range;
+
+/* The range of key; 0, or -1 when it is not numeric (*r zeroed). */
+int config_key_range(int key, cfg_range *r);
+/* "0-2", "0-1000000, 0 off", "-1-N, -1 no limit"; "N|random" for the seed; "" otherwise. */
+void config_range_text(int key, char *buf, size_t cap);
+/* The long option that sets key ("temp", "ctx-size"), or NULL. */
+const char *config_key_option(int key);
+
 /* Parse a boolean: 1/0, true/false, yes/no, on/off. Returns 0/1, or -1. */
 int config_parse_bool(const char *s);
 

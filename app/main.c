@@ -186,16 +186,23 @@ static int parse_int(const char *s, const char *opt, long lo, long hi, int *out)
     return 0;
 }
 
-static int parse_float(const char *s, const char *opt, float *out)
+
+/* An option that sets a key of the settings table (app/config.c keys[]): its value is checked
+ * against the table's range, the same rule as config.ini and /set. 0, or -1 (message printed). */
+static int table_option(const struct option *opts, int val, const char *arg)
 {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || *s == 0 || *end != 0 || v != v) {
-        fprintf(stderr, "kvchat: invalid value '%s' for %s (a number)\n", s, opt);
+    const char *name = NULL;
+    for (const struct option *o = opts; o->name && !name; o++)
+        if (!o->flag && o->val == val) name = o->name;
+    int key = name ? config_key_from_name(name) : -1;
+    for (int k = 0; k < CFG_COUNT && key < 0 && name; k++)
+        if (config_key_option(k) && !strcmp(config_key_option(k), name)) key = k;
+    char out[1100], why[600];
+    if (key < 0 || config_check(key, arg, out, sizeof out, why, sizeof why)) {
+        fprintf(stderr, "kvchat: invalid value for --%s: %s\nTry 'kvchat --help' for more information.\n",
+                name ? name : "?", key < 0 ? "not a setting" : why);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -246,37 +253,10 @@ static int parse_args(int argc, char **argv, cli *c)
         switch (o) {
         case 'm': c->ep.model_path = optarg; break;
         case 'p': c->prompt = optarg; break;
-        case 'n': if (parse_int(optarg, "-n", -1, INT_MAX, &c->n_predict)) return EXIT_USAGE; break;
-        case 'c': if (parse_int(optarg, "-c", 8, 1 << 20, &c->ep.n_ctx)) return EXIT_USAGE; break;
-        case 'b': if (parse_int(optarg, "-b", 1, 1 << 16, &c->ep.n_batch)) return EXIT_USAGE; break;
-        case 't': if (parse_int(optarg, "-t", 1, 1024, &c->ep.n_threads)) return EXIT_USAGE; break;
-        case OPT_TEMP: if (parse_float(optarg, "--temp", &c->sp.temperature)) return EXIT_USAGE; break;
-        case OPT_TOP_K: if (parse_int(optarg, "--top-k", 0, INT_MAX, &c->sp.top_k)) return EXIT_USAGE; break;
-        case OPT_TOP_P: if (parse_float(optarg, "--top-p", &c->sp.top_p)) return EXIT_USAGE; break;
-        case OPT_MIN_P: if (parse_float(optarg, "--min-p", &c->sp.min_p)) return EXIT_USAGE; break;
-        case OPT_REPEAT_PENALTY:
-            if (parse_float(optarg, "--repeat-penalty", &c->sp.repeat_penalty)) return EXIT_USAGE;
+        case 'n': case 'c': case 'b': case 't': case OPT_TEMP: case OPT_TOP_K: case OPT_TOP_P: case OPT_MIN_P:
+        case OPT_REPEAT_PENALTY: case OPT_REPEAT_LAST_N: case OPT_PRESENCE: case OPT_FREQUENCY: case OPT_SEED:
+            if (table_option(opts, o, optarg)) return EXIT_USAGE; /* applied after the loop */
             break;
-        case OPT_REPEAT_LAST_N:
-            if (parse_int(optarg, "--repeat-last-n", 0, 1 << 20, &c->sp.repeat_last_n)) return EXIT_USAGE;
-            break;
-        case OPT_PRESENCE:
-            if (parse_float(optarg, "--presence-penalty", &c->sp.presence_penalty)) return EXIT_USAGE;
-            break;
-        case OPT_FREQUENCY:
-            if (parse_float(optarg, "--frequency-penalty", &c->sp.frequency_penalty)) return EXIT_USAGE;
-            break;
-        case OPT_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || *optarg == 0 || *optarg == '-' || *end) {
-                fprintf(stderr, "kvchat: invalid value '%s' for --seed (a non-negative integer)\n", optarg);
-                return EXIT_USAGE;
-            }
-            c->sp.seed = v;
-            break;
-        }
         case OPT_STATS: c->stats = 1; break;
         case OPT_NO_BOS: c->no_bos = 1; break;
         case OPT_STOP:
@@ -331,6 +311,12 @@ static int parse_args(int argc, char **argv, cli *c)
         config_note_getopt(&g_config, opts, o, optarg); /* for --print-config */
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    /* the settings of the one table, resolved: command line > environment > file > default */
+    {
+        const char *model_cli = c->ep.model_path;
+        config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
+        if (model_cli) c->ep.model_path = model_cli;
+    }
     kv_error err = {0};
     if (sampler_params_validate(&c->sp, &err)) {
         fprintf(stderr, "kvchat: %s\n", err.msg);

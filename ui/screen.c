@@ -218,7 +218,7 @@ ui *ui_open(const ui_config *cfg, const ui_callbacks *cb, const ui_theme *theme,
     u->panel_visible = 1;
     u->mouse = cfg->mouse;
     if (cfg->help_text) u->help_text = strdup(cfg->help_text);
-    controls_init(u, cfg->n_ctx);
+    controls_init(u, cfg->sliders, cfg->n_ctx);
     g_screen = newterm(NULL, stdout, stdin);
     if (!g_screen) {
         const char *term = getenv("TERM");

@@ -73,11 +73,32 @@ typedef struct ui_info {
     int n_threads;
 } ui_info;
 
+/* A slash command as Tab completes it: its name ("/set") and the words its first argument
+ * completes to (NULL-terminated; NULL: none), or the theme names (themes = 1). */
+typedef struct ui_command {
+    const char *name;
+    const char *const *args;
+    int themes;
+} ui_command;
+
+/* A slider of the controls panel: its range and how its value reads (the controller fills these
+ * from its settings table). */
+typedef struct ui_slider_spec {
+    const char *label;
+    double min, max, step;
+    int decimals;          /* 0: whole numbers */
+    double off_value;      /* the value shown as off_label ("off", "greedy", "∞"), if off_label */
+    const char *off_label;
+    int log;               /* logarithmic steps from min to max, then off_value at the right end */
+} ui_slider_spec;
+
 typedef struct ui_config {
     const char *history_path;      /* readline history file; NULL: none */
     int mouse;                     /* 1: wheel scrolls the pane */
-    const char *const *commands;   /* slash commands for Tab completion (NULL-terminated) */
-    const char *const *set_names;  /* /set parameter names for completion (NULL-terminated) */
+    const ui_command *commands;    /* slash commands for Tab completion (n_commands of them; strings
+                                      must outlive the ui) */
+    size_t n_commands;
+    const ui_slider_spec *sliders; /* UI_SL_COUNT specs (strings outlive the ui); NULL: built-in */
     int n_ctx;                     /* max-tokens slider range */
     const char *help_text;         /* the help overlay (lines; "KEY\tdescription" aligns) */
 } ui_config;

@@ -53,9 +53,10 @@ typedef struct slider {
     int decimals;          /* 0: an integer */
     double off_value;      /* value shown as off_label */
     const char *off_label; /* "off", "∞" or NULL */
+    int log;               /* logarithmic from min to max, off_value past the right end */
 } slider;
 
-void controls_init(ui *u, int n_ctx);
+void controls_init(ui *u, const ui_slider_spec *spec, int n_ctx);
 /* Rows the panel wants; draws it in the rectangle. */
 void controls_draw(ui *u, int y, int x, int h, int w);
 /* Move the selected slider by `steps` (or to min/max with to_end = -1/+1); notifies. */
