@@ -53,6 +53,7 @@ typedef struct chat {
     int have_seed;
     char model_label[64];
     prompt_buf pb;       /* the prompt of the request being submitted */
+    prompt_buf kb;       /* its start that context shifts keep: the system prompt rendered alone */
     chatstore *cs;       /* where conversations are saved (NULL: nowhere) */
     int64_t reply_user;  /* the stored user message the running reply answers (0: none) */
     char sess_query[256];/* the sessions view's search */
@@ -221,6 +222,14 @@ static void start_reply(chat *c, int continue_last)
                         ? T(c, c->reply - 1)->id : 0;
     worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
                          .append = append};
+    /* the template's prefix and the system prompt survive every context shift */
+    if (c->system && *c->system) {
+        prompt_msg sys = {"system", c->system, strlen(c->system)};
+        if (prompt_build(c->tmpl, &sys, 1, &c->kb, err, sizeof err) == 0) {
+            rq.keep_seg = c->kb.seg;
+            rq.n_keep_seg = c->kb.n_seg;
+        }
+    }
     kv_error ke = {0};
     if (worker_submit(c->w, &rq, &ke)) {
         ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
@@ -317,6 +326,11 @@ static void on_done(chat *c, const worker_event *ev)
         ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
         return;
     }
+    if (ev->keep_wanted > ev->stats.gen.n_keep && (ev->stats.gen.n_shifts || ev->stats.gen.n_truncated))
+        ui_notice(c->u, UI_ROLE_ERROR,
+                  "the context shifted, but the system prompt (%d tokens with the template's start) is longer than a "
+                  "shift can keep (%d of the %d-token context): the model no longer sees all of it — raise -c or "
+                  "shorten it", ev->keep_wanted, ev->stats.gen.n_keep, engine_n_ctx(c->e));
     if (ev->finish == GEN_FINISH_CANCELLED) ui_msg_set_note(c->u, t->view, "[stopped]", 0);
     else if (ev->finish == GEN_FINISH_LENGTH) ui_msg_set_note(c->u, t->view, "[max tokens]", 0);
     else if (ev->finish == GEN_FINISH_CONTEXT)
@@ -343,6 +357,7 @@ static void drain_events(chat *c)
             break;
         case WORKER_EV_STATS:
             if (c->req == REQ_REPLY) ui_set_stats(c->u, &ev.stats.gen, ui_phase_of(ev.stats.phase), NULL);
+            if (c->req == REQ_REPLY && ev.stats.prefill_total) ui_set_prefill(c->u, ev.stats.prefill_done, ev.stats.prefill_total);
             ui_set_kv(c->u, &ev.stats.kv);
             break;
         case WORKER_EV_DONE: on_done(c, &ev); break;
@@ -1408,6 +1423,14 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s · chat template %s. F1 help · F2 sliders · Ctrl-D quits.",
                   KVCHAT_VERSION, c->model_label, chat_template_name(c->tmpl));
     show_warnings(c, &tw);
+    {
+        gen_opts go;
+        engine_default_opts(e, &go);
+        int n_ctx = engine_n_ctx(e), max_keep = n_ctx * 3 / 4;
+        if (go.n_keep > max_keep)
+            ui_notice(c->u, UI_ROLE_ERROR, "--keep %d is more than a context shift can keep in a %d-token context: it "
+                      "keeps the first %d (3/4 of the context)", go.n_keep, n_ctx, max_keep);
+    }
     if (c->system && !resume_id) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
     if (o->db_path && !c->cs) ui_notice(c->u, UI_ROLE_ERROR, "conversations are not saved: %s", store_why);
     /* the gauge starts from the engine's real figures (a resumed chat: with its restored KV) */
@@ -1449,5 +1472,6 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     free(c->system);
     for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
     prompt_buf_free(&c->pb);
+    prompt_buf_free(&c->kb);
     return status;
 }

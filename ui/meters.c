@@ -19,7 +19,8 @@ void draw_status(ui *u, int y, int w)
     if (u->flash[0]) snprintf(right, sizeof right, " %s ", u->flash);
     else if (u->busy)
         snprintf(right, sizeof right, " %s %s ", ui_glyph(u, "●", "*"),
-                 u->phase == UI_PHASE_PREFILL ? "prefilling" : u->phase == UI_PHASE_DECODE ? "generating" : "working");
+                 u->stopping ? ui_glyph(u, "stopping…", "stopping...")
+                 : u->phase == UI_PHASE_PREFILL ? "prefilling" : u->phase == UI_PHASE_DECODE ? "generating" : "working");
     else {
         if (w >= 100) snprintf(right, sizeof right, "%sready%sF1 help ", sep, sep);
         else snprintf(right, sizeof right, "%sready ", sep);
@@ -126,7 +127,13 @@ void draw_stats(ui *u, int y, int w)
     }
     const gen_stats *st = &u->stats;
     if (u->phase == UI_PHASE_PREFILL) {
-        snprintf(s, sizeof s, " prefill: %d new tokens%s%d reused from the KV cache", st->n_prefilled, d, st->n_reused);
+        const char *stop = u->stopping ? ui_glyph(u, "stopping… ", "stopping... ") : "";
+        if (u->prefill_total > 0)
+            snprintf(s, sizeof s, " %sprefill %d / %d%s%d reused from the KV cache", stop, u->prefill_done,
+                     u->prefill_total, d, st->n_reused);
+        else
+            snprintf(s, sizeof s, " %sprefill: %d new tokens%s%d reused from the KV cache", stop, st->n_prefilled, d,
+                     st->n_reused);
         ui_puts(u, y, 0, w, s, a);
         return;
     }

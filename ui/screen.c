@@ -318,7 +318,16 @@ void ui_set_kv(ui *u, const kv_cache_stats *kv)
 void ui_set_busy(ui *u, int busy)
 {
     u->busy = busy;
+    u->stopping = 0;
+    if (!busy) u->prefill_done = u->prefill_total = 0;
     u->dirty = 1;
+}
+
+void ui_set_prefill(ui *u, int done, int total)
+{
+    u->prefill_done = done;
+    u->prefill_total = total;
+    u->dirty_stream = 1;
 }
 
 void ui_show_help(ui *u, int on)
@@ -370,6 +379,7 @@ static void on_interrupt(ui *u)
         return;
     }
     if (u->busy) {
+        u->stopping = 1;
         if (u->cb.stop) u->cb.stop(u->cb.ud);
         return;
     }
@@ -538,8 +548,10 @@ static void on_char(ui *u, wint_t c)
     }
     if (c != 3) u->ctrl_c_at = 0;
     if (c == 27) { /* Esc alone: stop a reply, close the help, go back to the input */
-        if (u->busy && u->cb.stop) u->cb.stop(u->cb.ud);
-        else if (u->focus != FOCUS_INPUT) u->focus = FOCUS_INPUT;
+        if (u->busy && u->cb.stop) {
+            u->stopping = 1;
+            u->cb.stop(u->cb.ud);
+        } else if (u->focus != FOCUS_INPUT) u->focus = FOCUS_INPUT;
         else if (u->editing) on_interrupt(u); /* leaves the edit */
         u->dirty = 1;
         return;

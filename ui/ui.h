@@ -154,6 +154,9 @@ enum ui_phase { UI_PHASE_IDLE = 0, UI_PHASE_PREFILL, UI_PHASE_DECODE };
 /* Stats line: live figures while a request runs (phase PREFILL / DECODE), final ones after
  * (phase IDLE, finish_name e.g. "end of text"). st NULL: nothing measured yet. */
 void ui_set_stats(ui *u, const gen_stats *st, int phase, const char *finish_name);
+/* Prefill progress of the running request: done of total prompt tokens in the KV cache (the
+ * stats line shows "prefill 123 / 469" while the phase is PREFILL). */
+void ui_set_prefill(ui *u, int done, int total);
 /* KV gauge from the engine's real figures. */
 void ui_set_kv(ui *u, const kv_cache_stats *kv);
 /* Programmatic slider value (e.g. after /set); no callback. */

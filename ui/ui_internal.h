@@ -132,6 +132,8 @@ struct ui {
     sessions_view sess;
 
     int have_stats;
+    int prefill_done, prefill_total; /* prefill progress (ui_set_prefill) */
+    int stopping;                    /* Esc / Ctrl-C asked the running request to stop */
     gen_stats stats;
     int phase;
     char finish[48];

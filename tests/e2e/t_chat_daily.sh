@@ -1,0 +1,66 @@
+# The chat for daily use (issue 16) and the chat's context shift (issue 18 #2, #6), in tmux like
+# t_chat.sh (whose helpers this uses: chat_start, wait_for, keys, cap …). Sourced by run.sh.
+
+[ -n "${TMC:-}" ] || return 0
+DM=$tmp/daily
+mkdir -p "$DM"
+
+# ---- issue 16 #1: Esc during a long prefill stops it at once, with progress shown --------------
+# A TinyLlama-shaped Q4_0 model cut to 2 layers prefills ~1500 tokens in a few seconds; -b 2048
+# makes the prompt one n_batch chunk, which the engine used to compute whole before looking at Esc.
+if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 2 -o "$DM/tl2.gguf" >/dev/null 2>&1; then
+    awk 'BEGIN { srand(3); split("the a little cat dog ran sat on mat happy sun tree big small red blue house went to see friend", w, " ");
+                 for (i = 0; i < 900; i++) printf "%s ", w[int(rand() * 20) + 1] }' >"$DM/long.txt"
+    chat_start 120 30 -- -m "$DM/tl2.gguf" -c 2048 -b 2048 -t 2 --db "$DM/pf.db"
+    wait_idle 30
+    $TMC load-buffer -b long "$DM/long.txt"
+    $TMC paste-buffer -p -b long -t c
+    sleep 0.3
+    keys Enter
+    if wait_for 'prefill [0-9]+ / [0-9]+' 20; then
+        p1=$(grep -oE 'prefill [0-9]+ /' "$CH/screen" | grep -oE '[0-9]+')
+        sleep 0.6
+        cap >"$CH/screen"
+        p2=$(grep -oE 'prefill [0-9]+ /' "$CH/screen" | grep -oE '[0-9]+' || echo 0)
+        total=$(grep -oE 'prefill [0-9]+ / [0-9]+' "$CH/screen" | grep -oE '[0-9]+$')
+        if [ -n "$p2" ] && [ "$p2" -gt "$p1" ] && [ "$p2" -lt "${total:-0}" ]; then
+            ok "chat: a long prefill shows its progress (prefill $p1 → $p2 / $total)"
+        else
+            bad "chat: a long prefill shows its progress" "$p1 → $p2 / $total $(screen_dump)"
+        fi
+        t0=$(date +%s%N)
+        keys Escape
+        stopped=0
+        for _ in $(seq 1 100); do
+            cap >"$CH/screen"
+            grep -qE '│ ready( │|$)' "$CH/screen" && { stopped=1; break; }
+            sleep 0.02
+        done
+        ms=$((($(date +%s%N) - t0) / 1000000))
+        if [ $stopped = 1 ] && [ $ms -lt 1000 ] && [ "$(last_pane_line)" = " [stopped]" ]; then
+            ok "chat: Esc during a prefill stops it within a second (${ms} ms, [stopped])"
+        else
+            bad "chat: Esc during a prefill stops it within a second" "${ms} ms $(screen_dump)"
+        fi
+        kept=$(sed -nE 's/^KV .* ([0-9]+) \/ 2048 tokens.*/\1/p' "$CH/screen")
+        # the positions computed before Esc stay in the KV cache: the same prompt again reuses them
+        keys "/regen" Enter
+        if wait_for 'reused [1-9][0-9]* \+ new' 20; then
+            reused=$(grep -oE 'reused [0-9]+' "$CH/screen" | grep -oE '[0-9]+')
+            if [ -n "$kept" ] && [ "$kept" -gt 0 ] && [ "$reused" -ge $((kept - 16)) ]; then
+                ok "chat: the prefilled positions stay in the KV cache after Esc ($kept kept, $reused reused)"
+            else
+                bad "chat: the prefilled positions stay in the KV cache after Esc" "kept $kept reused $reused"
+            fi
+        else
+            bad "chat: the prefilled positions stay in the KV cache after Esc" "$(screen_dump)"
+        fi
+        keys Escape
+        wait_idle 20
+    else
+        bad "chat: a long prefill shows its progress" "$(screen_dump; cat "$CH/err")"
+    fi
+    chat_stop
+else
+    bad "chat: gen-model writes a 2-layer TinyLlama-shaped model for the prefill test"
+fi
