@@ -457,6 +457,9 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
                 st.n_generated);
     else if (finish == GEN_FINISH_CONTEXT)
         fprintf(stderr, "\nkvchat: the context is full (%d tokens); use -c to raise it\n", engine_n_ctx(e));
+    if (c->ep.n_keep > st.n_keep && (st.n_shifts || st.n_truncated))
+        fprintf(stderr, "\nkvchat: warning: --keep %d is more than 3/4 of the context (%d): kept the first %d\n",
+                c->ep.n_keep, engine_n_ctx(e), st.n_keep);
     if (st.n_truncated)
         fprintf(stderr, "\nkvchat: warning: the prompt (%d tokens) did not fit the context of %d: dropped %d tokens after "
                 "its first %d\n", st.n_prompt, engine_n_ctx(e), st.n_truncated, st.n_keep);

@@ -14,7 +14,7 @@ void controls_init(ui *u, const ui_slider_spec *spec, int n_ctx)
             s[i] = (slider){p->label, p->min, p->max, p->step, p->off_label ? p->off_value : p->min, p->decimals,
                             p->off_value, p->off_label, p->log};
         }
-        if (s[UI_SL_MAX_TOKENS].log && n_ctx > 16) s[UI_SL_MAX_TOKENS].max = n_ctx;
+        if (s[UI_SL_MAX_TOKENS].log && n_ctx > s[UI_SL_MAX_TOKENS].max) s[UI_SL_MAX_TOKENS].max = n_ctx;
         return;
     }
     s[UI_SL_TEMP] = (slider){"temperature", 0, 2, 0.05, 0.8, 2, 0, "greedy", 0};

@@ -64,3 +64,53 @@ if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 2 -o "$DM/tl2.gguf" >
 else
     bad "chat: gen-model writes a 2-layer TinyLlama-shaped model for the prefill test"
 fi
+
+# ---- issue 18 #2: the system prompt survives a context shift in the chat -----------------------
+# completion mode (stories260K has no template): the prompt is the system prompt, a blank line,
+# then the conversation; -c 128 shifts inside the first reply. The conversation's tokens as saved
+# (conversations.ctx_tokens, little-endian int32) must still start with BOS + the system prompt.
+DSYS="You are a storyteller. You tell short happy stories about a little cat named Tom who likes to play in the sun with his friend the dog."
+ctx_tokens() { # the saved context's first N tokens, one line, space-separated
+    rm -f "$DM/ctx.bin"
+    sqlite3 "$1" "SELECT writefile('$DM/ctx.bin', ctx_tokens) FROM conversations ORDER BY id DESC LIMIT 1" >/dev/null 2>&1
+    [ -s "$DM/ctx.bin" ] && od -An -v -t d4 "$DM/ctx.bin" | tr -s ' \n' ' ' | sed 's/^ //' | cut -d' ' -f1-"$2"
+}
+want=$("$BIN" tokenize -m "$MODEL" --ids "$DSYS" | tr -d '[],' )
+nw=$(echo "$want" | wc -w)
+chat_start 100 30 -- -c 128 -t 1 --temp 0 --system "$DSYS" --db "$DM/shift.db"
+if wait_idle 30; then
+    keys "Once upon a time there was a cat" Enter
+    wait_for '│ ready( │|$)' 60
+    keys "The next day" Enter
+    wait_for '│ ready( │|$)' 60
+    got=$(ctx_tokens "$DM/shift.db" "$nw")
+    shifted=$(sqlite3 "$DM/shift.db" "SELECT length(ctx_tokens) / 4 FROM conversations" 2>/dev/null)
+    if [ -n "$got" ] && [ "$got" = "$(echo $want)" ] && [ "$(sqlite3 "$DM/shift.db" "SELECT count(*) FROM messages WHERE role = 'assistant' AND length(content) > 200")" -ge 1 ]; then
+        ok "chat: after a context shift the context still starts with BOS + the system prompt ($nw tokens; context $shifted tokens)"
+    else
+        bad "chat: the system prompt survives a context shift" "want: $(echo $want | cut -c1-80)… got: $(echo "$got" | cut -c1-80)… $(screen_dump)"
+    fi
+    keys C-d
+else
+    bad "chat: the system prompt survives a context shift (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# ---- issue 18 #6: -c 64 -n 300 shifts like one-shot mode; --keep beyond the context is said -----
+chat_start 100 30 -- -c 64 -n 300 -t 1 --temp 0 --keep 1000 --db "$DM/n300.db"
+if wait_idle 30; then
+    grep -q -- '--keep 1000 is more than a context shift can keep' "$CH/screen" && grep -q 'it keeps the first 48' "$CH/screen" &&
+        ok "chat: --keep 1000 -c 64 says it keeps 48" || bad "chat: --keep 1000 -c 64 says it keeps 48" "$(screen_dump)"
+    keys "Once upon a time" Enter
+    wait_for '│ ready( │|$)' 90
+    n=$(tokens_shown)
+    if [ "$n" = 300 ] && grep -q '\[max tokens\]' "$CH/screen" && ! grep -q 'context full' "$CH/screen"; then
+        ok "chat: -c 64 -n 300 shifts the context and gives 300 tokens, as one-shot mode does"
+    else
+        bad "chat: -c 64 -n 300 gives 300 tokens" "$n tokens $(screen_dump)"
+    fi
+    keys C-d
+else
+    bad "chat: -c 64 -n 300 (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
