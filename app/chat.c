@@ -333,10 +333,18 @@ static void on_done(chat *c, const worker_event *ev)
                   "shorten it", ev->keep_wanted, ev->stats.gen.n_keep, engine_n_ctx(c->e));
     if (ev->finish == GEN_FINISH_CANCELLED) ui_msg_set_note(c->u, t->view, "[stopped]", 0);
     else if (ev->finish == GEN_FINISH_LENGTH) ui_msg_set_note(c->u, t->view, "[max tokens]", 0);
-    else if (ev->finish == GEN_FINISH_CONTEXT)
+    /* the engine's cap of one context's worth per unlimited reply is not a full context (the
+     * context shifted on the way): say what it is */
+    int cap = ev->finish == GEN_FINISH_CONTEXT && ev->stats.gen.n_generated >= engine_n_ctx(c->e);
+    if (cap) {
+        char note[160];
+        snprintf(note, sizeof note, "[%d tokens, a context's worth: %s/set max_tokens N for longer replies]",
+                 ev->stats.gen.n_generated, c->tmpl == CHAT_TMPL_NONE ? "Enter on an empty line goes on; " : "");
+        ui_msg_set_note(c->u, t->view, note, 0);
+    } else if (ev->finish == GEN_FINISH_CONTEXT)
         ui_msg_set_note(c->u, t->view, "[context full: /clear starts over, /undo drops the last exchange]", 1);
     if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
-        ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, gen_finish_name(ev->finish));
+        ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, cap ? "a context's worth" : gen_finish_name(ev->finish));
     save_reply(c, c->reply, ev);
 }
 

@@ -309,6 +309,20 @@ const char *input_text(size_t *len)
 }
 int input_starts_with_slash(void) { return rl_end > 0 && rl_line_buffer[0] == '/'; }
 
+int input_kill_draft(void)
+{
+    if (rl_end == 0) return 0;
+    char *copy = strndup(rl_line_buffer, (size_t)rl_end);
+    rl_kill_text(0, rl_end); /* into readline's kill ring: Ctrl-Y yanks it back */
+    rl_point = rl_end = 0;
+    if (copy) {
+        history_append(copy); /* and the history (Up), kept across runs */
+        free(copy);
+    }
+    if (in.u) ui_mark_dirty(in.u);
+    return 1;
+}
+
 void input_clear(void)
 {
     rl_replace_line("", 0);

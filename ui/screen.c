@@ -1,4 +1,5 @@
 /* screen: the ui object — curses setup and teardown, colours from the theme, the layout, key dispatch and the frame loop. */
+#include <ctype.h>
 #include <fcntl.h>
 #include <langinfo.h>
 #include <math.h>
@@ -389,8 +390,8 @@ static void on_interrupt(ui *u)
         if (u->cb.edit_cancel) u->cb.edit_cancel(u->cb.ud);
         return;
     }
-    if (!input_empty()) {
-        input_clear();
+    if (input_kill_draft()) {
+        ui_flash(u, "draft cleared — Ctrl-Y puts it back (Up finds it in the history too)");
         return;
     }
     double now = ui_now_ms();
@@ -648,7 +649,13 @@ void ui_handle_input(ui *u)
             /* Esc alone, or Esc + a key = Meta/Alt-key (readline's M- bindings) */
             wint_t w2;
             int r2 = get_wch(&w2);
-            if (r2 == OK && !u->help_visible) {
+            /* Alt-Enter, and Alt + a letter / Backspace / . < > (readline's word moves, yank-last-
+             * arg …) when no reply runs; anything else after Esc (a burst over a slow link, "Esc
+             * /set …") is Esc and then that key */
+            int alt = r2 == OK && (w2 == '\r' || w2 == '\n' ||
+                                   (!u->busy && ((w2 < 128 && isalpha((int)w2)) || w2 == 127 || w2 == 8 ||
+                                                 w2 == '.' || w2 == '<' || w2 == '>' || w2 == '_')));
+            if (alt && !u->help_visible) {
                 if (u->focus != FOCUS_INPUT) u->focus = FOCUS_INPUT;
                 char b[5] = {27};
                 size_t n = ui_utf8_encode((uint32_t)w2, b + 1);
@@ -658,6 +665,7 @@ void ui_handle_input(ui *u)
             }
             on_char(u, 27);
             if (r2 == KEY_CODE_YES) on_key(u, (int)w2);
+            else if (r2 == OK) on_char(u, w2);
             continue;
         }
         on_char(u, wc);

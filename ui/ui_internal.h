@@ -75,6 +75,9 @@ void input_insert(const char *text);
 void input_command(int (*fn)(int, int));
 int input_empty(void);
 int input_starts_with_slash(void);
+/* Clear a typed draft but keep it: in the kill ring (Ctrl-Y yanks it) and in the history (Up).
+ * Returns 1 if there was one. */
+int input_kill_draft(void);
 void input_clear(void);
 /* The line being edited (not NUL-terminated): *len bytes. */
 const char *input_text(size_t *len);

@@ -101,7 +101,10 @@ chat_start 100 30 -- -c 64 -n 300 -t 1 --temp 0 --keep 1000 --db "$DM/n300.db"
 if wait_idle 30; then
     grep -q -- '--keep 1000 is more than a context shift can keep' "$CH/screen" && grep -q 'it keeps the first 48' "$CH/screen" &&
         ok "chat: --keep 1000 -c 64 says it keeps 48" || bad "chat: --keep 1000 -c 64 says it keeps 48" "$(screen_dump)"
-    keys "Once upon a time" Enter
+    keys "Once upon a time"
+    wait_for '^> Once upon a time' 10
+    keys Enter
+    wait_for ' [0-9]+ tokens' 30
     wait_for '│ ready( │|$)' 90
     n=$(tokens_shown)
     if [ "$n" = 300 ] && grep -q '\[max tokens\]' "$CH/screen" && ! grep -q 'context full' "$CH/screen"; then
@@ -112,5 +115,53 @@ if wait_idle 30; then
     keys C-d
 else
     bad "chat: -c 64 -n 300 (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# ---- issue 16 #2: Ctrl-C on a typed draft keeps it: Ctrl-Y brings it back -----------------------
+chat_start 100 30 -- -t 1 -c 8192 --db "$DM/draft.db"
+if wait_idle 30; then
+    keys "my precious draft"
+    wait_for '^> my precious draft' 10
+    keys C-c
+    if wait_for 'Ctrl-Y puts it back' 10 && grep -qE '^> *$' "$CH/screen"; then
+        keys C-y
+        if wait_for '^> my precious draft' 10; then ok "chat: Ctrl-C clears a draft, says so, and Ctrl-Y brings it back"
+        else bad "chat: Ctrl-Y brings a cleared draft back" "$(screen_dump)"; fi
+    else
+        bad "chat: Ctrl-C on a draft says how to get it back" "$(screen_dump)"
+    fi
+    keys C-u
+    # ---- issue 16 #3: Esc and a command in one burst (a slow SSH link): Esc, then the command -----
+    keys "Once upon a time" Enter
+    if wait_for '● generating' 20; then
+        $TMC send-keys -t c Escape "/set max_tokens 150" Enter
+        wait_idle 20
+        keys "/show params" Enter
+        if wait_for 'max tokens +150' 10 && ! grep -qE 'set max_tokens 150' "$CH/screen"; then
+            ok "chat: Esc followed at once by /set max_tokens 150 stops the reply and runs the command"
+        else
+            bad "chat: Esc + /set in one burst" "$(screen_dump)"
+        fi
+    else
+        bad "chat: Esc + /set in one burst (a reply starts)" "$(screen_dump)"
+    fi
+    keys C-d
+else
+    bad "chat: the draft test starts" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# ---- issue 16 #7: an unlimited reply that reaches a context's worth of tokens is not "context full"
+chat_start 100 30 -- -t 1 -c 256 --db "$DM/cap.db"
+if wait_idle 30; then
+    keys "Once upon a time" Enter
+    wait_for '│ ready( │|$)' 60
+    if wait_for "a context's worth" 5 && ! grep -q 'context full' "$CH/screen"; then
+        ok "chat: a reply of a context's worth (256 tokens, after shifts) says so, not 'context full'"
+    else
+        bad "chat: a context's worth is not 'context full'" "$(screen_dump)"
+    fi
+    keys C-d
 fi
 chat_stop
