@@ -823,7 +823,10 @@ void chatstore_report(chatstore *cs, char *buf, size_t cap)
     kv_stats_session s = cs->st;
     pthread_mutex_unlock(&cs->mu);
     struct stat sb;
-    double file_mib = stat(cs->path, &sb) == 0 ? sb.st_size / 1048576.0 : 0;
+    double file_mib = stat(cs->path, &sb) == 0 ? sb.st_size / 1048576.0 : 0, wal_mib = 0;
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", cs->path);
+    if (stat(wal, &sb) == 0) wal_mib = sb.st_size / 1048576.0; /* SQLite's write-ahead log holds the newest pages */
     size_t o = 0;
     if (!cs->budget)
         o += (size_t)snprintf(buf + o, cap - o, "KV prefix store: off (--cache-size 0)");
@@ -846,8 +849,8 @@ void chatstore_report(chatstore *cs, char *buf, size_t cap)
                               (unsigned long long)s.evicted, s.skipped ? ", some larger than the budget not stored" : "",
                               s.failures ? ", some unusable prefixes dropped" : "");
     if (o < cap)
-        snprintf(buf + o, cap - o, "\ndatabase: %s (%.1f MiB) · model %.16s… · KV type %s", cs->path, file_mib, cs->fp,
-                 cs->kv_type);
+        snprintf(buf + o, cap - o, "\ndatabase: %s (%.1f MiB: %.1f MiB file + %.1f MiB write-ahead log) · model %.16s… · "
+                 "KV type %s", cs->path, file_mib + wal_mib, file_mib, wal_mib, cs->fp, cs->kv_type);
 }
 
 int chatstore_open_reading(const char *path, store **s, store_error *err)

@@ -221,7 +221,16 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     if (status && err) d.err = *err;
     d.stats = w->live;
     d.stats.phase = WORKER_IDLE;
-    if (final) d.stats.gen = *final;
+    if (final) {
+        d.stats.gen = *final;
+        /* the TTFT shown while the reply streamed (measured here when the first token's text
+         * came) stays the reply's TTFT: a figure does not change after the reply ends */
+        if (w->live.gen.ttft_ms > 0) {
+            d.stats.gen.ttft_ms = w->live.gen.ttft_ms;
+            d.stats.gen.prefill_ms = w->live.gen.prefill_ms;
+            d.stats.gen.prefill_tps = w->live.gen.prefill_tps;
+        }
+    }
     kv_cache_get_stats(engine_kv(w->e), &d.stats.kv);
     d.stats.elapsed_ms = now_ms() - w->t0;
     d.seed = sampler_seed(w->s);

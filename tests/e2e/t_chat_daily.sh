@@ -165,3 +165,65 @@ if wait_idle 30; then
     keys C-d
 fi
 chat_stop
+
+# ---- issue 16 #7: numbers that do not mislead -------------------------------------------------------
+chat_start 100 30 -- -t 1 -c 8192 -n 40 --temp 0 --db "$DM/num.db"
+if wait_idle 30; then
+    bw0=$(grep -E '^KV ' "$CH/screen" | grep -o '[█▏▎▍▌▋▊▉░]' | wc -l)
+    keys "/set repeat_penalty 1.05" Enter
+    keys "Once upon a time" Enter
+    wait_for ' 40 tokens' 30
+    wait_idle 20
+    bw1=$(grep -E '^KV ' "$CH/screen" | grep -o '[█▏▎▍▌▋▊▉░]' | wc -l)
+    # units that fit: a few hundred tokens of this model take KiB, never "0.00 MiB"
+    if grep -qE '^KV .* · [0-9.]+ KiB / 5\.00 MiB' "$CH/screen" && ! grep -q ' 0\.00 MiB /' "$CH/screen"; then
+        ok "chat: the gauge gives a small cache in KiB, not 0.00 MiB ($(grep -oE '[0-9.]+ KiB / 5\.00 MiB' "$CH/screen"))"
+    else bad "chat: the gauge's units fit" "$(screen_dump)"; fi
+    if [ "$bw0" -gt 10 ] && [ "$bw0" = "$bw1" ]; then ok "chat: the gauge's bar keeps its width as its label grows ($bw0 cells)"
+    else bad "chat: the gauge's bar keeps its width" "$bw0 → $bw1 cells"; fi
+    # /regen: the whole prompt is cached, one token is fed; no rate over it
+    keys "/regen" Enter
+    wait_for ' 40 tokens' 30
+    wait_idle 20
+    if grep -qE 'prefill cached \([0-9]+\)' "$CH/screen" && ! grep -qE 'prefill [0-9]+ t/s' "$CH/screen"; then
+        ok "chat: a prefill served from the cache says 'cached', not a rate over one token"
+    else bad "chat: a cached prefill says cached" "$(screen_dump)"; fi
+    keys "/show cache" Enter
+    if wait_for 'write-ahead log' 10; then ok "chat: /show cache counts the database's write-ahead log"
+    else bad "chat: /show cache counts the WAL" "$(screen_dump)"; fi
+    keys C-d
+    wait_for 'EXIT=' 15
+    "$BIN" export last --db "$DM/num.db" --format json >"$DM/num.json" 2>&1
+    if grep -qE '"repeat_penalty":[[:space:]]*1\.05(,|$)' "$DM/num.json" && ! grep -q '1.0499999' "$DM/num.json"; then
+        ok "export: a float parameter is written as typed (repeat_penalty 1.05)"
+    else bad "export: float parameters without float noise" "$(grep -o '"repeat_penalty":[^,]*' "$DM/num.json")"; fi
+fi
+chat_stop
+# /set refuses what the table refuses (help and sliders say temp 0-2)
+chat_start 100 30 -- -t 1 --db "$DM/range.db"
+if wait_idle 30; then
+    keys "/set temp 5" Enter
+    if wait_for "/set temp: '5' is not a number from 0 to 2" 10; then ok "chat: /set temp 5 is refused with the range (0 to 2)"
+    else bad "chat: /set temp 5 is refused" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 #8: one range table; bench --json escapes the file name; tokenize -m NAME -----------
+o1=$("$BIN" -m "$MODEL" --repeat-last-n -1 -n 4 --temp 0 -p "Once" 2>&1); r1=$?
+printf 'repeat_last_n = -1\n' >"$DM/cfg.ini"
+o2=$("$BIN" -m "$MODEL" --temp 5 -p x 2>&1); r2=$?
+if [ $r1 = 0 ] && [ $r2 = 2 ] && echo "$o2" | grep -q "not a number from 0 to 2"; then
+    ok "cli: --repeat-last-n -1 is accepted as in config.ini; --temp 5 is refused with the table's range"
+else bad "cli: ranges from one table" "rc $r1 '$o1' / rc $r2 '$o2'"; fi
+cp "$MODEL" "$DM/we\"ird.gguf"
+"$BIN" bench -m "$DM/we\"ird.gguf" -p 8 -n 4 -r 1 -t 1 --json >"$DM/bench.json" 2>/dev/null
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d[0]["file"] == "we\"ird.gguf"' "$DM/bench.json" 2>/dev/null; then
+    ok "bench --json: a file name with a quote is escaped (valid JSON)"
+else bad "bench --json escapes the file name" "$(head -c 300 "$DM/bench.json")"; fi
+mkdir -p "$XDG_DATA_HOME/kvchat/models"
+cp "$MODEL" "$XDG_DATA_HOME/kvchat/models/tiny-stories.gguf"
+if [ "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)" = "[1, 403, 407, 261, 378]" ]; then
+    ok "tokenize -m NAME looks in the models directory"
+else bad "tokenize -m NAME looks in the models directory" "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)"; fi
+rm -f "$XDG_DATA_HOME/kvchat/models/tiny-stories.gguf"
