@@ -279,8 +279,8 @@ void config_range_text(int key, char *buf, size_t cap)
     }
     char hi[32];
     if (r.hi >= INT_MAX) snprintf(hi, sizeof hi, "N");
-    else snprintf(hi, sizeof hi, "%g", r.hi);
-    int n = snprintf(buf, cap, "%g-%s", r.lo, hi);
+    else snprintf(hi, sizeof hi, "%.15g", r.hi);
+    int n = snprintf(buf, cap, "%.15g-%s", r.lo, hi);
     if (r.off_label && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, ", %g %s", r.off_value, !strcmp(r.off_label, "∞") ? "no limit" : r.off_label);
 }
