@@ -1431,6 +1431,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s · chat template %s. F1 help · F2 sliders · Ctrl-D quits.",
                   KVCHAT_VERSION, c->model_label, chat_template_name(c->tmpl));
     show_warnings(c, &tw);
+    for (int i = 0; i < o->n_warnings; i++) ui_notice(c->u, UI_ROLE_ERROR, "config warning: %s", o->warnings[i]);
     {
         gen_opts go;
         engine_default_opts(e, &go);

@@ -21,6 +21,8 @@ typedef struct chat_options {
     const char *const *stops; /* --stop: the chat's first stop strings (/set stop adds, clears) */
     int n_stops;
     const char *system;       /* --system: the system prompt of new conversations; NULL: none */
+    const char *const *warnings; /* config.ini / environment warnings to show in the chat */
+    int n_warnings;
 } chat_options;
 
 /* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator

@@ -187,6 +187,27 @@ static int parse_int(const char *s, const char *opt, long lo, long hi, int *out)
 }
 
 
+/* Warnings of config.ini and the environment: kept until the mode is known, then shown in the
+ * chat (the full screen would hide stderr until it quits) or printed to stderr. */
+#define MAX_CFG_WARNINGS 16
+static char *g_warn[MAX_CFG_WARNINGS];
+static int g_n_warn, g_warn_dropped;
+
+static void keep_warning(void *ud, const char *msg)
+{
+    (void)ud;
+    if (g_n_warn < MAX_CFG_WARNINGS && (g_warn[g_n_warn] = strdup(msg))) g_n_warn++;
+    else g_warn_dropped++;
+}
+
+static void print_warnings(void)
+{
+    for (int i = 0; i < g_n_warn; i++) fprintf(stderr, "kvchat: %s\n", g_warn[i]);
+    if (g_warn_dropped) fprintf(stderr, "kvchat: %d more config warnings\n", g_warn_dropped);
+    for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
+    g_n_warn = g_warn_dropped = 0;
+}
+
 /* An option that sets a key of the settings table (app/config.c keys[]): its value is checked
  * against the table's range, the same rule as config.ini and /set. 0, or -1 (message printed). */
 static int table_option(const struct option *opts, int val, const char *arg)
@@ -241,7 +262,7 @@ static int parse_args(int argc, char **argv, cli *c)
     sampler_params_default(&c->sp);
     c->n_predict = -1;
     /* under the command line: built-in defaults < config file < environment (app/config.c) */
-    config_load_all(&g_config, NULL, NULL);
+    config_load_all(&g_config, keep_warning, NULL);
     config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
     c->theme = config_get(&g_config, CFG_THEME);
     c->chat_template = config_get(&g_config, CFG_CHAT_TEMPLATE);
@@ -559,6 +580,9 @@ int main(int argc, char **argv)
     if (argc > 1 && store_cli_is_command(argv[1])) return store_cli_main(argc - 1, argv + 1);
     cli c = {0};
     int rc = parse_args(argc, argv, &c);
+    const char *term = getenv("TERM");
+    int full_screen = !c.prompt && isatty(STDIN_FILENO) && term && *term && strcmp(term, "dumb") && isatty(STDOUT_FILENO);
+    if (rc >= 0 || !full_screen) print_warnings(); /* the chat shows them on its screen */
     if (rc >= 0) return rc;
     signal(SIGPIPE, SIG_DFL);
     struct sigaction sa = {0};
@@ -612,7 +636,6 @@ int main(int argc, char **argv)
         free(stdin_prompt);
         return EXIT_RUNTIME;
     }
-    const char *term = getenv("TERM");
     if (c.prompt)
         rc = run_prompt(e, s, c.prompt, &c, 1);
     else if (!term || !*term || !strcmp(term, "dumb") || !isatty(STDOUT_FILENO))
@@ -620,7 +643,8 @@ int main(int argc, char **argv)
     else {
         chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
                            .chat_template = c.chat_template, .resume = c.resume,
-                           .stops = c.stops, .n_stops = c.n_stops, .system = c.system};
+                           .stops = c.stops, .n_stops = c.n_stops, .system = c.system,
+                           .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};
         /* the conversation store (app/chatstore.h): --db > config db / KVCHAT_DB > the default */
         char db_path[4096], why[900];
         const char *cs_text = c.cache_size ? c.cache_size : config_get(&g_config, CFG_CACHE_SIZE);
@@ -631,6 +655,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
         else co.db_path = db_path;
         rc = chat_run(e, s, &co);
+        if (rc == 1) print_warnings(); /* the screen could not start: they were not shown */
+        for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
+        g_n_warn = 0;
     }
     if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");
     sampler_free(s);

@@ -227,3 +227,18 @@ if [ "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)" = "[1, 4
     ok "tokenize -m NAME looks in the models directory"
 else bad "tokenize -m NAME looks in the models directory" "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)"; fi
 rm -f "$XDG_DATA_HOME/kvchat/models/tiny-stories.gguf"
+
+# ---- issue 16 #5: config.ini warnings are shown in the chat, not on stderr after it --------------
+mkdir -p "$CH/config/kvchat"
+printf '[sampling]\ntemp = lots\n' >"$CH/config/kvchat/config.ini"
+chat_start 100 30 -- -t 1 --db "$DM/cfgw.db"
+if wait_idle 30 && grep -q 'config warning: ' "$CH/screen" && grep -q "config.ini:2: temp: 'lots'" "$CH/screen"; then
+    keys C-d
+    wait_for 'EXIT=' 15
+    if ! grep -q "lots" "$CH/err"; then ok "chat: a config.ini warning is shown in the chat (and not on stderr after it)"
+    else bad "chat: config warnings not on stderr after the chat" "$(cat "$CH/err")"; fi
+else
+    bad "chat: a config.ini warning is shown in the chat" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+rm -f "$CH/config/kvchat/config.ini"
