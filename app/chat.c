@@ -51,7 +51,7 @@ typedef struct chat {
     int quit;
     uint64_t last_seed;
     int have_seed;
-    char model_label[64];
+    char model_label[160]; /* how the model is named on screen (chat_model_label) */
     prompt_buf pb;       /* the prompt of the request being submitted */
     prompt_buf kb;       /* its start that context shifts keep: the system prompt rendered alone */
     chatstore *cs;       /* where conversations are saved (NULL: nowhere) */
@@ -382,7 +382,7 @@ static int need_idle(chat *c, const char *cmd);
 /* The label above message t: who wrote it, and "branch k/n" when it has siblings. */
 static void label_of(const chat *c, const turn *t, size_t k, size_t n, char *buf, size_t cap)
 {
-    const char *who = t->role == UI_ROLE_USER ? "you" : c->model_label;
+    const char *who = t->role == UI_ROLE_USER ? "you" : t->author ? t->author : c->model_label;
     if (n > 1) snprintf(buf, cap, "%s · branch %zu/%zu", who, k, n);
     else snprintf(buf, cap, "%s", who);
 }
@@ -398,7 +398,7 @@ static void refresh_labels(chat *c)
     for (size_t i = 0; i < c->conv.n_path; i++) {
         turn *t = T(c, i);
         if (!t->view) continue;
-        char label[160];
+        char label[256];
         label_of(c, t, rank[c->conv.path[i]], count[slot_of(c, c->conv.path[i])], label, sizeof label);
         ui_msg_set_label(c->u, t->view, label);
     }
@@ -411,7 +411,8 @@ static void show_from(chat *c, size_t from)
 {
     for (size_t i = from; i < c->conv.n_path; i++) {
         turn *t = T(c, i);
-        t->view = ui_msg_add(c->u, t->role, t->role == UI_ROLE_USER ? "you" : c->model_label, t->text, t->len);
+        t->view = ui_msg_add(c->u, t->role, t->role == UI_ROLE_USER ? "you" : t->author ? t->author : c->model_label,
+                             t->text, t->len);
         if (t->unreadable) ui_msg_set_note(c->u, t->view, "[unreadable]", 1);
         else if (t->role == UI_ROLE_ASSISTANT && finish_note(t->finish))
             ui_msg_set_note(c->u, t->view, finish_note(t->finish), t->finish == STORE_FINISH_ERROR);
@@ -1142,6 +1143,9 @@ static void load_tree(chat *c, const chatstore_conv *cv)
         long k = conv_add(&c->conv, parent, role, m->text, m->len);
         if (k < 0) break;
         c->conv.node[k].id = m->id;
+        /* a reply keeps the name of the model the conversation was held with */
+        if (role == UI_ROLE_ASSISTANT && cv->model_name[0])
+            conv_set_author(&c->conv, k, cv->model_name);
         c->conv.node[k].finish = m->finish;
         c->conv.node[k].unreadable = m->problem[0] != 0;
         if (from_path && conv_path_push(&c->conv, k)) break;
@@ -1307,6 +1311,22 @@ static void bench_fill(chat *c, long n)
     }
 }
 
+/* The model's name on screen: its general.name, unless that is missing or only the architecture
+ * ("llama"): then the file's name without .gguf ("stories260K"), which says more. */
+static void model_label(const model *m, char *buf, size_t cap)
+{
+    if (m->name && *m->name && (!m->arch_name || strcasecmp(m->name, m->arch_name))) {
+        snprintf(buf, cap, "%s", m->name);
+        return;
+    }
+    const char *path = m->gguf && m->gguf->path ? m->gguf->path : "model";
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcasecmp(base + n - 5, ".gguf")) n -= 5;
+    snprintf(buf, cap, "%.*s", (int)n, base);
+}
+
 int chat_run(engine *e, sampler *s, const chat_options *o)
 {
     setup_locale();
@@ -1329,7 +1349,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     }
 
     const model *m = engine_model(e);
-    snprintf(c->model_label, sizeof c->model_label, "%.40s", m->name ? m->name : "model");
+    model_label(m, c->model_label, sizeof c->model_label);
     char *tmpl_text = NULL;
     kv_error ke = {0};
     gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);

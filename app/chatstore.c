@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -733,6 +734,25 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     out->id = id;
     out->title = c.title;
     c.title = NULL;
+    /* another model's conversation: its name as the screen gives it (the file's name when
+     * general.name says no more than "llama") */
+    if (c.model_id && c.model_id != cs->model_id) {
+        const char *path = c.model_path && *c.model_path ? c.model_path : NULL, *base = path ? strrchr(path, '/') : NULL;
+        base = base ? base + 1 : path;
+        size_t bl = base ? strlen(base) : 0;
+        if (bl > 5 && !strcasecmp(base + bl - 5, ".gguf")) bl -= 5;
+        store_model sm = {0};
+        store_error me = {0};
+        int generic = store_model_get(cs->db, c.model_id, &sm, &me) == STORE_OK && sm.arch && c.model_name &&
+                      !strcasecmp(c.model_name, sm.arch);
+        store_model_clear(&sm);
+        if (c.model_name && *c.model_name && !generic)
+            snprintf(out->model_name, sizeof out->model_name, "%s", c.model_name);
+        else if (base)
+            snprintf(out->model_name, sizeof out->model_name, "%.*s", (int)bl, base);
+        else
+            snprintf(out->model_name, sizeof out->model_name, "%s", c.model_name ? c.model_name : "another model");
+    }
     out->system = c.system_prompt;
     c.system_prompt = NULL;
     out->have_params = c.params.set;

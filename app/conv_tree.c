@@ -73,13 +73,24 @@ int conv_drop_newest(conv_tree *t, long k)
     if (k < 0 || (size_t)k != t->n - 1 || t->node[k].id) return 0;
     for (size_t i = 0; i < t->n_path; i++)
         if (t->path[i] == k) return 0;
-    free(t->node[--t->n].text);
+    --t->n;
+    free(t->node[t->n].text);
+    free(t->node[t->n].author);
     return 1;
+}
+
+int conv_set_author(conv_tree *t, long k, const char *author)
+{
+    char *a = NULL;
+    if (author && !(a = strdup(author))) return -1;
+    free(t->node[k].author);
+    t->node[k].author = a;
+    return 0;
 }
 
 void conv_clear(conv_tree *t)
 {
-    for (size_t i = 0; i < t->n; i++) free(t->node[i].text);
+    for (size_t i = 0; i < t->n; i++) free(t->node[i].text), free(t->node[i].author);
     t->n = 0;
     t->n_path = 0;
 }

@@ -24,6 +24,8 @@ typedef struct conv_node {
     long parent;         /* index of the message it follows; -1: a first message */
     int finish;          /* a finished reply's enum store_finish; 0 */
     int unreadable;      /* a stored row that could not be read */
+    char *author;        /* a reply's model name as shown (malloc'd, conv_set_author); NULL: the
+                            controller's current model */
 } conv_node;
 
 typedef struct conv_tree {
@@ -56,6 +58,9 @@ long conv_path_pop(conv_tree *t);
 /* Remove node k from the tree if it is the newest node and has no store id (an empty reply that
  * failed); it must not be on the path. Returns 1 if removed. */
 int conv_drop_newest(conv_tree *t, long k);
+
+/* Set node k's author (copied; NULL clears it). 0, or -1 (out of memory; unchanged). */
+int conv_set_author(conv_tree *t, long k, const char *author);
 
 /* Empty the tree and the path (the texts are freed; views are the caller's). */
 void conv_clear(conv_tree *t);

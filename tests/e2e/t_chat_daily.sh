@@ -183,9 +183,7 @@ if wait_idle 30; then
     else bad "chat: the gauge's bar keeps its width" "$bw0 → $bw1 cells"; fi
     # /regen: the whole prompt is cached, one token is fed; no rate over it
     keys "/regen" Enter
-    wait_for ' 40 tokens' 30
-    wait_idle 20
-    if grep -qE 'prefill cached \([0-9]+\)' "$CH/screen" && ! grep -qE 'prefill [0-9]+ t/s' "$CH/screen"; then
+    if wait_for 'prefill cached \([0-9]+\)' 30 && wait_idle 20 && ! grep -qE 'prefill [0-9]+ t/s' "$CH/screen"; then
         ok "chat: a prefill served from the cache says 'cached', not a rate over one token"
     else bad "chat: a cached prefill says cached" "$(screen_dump)"; fi
     keys "/show cache" Enter
@@ -242,3 +240,30 @@ else
 fi
 chat_stop
 rm -f "$CH/config/kvchat/config.ini"
+
+# ---- issue 16 #6: each reply keeps the name of the model that wrote it; names say more -----------
+MB=$SHARED/models/llama-2-tiny-random.gguf
+chat_start 110 30 -- -t 1 -n 12 --db "$DM/names.db"
+if wait_idle 30; then
+    keys "Once upon a time" Enter
+    wait_for ' 12 tokens' 30
+    wait_idle 20
+    if grep -q '^ stories260K *│' "$CH/screen" && grep -q 'kvchat │ stories260K' "$CH/screen"; then
+        ok "chat: a model whose general.name is only its architecture ('llama') is named by its file (stories260K)"
+    else bad "chat: the model is named by its file when general.name says less" "$(screen_dump)"; fi
+    keys C-d
+    wait_for 'EXIT=' 15
+    chat_start 110 30 -- -m "$MB" -t 1 -n 12 --resume last --db "$DM/names.db"
+    if wait_idle 30 && grep -q '^ stories260K *│' "$CH/screen" && grep -q 'kvchat │ LLaMA v2' "$CH/screen"; then
+        keys "Then" Enter
+        wait_for ' 12 tokens' 30
+        wait_idle 20
+        if grep -q '^ stories260K *│' "$CH/screen" && grep -q '^ LLaMA v2 *│' "$CH/screen"; then
+            ok "chat: resumed with another model, the old reply keeps its model's name and the new one has the new name"
+        else bad "chat: each reply keeps its model's name (after a new reply)" "$(screen_dump)"; fi
+    else
+        bad "chat: each reply keeps its model's name" "$(screen_dump; cat "$CH/err")"
+    fi
+    keys C-d
+fi
+chat_stop
