@@ -749,29 +749,50 @@ static void cmd_set(chat *c, char *args)
         ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", sp->name);
         return;
     }
-    /* the chat's spellings of "none": max_tokens 0 = no limit, seed -1 = random */
-    if (sp->key == CFG_N_PREDICT && !strcmp(value, "0")) value = "-1";
-    if (sp->key == CFG_SEED && !strcmp(value, "-1")) value = "random";
-    char norm[1100], why[600];
-    if (config_check(sp->key, value, norm, sizeof norm, why, sizeof why)) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/set %s: %s", sp->name, why);
-        return;
-    }
+    char msg[300];
     sampler_params p = c->sp;
     int max_tokens = c->max_tokens;
-    config_apply_key(sp->key, norm, NULL, &p, &max_tokens);
-    if (max_tokens <= 0) max_tokens = -1;
-    kv_error ke = {0};
-    if (sampler_params_validate(&p, &ke)) {
-        ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
+    if (chat_set_param(sp->name, value, &p, &max_tokens, msg, sizeof msg)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", msg);
         return;
     }
     c->sp = p;
     c->max_tokens = max_tokens;
     push_params(c);
+    SAY(c, "%s%s", msg, c->busy ? " (from the next token)" : "");
+}
+
+int chat_set_param(const char *name, const char *value, sampler_params *sp_io, int *max_tokens_io, char *msg, size_t cap)
+{
+    const set_param *sp = set_param_find(name);
+    if (!sp || sp->key < 0 || sp->key == CFG_SYSTEM) {
+        snprintf(msg, cap, "/set: unknown parameter '%s'", name);
+        return -1;
+    }
+    /* the chat's spellings of "none": max_tokens 0 = no limit, seed -1 = random */
+    if (sp->key == CFG_N_PREDICT && !strcmp(value, "0")) value = "-1";
+    if (sp->key == CFG_SEED && !strcmp(value, "-1")) value = "random";
+    char norm[1100], why[600];
+    if (config_check(sp->key, value, norm, sizeof norm, why, sizeof why)) {
+        snprintf(msg, cap, "/set %s: %s", sp->name, why);
+        return -1;
+    }
+    sampler_params p = *sp_io;
+    int max_tokens = *max_tokens_io;
+    config_apply_key(sp->key, norm, NULL, &p, &max_tokens);
+    if (max_tokens <= 0) max_tokens = -1;
+    kv_error ke = {0};
+    if (sampler_params_validate(&p, &ke)) {
+        snprintf(msg, cap, "%s", ke.msg);
+        return -1;
+    }
+    *sp_io = p;
+    *max_tokens_io = max_tokens;
+    chat tmp = {.sp = p, .max_tokens = max_tokens};
     char shown[96];
-    param_text(c, sp->key, shown, sizeof shown);
-    SAY(c, "%s = %s%s", sp->name, shown, c->busy ? " (from the next token)" : "");
+    param_text(&tmp, sp->key, shown, sizeof shown);
+    snprintf(msg, cap, "%s = %s", sp->name, shown);
+    return 0;
 }
 
 static void cmd_theme(chat *c, char *name);

@@ -15,6 +15,7 @@
 #include "app/chat.h"
 #include "app/chatstore.h"
 #include "app/config.h"
+#include "app/linechat.h"
 #include "app/models.h"
 #include "app/output.h"
 #include "app/store_cli.h"
@@ -491,82 +492,6 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     return EXIT_OK;
 }
 
-typedef struct text_acc {
-    char **buf;
-    size_t *len, *cap;
-} text_acc;
-
-/* Streams generated text to stdout and appends it to the conversation buffer. */
-static int append_text(void *ud, const char *text, size_t tl, int32_t token)
-{
-    text_acc *acc = ud;
-    (void)token;
-    out_plain(stdout, text, tl);
-    fflush(stdout);
-    while (*acc->len + tl + 1 > *acc->cap) {
-        char *nb = realloc(*acc->buf, *acc->cap * 2);
-        if (!nb) return 1;
-        *acc->buf = nb;
-        *acc->cap *= 2;
-    }
-    memcpy(*acc->buf + *acc->len, text, tl);
-    *acc->len += tl;
-    (*acc->buf)[*acc->len] = 0;
-    return 0;
-}
-
-/* Line-by-line session: each line is appended to the running text, which the model
- * continues (completion mode); the KV cache keeps the conversation, so each turn prefills
- * only its new tokens. */
-static int run_interactive(engine *e, sampler *s, const cli *c)
-{
-    const model *m = engine_model(e);
-    /* stdout a pipe or file: it gets the text only; banner, prompt and echo go to stderr */
-    FILE *ui_out = isatty(STDOUT_FILENO) ? stdout : stderr;
-    rl_outstream = ui_out;
-    fprintf(ui_out, "kvchat %s — %s (%s, %s), n_ctx %d, %d threads\n", KVCHAT_VERSION, m->name, m->arch_name,
-            quant_traits_of(m->weight_type)->name, engine_n_ctx(e), engine_n_threads(e));
-    fprintf(ui_out, "Type text for the model to continue; an empty line continues it; Ctrl-D quits; Ctrl-C stops a reply.\n");
-    size_t cap = 1 << 16, len = 0;
-    char *conv = malloc(cap);
-    if (!conv) return EXIT_RUNTIME;
-    conv[0] = 0;
-    char *line;
-    while ((line = readline("> ")) != NULL) {
-        if (*line) add_history(line);
-        size_t ll = strlen(line);
-        while (len + ll + 2 > cap) {
-            char *nc = realloc(conv, cap *= 2);
-            if (!nc) { free(line); free(conv); return EXIT_RUNTIME; }
-            conv = nc;
-        }
-        if (len && ll) conv[len++] = ' ';
-        memcpy(conv + len, line, ll + 1);
-        len += ll;
-        free(line);
-        g_interrupted = 0;
-        kv_error err = {0};
-        int32_t *toks = NULL;
-        size_t n = 0;
-        if (engine_tokenize(e, conv, len, c->no_bos, 0, &toks, &n, &err)) {
-            fprintf(stderr, "kvchat: %s\n", err.msg);
-            continue;
-        }
-        text_acc acc = {&conv, &len, &cap};
-        gen_callbacks cb = {.on_text = append_text, .should_stop = should_stop, .ud = &acc};
-        gen_stats st;
-        int finish;
-        if (engine_generate(e, toks, n, c->n_predict < 0 ? 256 : c->n_predict, s, &cb, &st, &finish, &err))
-            fprintf(stderr, "\nkvchat: %s\n", err.msg);
-        free(toks);
-        printf("\n");
-        if (c->stats) print_stats(&st, finish);
-    }
-    printf("\n");
-    free(conv);
-    return EXIT_OK;
-}
-
 int main(int argc, char **argv)
 {
     /* subcommands: speed measurement and synthetic benchmark models (app/bench.c, app/gen_model.c) */
@@ -638,26 +563,33 @@ int main(int argc, char **argv)
     }
     if (c.prompt)
         rc = run_prompt(e, s, c.prompt, &c, 1);
-    else if (!term || !*term || !strcmp(term, "dumb") || !isatty(STDOUT_FILENO))
-        rc = run_interactive(e, s, &c); /* no screen to draw on: the line-by-line session */
     else {
+        /* the conversation store (app/chatstore.h): --db > config db / KVCHAT_DB > the default */
+        char db_path[4096], why[900];
+        const char *cs_text = c.cache_size ? c.cache_size : config_get(&g_config, CFG_CACHE_SIZE);
+        uint64_t cache_bytes = (uint64_t)CHATSTORE_DEFAULT_CACHE_MIB << 20;
+        if (cs_text && chatstore_parse_cache_size(cs_text, &cache_bytes))
+            fprintf(stderr, "kvchat: cache_size '%s' is not a size; using %d MiB\n", cs_text, CHATSTORE_DEFAULT_CACHE_MIB);
+        int have_db = !chatstore_db_path(c.db ? c.db : config_get(&g_config, CFG_DB), 1, db_path, sizeof db_path, why,
+                                         sizeof why);
+        if (!have_db) fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
+        if (!full_screen) { /* no screen to draw on: the line-by-line session */
+            linechat_options lo = {.n_predict = c.n_predict, .no_bos = c.no_bos, .stats = c.stats,
+                                   .db_path = have_db ? db_path : NULL, .cache_bytes = cache_bytes,
+                                   .interrupted = &g_interrupted};
+            rc = linechat_run(e, s, &lo);
+        } else {
         chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
                            .chat_template = c.chat_template, .resume = c.resume,
                            .stops = c.stops, .n_stops = c.n_stops, .system = c.system,
                            .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};
-        /* the conversation store (app/chatstore.h): --db > config db / KVCHAT_DB > the default */
-        char db_path[4096], why[900];
-        const char *cs_text = c.cache_size ? c.cache_size : config_get(&g_config, CFG_CACHE_SIZE);
-        co.cache_bytes = (uint64_t)CHATSTORE_DEFAULT_CACHE_MIB << 20;
-        if (cs_text && chatstore_parse_cache_size(cs_text, &co.cache_bytes))
-            fprintf(stderr, "kvchat: cache_size '%s' is not a size; using %d MiB\n", cs_text, CHATSTORE_DEFAULT_CACHE_MIB);
-        if (chatstore_db_path(c.db ? c.db : config_get(&g_config, CFG_DB), 1, db_path, sizeof db_path, why, sizeof why))
-            fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
-        else co.db_path = db_path;
+        co.cache_bytes = cache_bytes;
+        if (have_db) co.db_path = db_path;
         rc = chat_run(e, s, &co);
         if (rc == 1) print_warnings(); /* the screen could not start: they were not shown */
         for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
         g_n_warn = 0;
+        }
     }
     if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");
     sampler_free(s);

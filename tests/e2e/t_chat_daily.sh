@@ -102,7 +102,7 @@ if wait_idle 30; then
     grep -q -- '--keep 1000 is more than a context shift can keep' "$CH/screen" && grep -q 'it keeps the first 48' "$CH/screen" &&
         ok "chat: --keep 1000 -c 64 says it keeps 48" || bad "chat: --keep 1000 -c 64 says it keeps 48" "$(screen_dump)"
     keys "Once upon a time"
-    wait_for '^> Once upon a time' 10
+    wait_for '^> Once upon a time' 5 || { keys C-u "Once upon a time"; wait_for '^> Once upon a time' 5; }
     keys Enter
     wait_for ' [0-9]+ tokens' 30
     wait_for '│ ready( │|$)' 90
@@ -265,5 +265,31 @@ if wait_idle 30; then
         bad "chat: each reply keeps its model's name" "$(screen_dump; cat "$CH/err")"
     fi
     keys C-d
+fi
+chat_stop
+
+# ---- issue 16 #4: TERM=dumb (the line-by-line session) has the slash commands and saves -----------
+chat_start 100 30 TERM=dumb -- -t 1 -n 16 --db "$DM/dumb.db"
+if wait_for 'Ctrl-C stops a reply' 20; then
+    keys "/set temp 0" Enter
+    r_set=0; wait_for '^temp = 0\.00' 10 && r_set=1
+    keys "/help" Enter
+    r_help=0; wait_for '/set NAME VALUE' 10 && r_help=1
+    keys "/set temp 7" Enter
+    r_bad=0; wait_for "/set temp: '7' is not a number from 0 to 2" 10 && r_bad=1
+    keys "Once upon a time" Enter
+    wait_for '^> $' 20
+    keys "/quit" Enter
+    r_quit=0; wait_for 'EXIT=0' 15 && r_quit=1
+    n_conv=$("$BIN" list --db "$DM/dumb.db" --ids 2>/dev/null | wc -l)
+    n_msg=$(sqlite3 "$DM/dumb.db" "SELECT count(*) FROM messages" 2>/dev/null)
+    if [ $r_set = 1 ] && [ $r_help = 1 ] && [ $r_bad = 1 ] && [ $r_quit = 1 ] && [ "$(sqlite3 "$DM/dumb.db" "SELECT count(*) FROM messages WHERE content LIKE '%set temp%'")" = 0 ] &&
+        [ "$n_conv" = 1 ] && [ "${n_msg:-0}" -ge 2 ]; then
+        ok "line mode (TERM=dumb): /set, /help and /quit work, a bad value is refused, and the session is saved"
+    else
+        bad "line mode (TERM=dumb): slash commands and saving" "set $r_set help $r_help bad $r_bad quit $r_quit convs $n_conv msgs $n_msg $(screen_dump)"
+    fi
+else
+    bad "line mode (TERM=dumb) starts" "$(screen_dump; cat "$CH/err")"
 fi
 chat_stop
