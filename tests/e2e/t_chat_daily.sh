@@ -293,3 +293,20 @@ else
     bad "line mode (TERM=dumb) starts" "$(screen_dump; cat "$CH/err")"
 fi
 chat_stop
+
+# ---- issue 16 #7: /set while a reply streams says so in the status bar, not in the transcript -----
+chat_start 100 30 -- -t 1 -c 8192 --db "$DM/say.db"
+if wait_idle 30; then
+    keys "Once upon a time" Enter
+    if wait_for '● generating' 20; then
+        keys "/set temp 0.5" Enter
+        r_flash=0; wait_for 'temp = 0\.50 \(from the next token\)' 5 && r_flash=1
+        keys Escape
+        wait_idle 20
+        if [ $r_flash = 1 ] && ! pane_text <"$CH/screen" | grep -q 'temp = 0\.50'; then
+            ok "chat: /set during a reply confirms in the status bar, not between the message and its reply"
+        else bad "chat: /set during a reply stays out of the transcript" "flash $r_flash $(screen_dump)"; fi
+    else bad "chat: /set during a reply (a reply starts)" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
