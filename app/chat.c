@@ -873,6 +873,72 @@ static void cmd_edit(chat *c, char *args)
     if (!begin_edit(c, args)) ui_notice(c->u, UI_ROLE_ERROR, "/edit: there is no message of yours to edit yet");
 }
 
+/* The fenced code blocks (``` lines, CommonMark's fences of backticks) of the shown replies,
+ * numbered from 1 in order: block `want` as [*start, *start + *len) (without its fences; an
+ * unclosed one runs to the end of its reply). Returns the number of blocks seen (all of them
+ * when want is 0 or past the last). */
+static int code_blocks(const chat *c, int want, const char **start, size_t *len)
+{
+    int count = 0;
+    for (size_t i = 0; i < c->conv.n_path; i++) {
+        const turn *t = T(c, i);
+        if (t->role != UI_ROLE_ASSISTANT) continue;
+        const char *p = t->text, *end = t->text + t->len, *body = NULL;
+        while (p < end) {
+            const char *eol = memchr(p, '\n', (size_t)(end - p));
+            const char *next = eol ? eol + 1 : end;
+            const char *q = p;
+            while (q < next && q - p < 3 && *q == ' ') q++;
+            int fence = next - q >= 3 && !strncmp(q, "```", 3);
+            if (fence && !body) body = next;
+            else if (fence) {
+                if (++count == want) {
+                    *start = body;
+                    *len = (size_t)(p - body);
+                }
+                body = NULL;
+            }
+            p = next;
+        }
+        if (body && ++count == want) {
+            *start = body;
+            *len = (size_t)(end - body);
+        }
+    }
+    return count;
+}
+
+/* /copy: the last reply, or (/copy N) code block N of the replies, to the terminal's clipboard. */
+static void cmd_copy(chat *c, char *args)
+{
+    const char *text = NULL;
+    size_t len = 0;
+    char what[64];
+    if (!*args) {
+        for (size_t i = c->conv.n_path; i-- > 0 && !text;)
+            if (T(c, i)->role == UI_ROLE_ASSISTANT && T(c, i)->len) text = T(c, i)->text, len = T(c, i)->len;
+        if (!text) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/copy: there is no reply to copy yet");
+            return;
+        }
+        snprintf(what, sizeof what, "the last reply");
+    } else {
+        char *end;
+        long n = strtol(args, &end, 10);
+        int count = code_blocks(c, n > 0 && n < INT32_MAX ? (int)n : 0, &text, &len);
+        if (*end || n < 1 || n > count) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/copy %s: %s", args,
+                      count ? "no such code block (/copy N takes 1 to the number of ``` blocks in the replies)"
+                            : "the replies have no ``` code blocks; /copy alone copies the last reply");
+            return;
+        }
+        snprintf(what, sizeof what, "code block %ld of %d", n, count);
+    }
+    char why[300];
+    if (ui_clipboard_set(c->u, text, len, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "/copy: %s", why);
+    else ui_flash(c->u, "copied %s (%zu bytes) to the clipboard (OSC 52)", what, len);
+}
+
 /* The slash commands: one table gives dispatch, the help overlay and Tab completion (Redis's
  * command table). usage: help lines "USAGE\tdescription" ('\n' between lines; a line starting
  * with '\t' continues the one above); "@set" stands for the generated list of /set's parameters. */
@@ -907,6 +973,8 @@ static const chat_cmd commands[] = {
                      "(next,\n\t  prev); the label says \"branch 2/3\"\n/branch M:N\tbranch N of message M\n/branch list\tthe "
                      "branch points of the shown conversation", 1, cmd_branch_, branch_args, 0},
     {"/theme", {0}, "/theme NAME\tswitch theme; /theme alone lists them", 0, cmd_theme, NULL, 1},
+    {"/copy", {0}, "/copy\tcopy the last reply to the clipboard (OSC 52)\n/copy N\tcopy code block N of the replies", 0,
+     cmd_copy, NULL, 0},
     {"/quit", {"/exit", "/q"}, "/quit\tquit (also /exit)", 0, cmd_quit, NULL, 0},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -348,6 +348,7 @@ static int parse_args(int argc, char **argv, cli *c)
     static char model_path[4096];
     int found = c->ep.model_path ? models_resolve(c->ep.model_path, model_path, sizeof model_path) : 0;
     if (g_print_config) {
+        print_warnings();
         config_print(&g_config, stdout, found > 0 ? model_path : NULL);
         exit(EXIT_OK);
     }

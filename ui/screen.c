@@ -5,6 +5,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,44 @@ void ui_close(ui *u)
     free(u->help_text);
     free(u->edit_text);
     free(u);
+}
+
+int ui_clipboard_set(ui *u, const char *text, size_t len, char *why, size_t why_cap)
+{
+    /* terminals known to drop OSC 52 silently: say so instead of pretending */
+    static const char *const no_osc52[] = {"linux", "dumb", "vt100", "vt220", "cons25", NULL};
+    const char *term = getenv("TERM");
+    for (int i = 0; term && no_osc52[i]; i++)
+        if (!strcmp(term, no_osc52[i])) {
+            snprintf(why, why_cap, "this terminal (TERM=%s) has no clipboard escape (OSC 52); select the text with "
+                     "the mouse%s", term, u->mouse ? " (Shift + drag)" : "");
+            return -1;
+        }
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = 4 * ((len + 2) / 3);
+    char *enc = malloc(n + 1);
+    if (!enc) {
+        snprintf(why, why_cap, "out of memory");
+        return -1;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 3) { /* RFC 4648 base64 */
+        uint32_t v = (uint32_t)(unsigned char)text[i] << 16;
+        if (i + 1 < len) v |= (uint32_t)(unsigned char)text[i + 1] << 8;
+        if (i + 2 < len) v |= (unsigned char)text[i + 2];
+        enc[o++] = b64[(v >> 18) & 63];
+        enc[o++] = b64[(v >> 12) & 63];
+        enc[o++] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+        enc[o++] = i + 2 < len ? b64[v & 63] : '=';
+    }
+    enc[o] = 0;
+    /* OSC 52 ; c (the clipboard) ; base64 ST — xterm's "Manipulate Selection Data" */
+    fputs("\033]52;c;", stdout);
+    fputs(enc, stdout);
+    fputs("\033\\", stdout);
+    fflush(stdout);
+    free(enc);
+    return 0;
 }
 
 void ui_emergency_restore(void)

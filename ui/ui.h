@@ -170,6 +170,10 @@ void ui_input_edit(ui *u, const char *text, size_t len, const char *prompt);
 /* Leave that mode: the input is emptied and the prompt is "> " again (no edit_cancel call). */
 void ui_input_edit_end(ui *u);
 void ui_show_help(ui *u, int on);
+/* Put text[0..len) on the terminal's clipboard with the OSC 52 escape (xterm's selection data;
+ * works over SSH, and in tmux with set-clipboard on). Returns 0, or -1 with why filled: a terminal
+ * known to have no such escape (TERM=linux, dumb, vt100 …), out of memory. */
+int ui_clipboard_set(ui *u, const char *text, size_t len, char *why, size_t why_cap);
 /* A one-line message in the status bar for a few seconds. */
 void ui_flash(ui *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

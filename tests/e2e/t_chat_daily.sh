@@ -310,3 +310,38 @@ if wait_idle 30; then
     keys C-d
 fi
 chat_stop
+
+# ---- issue 16 feature: /copy puts the last reply on the clipboard with OSC 52 (tmux receives it) ---
+chat_start 100 30 -- -t 1 -n 20 --temp 0 --db "$DM/copy.db"
+$TMC set -s set-clipboard on
+$TMC set-buffer -b sentinel "nothing yet"
+if wait_idle 30; then
+    keys "/copy" Enter
+    r_none=0; wait_for '/copy: there is no reply to copy yet' 10 && r_none=1
+    keys "Once upon a time" Enter
+    wait_for ' 20 tokens' 30
+    wait_idle 20
+    keys "/copy" Enter
+    r_flash=0; wait_for 'copied the last reply \([0-9]+ bytes\)' 10 && r_flash=1
+    want=$(sqlite3 "$DM/copy.db" "SELECT content FROM messages WHERE role = 'assistant' ORDER BY id DESC LIMIT 1")
+    got=$($TMC show-buffer 2>/dev/null)
+    if [ $r_none = 1 ] && [ $r_flash = 1 ] && [ -n "$want" ] && [ "$got" = "$want" ]; then
+        ok "chat: /copy sends the last reply as OSC 52; tmux's buffer holds it exactly (${#want} bytes)"
+    else bad "chat: /copy via OSC 52" "none $r_none flash $r_flash want '$want' got '$got'"; fi
+    keys "/copy 1" Enter
+    if wait_for '/copy 1: the replies have no ``` code blocks' 10; then ok "chat: /copy N without code blocks says so"
+    else bad "chat: /copy N without code blocks says so" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+chat_start 100 30 TERM=linux -- -t 1 -n 8 --db "$DM/copy2.db"
+if wait_idle 30; then
+    keys "Hi" Enter
+    wait_for ' 8 tokens' 30
+    wait_idle 20
+    keys "/copy" Enter
+    if wait_for 'TERM=linux\) has no clipboard escape' 10; then ok "chat: /copy on a terminal without OSC 52 (TERM=linux) says so"
+    else bad "chat: /copy on TERM=linux says so" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
