@@ -58,6 +58,9 @@ typedef struct chat {
     int64_t reply_user;  /* the stored user message the running reply answers (0: none) */
     char sess_query[256];/* the sessions view's search */
     char *stops[STOP_MAX_STRINGS]; /* stop strings (--stop, /set stop) */
+    char *attach;        /* /read FILE: its text, sent with the next message (NULL: none) */
+    size_t attach_len;
+    char attach_name[256];
     int n_stops;
 } chat;
 
@@ -908,6 +911,81 @@ static int code_blocks(const chat *c, int want, const char **start, size_t *len)
     return count;
 }
 
+/* /read FILE: attach a text file to the next message. Refused: unreadable, larger than
+ * READ_MAX_BYTES, binary (a NUL byte or bytes that are not UTF-8), or more tokens than half the
+ * context. */
+#define READ_MAX_BYTES (1 << 20)
+
+/* The length of the longest valid UTF-8 prefix of s[0..n) (n when all of it is). */
+static size_t utf8_valid_prefix(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t k = ui_utf8_decode(s + i, n - i, &cp);
+        if (cp == 0xFFFD && !(k == 3 && !memcmp(s + i, "\xEF\xBF\xBD", 3))) return i;
+        i += k;
+    }
+    return n;
+}
+static void cmd_read(chat *c, char *args)
+{
+    if (!*args) {
+        if (c->attach) {
+            free(c->attach);
+            c->attach = NULL;
+            ui_notice(c->u, UI_ROLE_NOTICE, "/read: %s is no longer attached", c->attach_name);
+        } else ui_notice(c->u, UI_ROLE_ERROR, "usage: /read FILE (attaches a text file to your next message)");
+        return;
+    }
+    char path[4096];
+    const char *home = getenv("HOME");
+    if (args[0] == '~' && args[1] == '/' && home) snprintf(path, sizeof path, "%s%s", home, args + 1);
+    else snprintf(path, sizeof path, "%s", args);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s", args, strerror(errno));
+        return;
+    }
+    char *buf = malloc(READ_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, READ_MAX_BYTES + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    const char *why = !buf ? "out of memory" : err ? "read error" : n > READ_MAX_BYTES ? "larger than 1 MiB" : NULL;
+    char what[160] = "";
+    if (!why) {
+        const char *nul = memchr(buf, 0, n);
+        size_t bad = utf8_valid_prefix(buf, n);
+        if (nul) snprintf(what, sizeof what, "a binary file (a NUL byte at offset %zu)", (size_t)(nul - buf));
+        else if (bad < n) snprintf(what, sizeof what, "a binary file (not UTF-8 text at offset %zu)", bad);
+        if (what[0]) why = what;
+    }
+    int32_t *toks = NULL;
+    size_t nt = 0;
+    kv_error ke = {0};
+    if (!why && engine_tokenize(c->e, buf, n, 1, 0, &toks, &nt, &ke) == KV_OK) {
+        free(toks);
+        if (nt > (size_t)engine_n_ctx(c->e) / 2) {
+            snprintf(what, sizeof what, "%zu tokens, more than half the context (%d): raise -c", nt, engine_n_ctx(c->e));
+            why = what;
+        }
+    }
+    if (why) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s; not attached", args, why);
+        free(buf);
+        return;
+    }
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+    buf[n] = 0;
+    free(c->attach);
+    c->attach = buf;
+    c->attach_len = n;
+    const char *base = strrchr(path, '/');
+    snprintf(c->attach_name, sizeof c->attach_name, "%.255s", base ? base + 1 : path);
+    ui_notice(c->u, UI_ROLE_NOTICE, "attached %s (%zu bytes, %zu tokens) to your next message (/read alone drops it)",
+              c->attach_name, n, nt);
+}
+
 /* /copy: the last reply, or (/copy N) code block N of the replies, to the terminal's clipboard. */
 static void cmd_copy(chat *c, char *args)
 {
@@ -973,6 +1051,7 @@ static const chat_cmd commands[] = {
                      "(next,\n\t  prev); the label says \"branch 2/3\"\n/branch M:N\tbranch N of message M\n/branch list\tthe "
                      "branch points of the shown conversation", 1, cmd_branch_, branch_args, 0},
     {"/theme", {0}, "/theme NAME\tswitch theme; /theme alone lists them", 0, cmd_theme, NULL, 1},
+    {"/read", {0}, "/read FILE\tattach a text file to your next message", 0, cmd_read, NULL, 0},
     {"/copy", {0}, "/copy\tcopy the last reply to the clipboard (OSC 52)\n/copy N\tcopy code block N of the replies", 0,
      cmd_copy, NULL, 0},
     {"/quit", {"/exit", "/q"}, "/quit\tquit (also /exit)", 0, cmd_quit, NULL, 0},
@@ -1146,12 +1225,27 @@ static int cb_submit(void *ud, const char *line)
         if (c->tmpl == CHAT_TMPL_NONE && c->conv.n_path) start_reply(c, 1);
         return 1;
     }
+    char *joined = NULL;
+    if (c->attach) { /* /read FILE: the file goes with this message, before it */
+        size_t tl = strlen(text), nl = strlen(c->attach_name);
+        size_t cap = c->attach_len + tl + nl + 64;
+        if ((joined = malloc(cap))) {
+            int k = snprintf(joined, cap, "File %s:\n\n", c->attach_name);
+            memcpy(joined + k, c->attach, c->attach_len);
+            snprintf(joined + k + c->attach_len, cap - (size_t)k - c->attach_len, "\n\n%s", text);
+            text = joined;
+        }
+        free(c->attach);
+        c->attach = NULL;
+    }
     turn *t = turn_add(c, UI_ROLE_USER, text, strlen(text));
     if (!t) {
+        free(joined);
         ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
         return 1;
     }
     t->view = ui_msg_add(c->u, UI_ROLE_USER, "you", text, strlen(text));
+    free(joined);
     save_user(c, t);
     start_reply(c, 0);
     return 1;
@@ -1591,5 +1685,6 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
     prompt_buf_free(&c->pb);
     prompt_buf_free(&c->kb);
+    free(c->attach);
     return status;
 }

@@ -345,3 +345,27 @@ if wait_idle 30; then
     keys C-d
 fi
 chat_stop
+
+# ---- issue 16 feature: /read FILE attaches a text file to the next message ---------------------
+printf 'The cat is named Whiskers.\nShe likes fish.\n' >"$DM/notes.txt"
+printf 'ab\000cd' >"$DM/bin.dat"
+head -c 3000000 /dev/zero | tr '\0' 'a' >"$DM/big.txt"
+chat_start 100 30 -- -t 1 -n 8 --db "$DM/read.db"
+if wait_idle 30; then
+    keys "/read $DM/bin.dat" Enter
+    r_bin=0; wait_for 'bin.dat: a binary file \(a NUL byte' 10 && r_bin=1
+    keys "/read $DM/big.txt" Enter
+    r_big=0; wait_for 'big.txt: larger than 1 MiB' 10 && r_big=1
+    keys "/read $DM/notes.txt" Enter
+    r_ok=0; wait_for 'attached notes.txt \(42 bytes, [0-9]+ tokens\)' 10 && r_ok=1
+    keys "What is the cat called?" Enter
+    wait_for ' 8 tokens' 30
+    wait_idle 20
+    stored=$(sqlite3 "$DM/read.db" "SELECT content FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT 1")
+    want=$(printf 'File notes.txt:\n\nThe cat is named Whiskers.\nShe likes fish.\n\nWhat is the cat called?')
+    if [ $r_bin = 1 ] && [ $r_big = 1 ] && [ $r_ok = 1 ] && [ "$stored" = "$want" ]; then
+        ok "chat: /read attaches a text file (size in tokens) to the next message; binary and too-large files are refused"
+    else bad "chat: /read FILE" "bin $r_bin big $r_big ok $r_ok stored '$stored' $(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
