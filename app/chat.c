@@ -1105,6 +1105,8 @@ static const char help_keys[] =
     "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
     "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
     "Ctrl-R\tsearch the message history\n"
+    "Ctrl-X Ctrl-E\tedit the input in $VISUAL / $EDITOR\n"
+    "Ctrl-C (a draft)\tclear it; Ctrl-Y puts it back\n"
     "Ctrl-A E K U W Y\treadline (Emacs) editing; Alt-B, Alt-F: words\n"
     "Ctrl-L\tredraw the screen\n"
     "Ctrl-Z\tsuspend (fg resumes)\n"

@@ -1,5 +1,7 @@
 /* screen: the ui object — curses setup and teardown, colours from the theme, the layout, key dispatch and the frame loop. */
 #include <ctype.h>
+#include <sys/wait.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <langinfo.h>
 #include <math.h>
@@ -567,9 +569,68 @@ static void on_key(ui *u, int k)
     u->dirty = 1;
 }
 
+/* Ctrl-X Ctrl-E: the input in $VISUAL / $EDITOR (else vi), as bash does; the text the editor
+ * leaves becomes the input (one final newline dropped). The screen is left while it runs. */
+static void edit_in_editor(ui *u)
+{
+    size_t len;
+    const char *text = input_text(&len);
+    const char *tmpdir = getenv("TMPDIR");
+    char path[600];
+    snprintf(path, sizeof path, "%s/kvchat-edit-XXXXXX", tmpdir && *tmpdir == '/' ? tmpdir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        ui_flash(u, "Ctrl-X Ctrl-E: cannot create a file in %s: %s", tmpdir ? tmpdir : "/tmp", strerror(errno));
+        return;
+    }
+    int ok = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    const char *ed = getenv("VISUAL");
+    if (!ed || !*ed) ed = getenv("EDITOR");
+    if (!ed || !*ed) ed = "vi";
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s '%s'", ed, path); /* the editor may carry arguments; the path has no quote */
+    fputs("\033[?2004l", stdout); /* no bracketed paste for the editor */
+    fflush(stdout);
+    def_prog_mode();
+    endwin();
+    int st = ok ? system(cmd) : -1;
+    reset_prog_mode();
+    fputs("\033[?2004h", stdout);
+    fflush(stdout);
+    clearok(curscr, TRUE);
+    u->dirty = 1;
+    if (st != 0) {
+        ui_flash(u, "%s exited with status %d: the input is unchanged", ed, st < 0 ? st : WEXITSTATUS(st));
+        unlink(path);
+        return;
+    }
+    FILE *f = fopen(path, "rb");
+    char *buf = malloc(1 << 20);
+    size_t n = f && buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    if (f) fclose(f);
+    unlink(path);
+    if (!buf) return;
+    if (n && buf[n - 1] == '\n') n--;
+    input_set(buf, n, NULL);
+    free(buf);
+    ui_flash(u, "the input came back from %s (Enter sends it)", ed);
+}
+
 /* An ordinary character (or control byte). */
 static void on_char(ui *u, wint_t c)
 {
+    if (u->ctrl_x && !u->paste) { /* the key after Ctrl-X */
+        u->ctrl_x = 0;
+        if (c == 5) {
+            edit_in_editor(u);
+            return;
+        }
+        input_feed("\030", 1); /* readline's own Ctrl-X prefix */
+    } else if (c == 24 && !u->paste && !u->help_visible && u->focus == FOCUS_INPUT) {
+        u->ctrl_x = 1;
+        return;
+    }
     if (u->paste) { /* pasted text goes in as it is, newlines included */
         char b[5];
         if (c == '\r') c = '\n';

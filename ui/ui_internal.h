@@ -146,6 +146,7 @@ struct ui {
     char flash[200];
     double flash_until;
     double ctrl_c_at;         /* first Ctrl-C on an empty input (ms), 0 if none */
+    int ctrl_x;                      /* Ctrl-X was the last key (Ctrl-X Ctrl-E: the editor) */
     int paste;                /* inside a bracketed paste */
     int editing;              /* the input holds a message being edited (ui_input_edit) */
     char *edit_text;          /* what ui_input_edit put there (Up / Down step while unchanged) */

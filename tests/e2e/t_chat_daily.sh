@@ -369,3 +369,26 @@ if wait_idle 30; then
     keys C-d
 fi
 chat_stop
+
+# ---- issue 16 feature: Ctrl-X Ctrl-E edits the input in $EDITOR ---------------------------------
+cat >"$DM/editor.sh" <<'EOS'
+#!/bin/sh
+# a scripted editor: appends to what the input held, records that it ran
+printf '%s, edited in the editor\n' "$(cat "$1")" >"$1.new" && mv "$1.new" "$1"
+echo ran >>"${0%/*}/editor.ran"
+EOS
+chmod +x "$DM/editor.sh"
+rm -f "$DM/editor.ran"
+chat_start 100 30 EDITOR="$DM/editor.sh" VISUAL= -- -t 1 -n 8 --db "$DM/ed.db"
+if wait_idle 30; then
+    keys "a draft"
+    wait_for '^> a draft' 10
+    keys C-x C-e
+    if wait_for '^> a draft, edited in the editor' 15 && [ -s "$DM/editor.ran" ]; then
+        keys Enter
+        if wait_for '^ a draft, edited in the editor' 15; then ok "chat: Ctrl-X Ctrl-E edits the input in \$EDITOR and takes the result back"
+        else bad "chat: the edited input is sent" "$(screen_dump)"; fi
+    else bad "chat: Ctrl-X Ctrl-E runs \$EDITOR on the input" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
