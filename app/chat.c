@@ -26,6 +26,7 @@
 #include "config.h"
 #include "conv_tree.h"
 #include "prompt.h"
+#include "ui/markdown.h"
 #include "ui/text.h"
 #include "ui/theme.h"
 #include "ui/ui.h"
@@ -62,6 +63,7 @@ typedef struct chat {
     size_t attach_len;
     char attach_name[256];
     int n_stops;
+    int markdown;        /* replies shown as rendered Markdown */
 } chat;
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
@@ -599,6 +601,7 @@ static const set_param set_params[] = {
     {"presence_penalty", NULL, CFG_PRESENCE_PENALTY}, {"frequency_penalty", NULL, CFG_FREQUENCY_PENALTY},
     {"seed", NULL, CFG_SEED},                   {"max_tokens", "n_predict", CFG_N_PREDICT},
     {"system", NULL, CFG_SYSTEM},               {"stop", NULL, -1},
+    {"markdown", NULL, CFG_MARKDOWN},
 };
 #define N_SET_PARAMS (sizeof set_params / sizeof set_params[0])
 
@@ -678,7 +681,7 @@ static void show_params(chat *c)
     size_t o = 0;
     for (size_t i = 0; i < N_SET_PARAMS; i++) {
         int k = set_params[i].key;
-        if (k < 0 || k == CFG_SYSTEM) continue;
+        if (k < 0 || k == CFG_SYSTEM || k == CFG_MARKDOWN) continue;
         char v[96];
         param_text(c, k, v, sizeof v);
         o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %s", o ? " · " : "", set_params[i].name, v);
@@ -747,6 +750,17 @@ static void cmd_set(chat *c, char *args)
         return;
     }
     if (sp->key == CFG_SYSTEM) return set_system(c, value);
+    if (sp->key == CFG_MARKDOWN) {
+        int b = config_parse_bool(value);
+        if (b < 0) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/set markdown: '%s' is not on or off", value);
+            return;
+        }
+        c->markdown = b;
+        ui_set_markdown(c->u, b);
+        SAY(c, "markdown = %s", b ? "on (replies rendered)" : "off (replies as plain text)");
+        return;
+    }
     if (sp->key < 0) return set_stop(c, value);
     if (!*value) {
         ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", sp->name);
@@ -768,7 +782,7 @@ static void cmd_set(chat *c, char *args)
 int chat_set_param(const char *name, const char *value, sampler_params *sp_io, int *max_tokens_io, char *msg, size_t cap)
 {
     const set_param *sp = set_param_find(name);
-    if (!sp || sp->key < 0 || sp->key == CFG_SYSTEM) {
+    if (!sp || sp->key < 0 || sp->key == CFG_SYSTEM || sp->key == CFG_MARKDOWN) {
         snprintf(msg, cap, "/set: unknown parameter '%s'", name);
         return -1;
     }
@@ -876,37 +890,16 @@ static void cmd_edit(chat *c, char *args)
     if (!begin_edit(c, args)) ui_notice(c->u, UI_ROLE_ERROR, "/edit: there is no message of yours to edit yet");
 }
 
-/* The fenced code blocks (``` lines, CommonMark's fences of backticks) of the shown replies,
- * numbered from 1 in order: block `want` as [*start, *start + *len) (without its fences; an
- * unclosed one runs to the end of its reply). Returns the number of blocks seen (all of them
- * when want is 0 or past the last). */
-static int code_blocks(const chat *c, int want, const char **start, size_t *len)
+/* Code block `want` (1-based, numbered through the shown replies as the pane labels them:
+ * ui/markdown.c) into *out (malloc'd) / *len; returns the number of blocks in all replies. */
+static int code_blocks(const chat *c, int want, char **out, size_t *len)
 {
     int count = 0;
     for (size_t i = 0; i < c->conv.n_path; i++) {
         const turn *t = T(c, i);
         if (t->role != UI_ROLE_ASSISTANT) continue;
-        const char *p = t->text, *end = t->text + t->len, *body = NULL;
-        while (p < end) {
-            const char *eol = memchr(p, '\n', (size_t)(end - p));
-            const char *next = eol ? eol + 1 : end;
-            const char *q = p;
-            while (q < next && q - p < 3 && *q == ' ') q++;
-            int fence = next - q >= 3 && !strncmp(q, "```", 3);
-            if (fence && !body) body = next;
-            else if (fence) {
-                if (++count == want) {
-                    *start = body;
-                    *len = (size_t)(p - body);
-                }
-                body = NULL;
-            }
-            p = next;
-        }
-        if (body && ++count == want) {
-            *start = body;
-            *len = (size_t)(end - body);
-        }
+        int k = ui_md_code_block(t->text, t->len, want - count, out, len);
+        if (k > 0) count += k;
     }
     return count;
 }
@@ -990,6 +983,7 @@ static void cmd_read(chat *c, char *args)
 static void cmd_copy(chat *c, char *args)
 {
     const char *text = NULL;
+    char *block = NULL;
     size_t len = 0;
     char what[64];
     if (!*args) {
@@ -1003,11 +997,13 @@ static void cmd_copy(chat *c, char *args)
     } else {
         char *end;
         long n = strtol(args, &end, 10);
-        int count = code_blocks(c, n > 0 && n < INT32_MAX ? (int)n : 0, &text, &len);
-        if (*end || n < 1 || n > count) {
+        int count = code_blocks(c, n > 0 && n < INT32_MAX ? (int)n : 0, &block, &len);
+        text = block;
+        if (*end || n < 1 || n > count || !block) {
+            free(block);
             ui_notice(c->u, UI_ROLE_ERROR, "/copy %s: %s", args,
                       count ? "no such code block (/copy N takes 1 to the number of ``` blocks in the replies)"
-                            : "the replies have no ``` code blocks; /copy alone copies the last reply");
+                            : "the replies have no code blocks; /copy alone copies the last reply");
             return;
         }
         snprintf(what, sizeof what, "code block %ld of %d", n, count);
@@ -1015,6 +1011,7 @@ static void cmd_copy(chat *c, char *args)
     char why[300];
     if (ui_clipboard_set(c->u, text, len, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "/copy: %s", why);
     else ui_flash(c->u, "copied %s (%zu bytes) to the clipboard (OSC 52)", what, len);
+    free(block);
 }
 
 /* The slash commands: one table gives dispatch, the help overlay and Tab completion (Redis's
@@ -1145,6 +1142,7 @@ static char *help_build(void)
             if (key < 0) continue;
             char r[64], item[120];
             if (key == CFG_SYSTEM) snprintf(r, sizeof r, "TEXT");
+            else if (key == CFG_MARKDOWN) snprintf(r, sizeof r, "on|off");
             else config_range_text(key, r, sizeof r);
             snprintf(item, sizeof item, "%s %s", set_params[k].name, r);
             size_t w = strlen(item);
@@ -1619,6 +1617,8 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         .n_threads = engine_n_threads(e),
     };
     ui_set_info(c->u, &info);
+    c->markdown = o->markdown;
+    ui_set_markdown(c->u, c->markdown);
     push_params(c);
     const char *bench = getenv("KVCHAT_BENCH_HISTORY");
     if (bench && atol(bench) > 0) bench_fill(c, atol(bench));

@@ -21,6 +21,7 @@ typedef struct chat_options {
     const char *const *stops; /* --stop: the chat's first stop strings (/set stop adds, clears) */
     int n_stops;
     const char *system;       /* --system: the system prompt of new conversations; NULL: none */
+    int markdown;             /* 1: replies are shown as rendered Markdown (--no-markdown: 0) */
     const char *const *warnings; /* config.ini / environment warnings to show in the chat */
     int n_warnings;
 } chat_options;

@@ -70,6 +70,7 @@ static const key_def keys[CFG_COUNT] = {
     [CFG_THEME] = {"theme", "chat", "theme", NULL, T_NAME, 0, 0, NULL},
     [CFG_MOUSE] = {"mouse", "chat", NULL, NULL, T_BOOL, 0, 0, NULL},
     [CFG_SYSTEM] = {"system", "chat", "system", NULL, T_TEXT, 0, 0, "the system prompt of new chats (none)"},
+    [CFG_MARKDOWN] = {"markdown", "chat", NULL, NULL, T_BOOL, 0, 0, NULL},
     [CFG_DB] = {"db", "storage", "db", "KVCHAT_DB", T_PATH, 0, 0, NULL},
     [CFG_CACHE_SIZE] = {"cache_size", "storage", "cache-size", NULL, T_SIZE, 0, 0, NULL},
 };
@@ -332,6 +333,7 @@ void config_init(kv_config *c)
     DEF(CFG_N_PREDICT, "-1");
     DEF(CFG_THEME, "default");
     DEF(CFG_MOUSE, "true");
+    DEF(CFG_MARKDOWN, "true");
     DEF(CFG_CACHE_SIZE, "%d", CHATSTORE_DEFAULT_CACHE_MIB);
 #undef DEF
 }
@@ -504,6 +506,10 @@ int config_note_option(kv_config *c, const char *name, const char *optarg_text)
     if (!strcmp(name, "no-mouse")) {
         put(c, CFG_MOUSE, "false", CFG_SRC_CLI, where);
         return CFG_MOUSE;
+    }
+    if (!strcmp(name, "no-markdown")) {
+        put(c, CFG_MARKDOWN, "false", CFG_SRC_CLI, where);
+        return CFG_MARKDOWN;
     }
     for (int k = 0; k < CFG_COUNT; k++) {
         if (!keys[k].option || strcmp(keys[k].option, name)) continue;

@@ -18,7 +18,7 @@
  *   [model]     model, n_ctx, n_batch, threads, kv_type, chat_template
  *   [sampling]  temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty,
  *               frequency_penalty, seed, n_predict
- *   [chat]      theme, mouse, system
+ *   [chat]      theme, mouse, system, markdown
  *   [storage]   db, cache_size
  *
  * Keys may also stand before the first section; '-' and '_' are the same in key names. A line
@@ -32,7 +32,7 @@ enum cfg_key {
     CFG_MODEL = 0, CFG_N_CTX, CFG_N_BATCH, CFG_THREADS, CFG_KV_TYPE, CFG_CHAT_TEMPLATE,
     CFG_TEMP, CFG_TOP_K, CFG_TOP_P, CFG_MIN_P, CFG_REPEAT_PENALTY, CFG_REPEAT_LAST_N,
     CFG_PRESENCE_PENALTY, CFG_FREQUENCY_PENALTY, CFG_SEED, CFG_N_PREDICT,
-    CFG_THEME, CFG_MOUSE, CFG_SYSTEM, CFG_DB, CFG_CACHE_SIZE,
+    CFG_THEME, CFG_MOUSE, CFG_SYSTEM, CFG_MARKDOWN, CFG_DB, CFG_CACHE_SIZE,
     CFG_COUNT
 };
 

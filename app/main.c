@@ -44,6 +44,7 @@ typedef struct cli {
     int interactive;
     const char *theme;
     int no_mouse;
+    int no_markdown;
     const char *chat_template;
     const char *system;      /* --system (else the config's system): new chats' system prompt */
     int system_cli;          /* it came from --system */
@@ -116,6 +117,7 @@ static void usage(FILE *out)
             "                           or a file path; searched in $XDG_CONFIG_HOME/kvchat/themes,\n"
             "                           then " KVCHAT_DATADIR "/themes, then themes/ next to\n"
             "                           the binary (NO_COLOR set: no colours)\n"
+            "      --no-markdown        show replies as plain text, not rendered Markdown\n"
             "      --no-mouse           leave the mouse to the terminal (no wheel scrolling)\n"
             "      --system TEXT        the system prompt of new conversations (/set system changes it)\n"
             "      --db PATH            the conversation database (env KVCHAT_DB; default\n"
@@ -231,7 +233,7 @@ static int table_option(const struct option *opts, int val, const char *arg)
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE,
     OPT_FREQUENCY, OPT_SEED, OPT_STATS, OPT_KV_TYPE, OPT_NO_BOS, OPT_THEME, OPT_NO_MOUSE, OPT_CHAT_TEMPLATE,
-    OPT_STOP, OPT_SYSTEM,
+    OPT_STOP, OPT_SYSTEM, OPT_NO_MARKDOWN,
 };
 
 static int parse_args(int argc, char **argv, cli *c)
@@ -252,6 +254,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"no-context-shift", no_argument, 0, OPT_NO_CONTEXT_SHIFT},
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {"theme", required_argument, 0, OPT_THEME},  {"no-mouse", no_argument, 0, OPT_NO_MOUSE},
+        {"no-markdown", no_argument, 0, OPT_NO_MARKDOWN},
         {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
         {"stop", required_argument, 0, OPT_STOP},   {"system", required_argument, 0, OPT_SYSTEM},
         {"json", no_argument, 0, OPT_JSON},          {"print-config", no_argument, 0, OPT_PRINT_CONFIG},
@@ -269,6 +272,7 @@ static int parse_args(int argc, char **argv, cli *c)
     c->chat_template = config_get(&g_config, CFG_CHAT_TEMPLATE);
     c->system = config_get(&g_config, CFG_SYSTEM);
     c->no_mouse = !config_parse_bool(config_get(&g_config, CFG_MOUSE));
+    c->no_markdown = !config_parse_bool(config_get(&g_config, CFG_MARKDOWN));
     opterr = 0;
     int o, idx;
     while ((o = getopt_long(argc, argv, ":m:p:n:c:b:t:hV", opts, &idx)) != -1) {
@@ -288,6 +292,7 @@ static int parse_args(int argc, char **argv, cli *c)
             break;
         case OPT_THEME: c->theme = optarg; break;
         case OPT_NO_MOUSE: c->no_mouse = 1; break;
+        case OPT_NO_MARKDOWN: c->no_markdown = 1; break;
         case OPT_CHAT_TEMPLATE:
             if (chat_template_from_name(optarg) < 0) {
                 fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s)\n", optarg, chat_template_names());
@@ -581,6 +586,7 @@ int main(int argc, char **argv)
             rc = linechat_run(e, s, &lo);
         } else {
         chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
+                           .markdown = !c.no_markdown,
                            .chat_template = c.chat_template, .resume = c.resume,
                            .stops = c.stops, .n_stops = c.n_stops, .system = c.system,
                            .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};

@@ -144,6 +144,10 @@ void ui_msg_set_note(ui *u, ui_msg *m, const char *note, int error);
 /* Replace the label shown above a message ("you", the model's name; e.g. with "· branch 2/3"). */
 void ui_msg_set_label(ui *u, ui_msg *m, const char *label);
 void ui_msg_remove(ui *u, ui_msg *m);
+/* Show replies (the model's messages) as rendered Markdown — headings, emphasis, lists, quotes,
+ * links, tables, numbered code blocks (ui/markdown.c) — or as their text (on = 0). Applies to the
+ * messages shown and those added later; what the user typed is always shown as typed. */
+void ui_set_markdown(ui *u, int on);
 void ui_pane_clear(ui *u);
 size_t ui_pane_count(const ui *u);
 /* Printf-style notice / error message in the pane. */

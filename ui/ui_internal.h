@@ -11,19 +11,24 @@
 #include "text.h"
 #include "theme.h"
 #include "ui.h"
+#include "markdown.h"
 
 /* ---- chat pane ------------------------------------------------------------------------ */
 
 struct ui_msg {
     int role;
-    char label[64];
+    char label[160];
     char *text;        /* sanitized display text */
     size_t len, cap;
     int state;         /* enum ui_msg_state */
     char note[160];    /* marker line, "" for none */
     int note_error;
     int wrap_width;    /* lines are valid for this width (0: not wrapped) */
-    ui_lines lines;
+    ui_lines lines;    /* of the shown text: md.text when md_on, else text */
+    int md_on;         /* a reply shown as rendered Markdown (ui/markdown.c) */
+    int md_dirty;      /* md is older than text */
+    int code_base;     /* code blocks of the messages above it (their numbers go on) */
+    ui_md md;
 };
 
 typedef struct pane {
@@ -146,6 +151,7 @@ struct ui {
     char flash[200];
     double flash_until;
     double ctrl_c_at;         /* first Ctrl-C on an empty input (ms), 0 if none */
+    int markdown;                    /* replies are rendered as Markdown (ui_set_markdown) */
     int ctrl_x;                      /* Ctrl-X was the last key (Ctrl-X Ctrl-E: the editor) */
     int paste;                /* inside a bracketed paste */
     int editing;              /* the input holds a message being edited (ui_input_edit) */

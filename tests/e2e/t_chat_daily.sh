@@ -329,7 +329,7 @@ if wait_idle 30; then
         ok "chat: /copy sends the last reply as OSC 52; tmux's buffer holds it exactly (${#want} bytes)"
     else bad "chat: /copy via OSC 52" "none $r_none flash $r_flash want '$want' got '$got'"; fi
     keys "/copy 1" Enter
-    if wait_for '/copy 1: the replies have no ``` code blocks' 10; then ok "chat: /copy N without code blocks says so"
+    if wait_for '/copy 1: the replies have no code blocks' 10; then ok "chat: /copy N without code blocks says so"
     else bad "chat: /copy N without code blocks says so" "$(screen_dump)"; fi
     keys C-d
 fi
@@ -391,4 +391,66 @@ if wait_idle 30; then
     else bad "chat: Ctrl-X Ctrl-E runs \$EDITOR on the input" "$(screen_dump)"; fi
     keys C-d
 fi
+chat_stop
+
+# ---- issue 16 feature: replies rendered as Markdown (md4c); /copy N copies code block N exactly ----
+# The reply is injected: a conversation exported as JSON, its reply replaced by Markdown, imported
+# and resumed.
+chat_start 100 40 -- -t 1 -n 4 --db "$DM/md.db"
+if wait_idle 30; then
+    keys "Show me" Enter
+    wait_for ' 4 tokens' 30
+    wait_idle 20
+    keys C-d
+    wait_for 'EXIT=' 15
+fi
+"$BIN" export last --db "$DM/md.db" --format json >"$DM/md.json" 2>/dev/null
+python3 - "$DM/md.json" <<'EOP'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+md = "# Greeting\n\nSome **bold** and *soft* words with `x = 1` inline.\n\n- first item\n- second item\n\n> a quote\n\n```python\nprint(\"hi\")  # exact\n    indented\n```\n\nSee [the docs](https://example.org)."
+def walk(o):
+    if isinstance(o, dict):
+        if o.get("role") == "assistant" and "content" in o: o["content"] = md
+        for v in o.values(): walk(v)
+    elif isinstance(o, list):
+        for v in o: walk(v)
+walk(d)
+json.dump(d, open(p, "w"))
+EOP
+"$BIN" import "$DM/md.json" --db "$DM/md.db" >/dev/null 2>&1
+chat_start 100 40 -- -t 1 -n 4 --resume last --db "$DM/md.db"
+$TMC set -s set-clipboard on
+if wait_idle 30 && wait_for '┌─ code 1 · python' 10; then
+    cap -e >"$DM/md.esc"
+    pane=$(pane_text <"$CH/screen")
+    r=""
+    echo "$pane" | grep -q '^ Greeting *$' || r="$r heading"
+    echo "$pane" | grep -q '# Greeting' && r="$r heading-marker"
+    echo "$pane" | grep -q 'Some bold and soft words with x = 1 inline\.' || r="$r emphasis"
+    echo "$pane" | grep -q '^ • first item' || r="$r list"
+    grep -q '^ │ a quote' "$CH/screen" || r="$r quote"
+    echo "$pane" | grep -q '^ print("hi")  # exact' || r="$r code"
+    echo "$pane" | grep -q '^     indented' || r="$r code-indent"
+    echo "$pane" | grep -q 'See the docs <https://example.org>\.' || r="$r link"
+    grep -q "$(printf '\033')\[1m[^ ]*bold" "$DM/md.esc" || r="$r bold-attr"
+    if [ -z "$r" ]; then ok "chat: a reply is rendered as Markdown: heading, emphasis, inline code, list, quote, link, a labelled code block"
+    else bad "chat: Markdown rendering" "missing:$r $(screen_dump)"; fi
+    keys "/copy 1" Enter
+    wait_for 'copied code block 1 of 1' 10
+    got=$($TMC show-buffer 2>/dev/null)
+    if [ "$got" = "$(printf 'print("hi")  # exact\n    indented')" ]; then ok "chat: /copy 1 copies the code block exactly"
+    else bad "chat: /copy 1 copies the code block exactly" "got '$got'"; fi
+    keys "/set markdown off" Enter
+    if wait_for '\*\*bold\*\*' 10 && wait_for '```python' 5; then ok "chat: /set markdown off shows the reply's text as it is"
+    else bad "chat: /set markdown off" "$(screen_dump)"; fi
+    keys C-d
+else
+    bad "chat: Markdown rendering (the injected reply is shown)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+chat_start 100 40 -- -t 1 -n 4 --resume last --no-markdown --db "$DM/md.db"
+if wait_idle 30 && wait_for '\*\*bold\*\*' 10 && ! grep -q '┌─ code' "$CH/screen"; then ok "chat: --no-markdown shows replies as plain text"
+else bad "chat: --no-markdown" "$(screen_dump)"; fi
 chat_stop
