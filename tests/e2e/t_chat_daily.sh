@@ -454,3 +454,26 @@ chat_start 100 40 -- -t 1 -n 4 --resume last --no-markdown --db "$DM/md.db"
 if wait_idle 30 && wait_for '\*\*bold\*\*' 10 && ! grep -q '┌─ code' "$CH/screen"; then ok "chat: --no-markdown shows replies as plain text"
 else bad "chat: --no-markdown" "$(screen_dump)"; fi
 chat_stop
+
+# ---- issue 16 #7: the max-tokens slider is logarithmic with ∞ at its right end --------------------
+chat_start 100 30 -- -t 1 -c 2048 --db "$DM/slider.db"
+if wait_idle 30; then
+    keys Tab
+    for _ in 1 2 3 4 5; do keys Down; done
+    keys End
+    r_inf=0; wait_for '› max tokens +∞' 10 && r_inf=1
+    keys Left
+    r_max=0; wait_for '› max tokens +8192' 10 && r_max=1
+    keys Left
+    r_log=0; wait_for '› max tokens +66[0-9][0-9]' 10 && r_log=1
+    keys Home
+    r_min=0; wait_for '› max tokens +16' 10 && r_min=1
+    keys Right
+    r_step=0; wait_for '› max tokens +20' 10 && r_step=1
+    if [ $r_inf$r_max$r_log$r_min$r_step = 11111 ]; then
+        ok "chat: the max-tokens slider is logarithmic (16, 20 … 6600, 8192) with ∞ at its right end"
+    else bad "chat: the max-tokens slider is logarithmic with ∞ at the right" "∞ $r_inf 8192 $r_max log $r_log 16 $r_min 20 $r_step $(screen_dump)"; fi
+    keys Escape
+    keys C-d
+fi
+chat_stop
