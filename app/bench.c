@@ -23,6 +23,17 @@
 #include <unistd.h>
 
 #include "app/tools.h"
+
+#include <cJSON.h>
+
+/* text as a JSON string literal, quotes included (malloc'd; NULL when out of memory). */
+static char *json_string(const char *text)
+{
+    cJSON *s = cJSON_CreateString(text);
+    char *out = s ? cJSON_PrintUnformatted(s) : NULL;
+    cJSON_Delete(s);
+    return out;
+}
 #include "engine/model.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
@@ -371,16 +382,17 @@ int bench_main(int argc, char **argv)
         human_params(m->n_params, np, sizeof np);
         snprintf(desc, sizeof desc, "%s %s", m->arch_name, tname);
         if (o.json) {
+            char *fj = json_string(base); /* a file name may hold quotes, backslashes, controls */
             printf("[\n");
             for (int i = 0; i < n_res; i++) {
                 const result *r = &res[i];
                 double gbps = r->is_pp ? 0.0 : wbytes * r->median / 1e9, peak = bw_of(&o, bw, r->threads) / 1e9;
-                printf("  {\"model\": \"%s\", \"file\": \"%s\", \"type\": \"%s\", \"size\": %llu, \"params\": %llu, "
+                printf("  {\"model\": \"%s\", \"file\": %s, \"type\": \"%s\", \"size\": %llu, \"params\": %llu, "
                        "\"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, "
                        "\"n_depth\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"median_ts\": %.4f, "
                        "\"weight_bytes_per_token\": %llu, \"decode_gbps\": %.4f, \"read_gbps\": %.4f, "
                        "\"decode_bw_fraction\": %.4f, \"samples_ts\": [",
-                       m->arch_name, base, tname, (unsigned long long)size, (unsigned long long)m->n_params,
+                       m->arch_name, fj ? fj : "null", tname, (unsigned long long)size, (unsigned long long)m->n_params,
                        r->threads, kern_isa_name(kern()->isa), r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0,
                        r->is_pp ? 0 : r->n, r->depth, r->mean, r->sd, r->median, (unsigned long long)wbytes, gbps,
                        peak, !r->is_pp && peak > 0 ? gbps / peak : 0.0);
@@ -389,6 +401,7 @@ int bench_main(int argc, char **argv)
                        kv_mib, i + 1 < n_res ? "," : "");
             }
             printf("]\n");
+            free(fj);
         } else {
             printf("| model | size | params | type | threads | test | t/s | median t/s | decode GB/s | of read BW |\n");
             printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");

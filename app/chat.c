@@ -24,25 +24,15 @@
 #include "engine/tokenizer.h"
 #include "engine/worker.h"
 #include "chatstore.h"
+#include "config.h"
+#include "conv_tree.h"
 #include "prompt.h"
+#include "ui/markdown.h"
 #include "ui/text.h"
 #include "ui/theme.h"
 #include "ui/ui.h"
 
-/* A message of the conversation, as the model sees it (raw bytes) and as the pane shows it: a
- * node of the conversation's tree. Messages that follow the same message are branches of each
- * other (an edited message, a regenerated reply); the screen shows one path from the first
- * message to a leaf. */
-typedef struct turn {
-    int role; /* UI_ROLE_USER or UI_ROLE_ASSISTANT */
-    char *text;
-    size_t len, cap;
-    ui_msg *view;  /* its view while on the shown path, else NULL */
-    int64_t id;    /* its message in the store (0: not saved) */
-    long parent;   /* index in chat.tree of the message it follows; -1: a first message */
-    int finish;    /* a finished reply's enum store_finish (its note when shown again); 0 */
-    int unreadable;/* a stored row that could not be read */
-} turn;
+typedef conv_node turn;
 
 enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
 
@@ -56,10 +46,7 @@ typedef struct chat {
     int tmpl;            /* CHAT_TMPL_NONE: completion mode */
     prompt_jinja *pj;    /* tmpl CHAT_TMPL_JINJA: the model's own template */
     char *system;        /* system prompt, NULL for none */
-    turn *tree;          /* every message of the conversation, parents before children */
-    size_t n_tree, cap_tree;
-    long *path;          /* the shown branch: tree indices from the first message on */
-    size_t n_turns, cap_path;
+    conv_tree conv;      /* every message of the conversation and the branch shown (app/conv_tree.h) */
     size_t editing;      /* > 0: the input holds an edit of path[editing - 1] (/edit, Up) */
     int busy, req;
     int synced;          /* the worker's conversation tokens match the turns: append to them */
@@ -67,79 +54,19 @@ typedef struct chat {
     int quit;
     uint64_t last_seed;
     int have_seed;
-    char model_label[64];
+    char model_label[160]; /* how the model is named on screen (chat_model_label) */
     prompt_buf pb;       /* the prompt of the request being submitted */
+    prompt_buf kb;       /* its start that context shifts keep: the system prompt rendered alone */
     chatstore *cs;       /* where conversations are saved (NULL: nowhere) */
     int64_t reply_user;  /* the stored user message the running reply answers (0: none) */
     char sess_query[256];/* the sessions view's search */
     char *stops[STOP_MAX_STRINGS]; /* stop strings (--stop, /set stop) */
+    char *attach;        /* /read FILE: its text, sent with the next message (NULL: none) */
+    size_t attach_len;
+    char attach_name[256];
     int n_stops;
+    int markdown;        /* replies shown as rendered Markdown */
 } chat;
-
-static const char *const commands[] = {"/help", "/set",  "/show",     "/clear", "/regen", "/undo", "/edit",
-                                        "/branch", "/theme", "/sessions", "/quit", NULL};
-static const char *const set_names[] = {"temp",   "top_k",       "top_p",         "min_p",           "repeat_penalty",
-                                        "seed",   "max_tokens",  "system",        "repeat_last_n",   "presence_penalty",
-                                        "frequency_penalty", "stop", NULL};
-
-static const char help_text[] =
-    "Keys\n"
-    "Enter\tsend the message, or run a /command\n"
-    "Alt-Enter\tnew line in the message (pastes keep theirs)\n"
-    "Esc, Ctrl-C\tstop the streaming reply (the partial reply stays)\n"
-    "Ctrl-C Ctrl-C\tquit (on an empty input)\n"
-    "Ctrl-D\tquit (on an empty input)\n"
-    "F1\tthis help\n"
-    "F2\tshow / hide the sampling sliders\n"
-    "F3\tsaved conversations: open, search, rename, delete\n"
-    "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
-    "Left, Right\t(sliders) change the selected slider\n"
-    "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
-    "Up, Down\t(sliders) select; (chat) scroll; (input) history\n"
-    "Up (empty input)\tedit your last message; Up, Down again: earlier,\n"
-    "\t  later ones (Esc cancels); Ctrl-P, Ctrl-N: history\n"
-    "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
-    "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
-    "Ctrl-R\tsearch the message history\n"
-    "Ctrl-A E K U W Y\treadline (Emacs) editing; Alt-B, Alt-F: words\n"
-    "Ctrl-L\tredraw the screen\n"
-    "Ctrl-Z\tsuspend (fg resumes)\n"
-    "Shift + drag\tselect text while the wheel is on (--no-mouse)\n"
-    "\n"
-    "Commands\n"
-    "/help\tthis help\n"
-    "/set NAME VALUE\tchange a parameter (from the next token on):\n"
-    "\t  temp 0-2 · top_k 0-200, 0 off · top_p 0-1\n"
-    "\t  min_p 0-1 · repeat_penalty 1-2 · seed N|random\n"
-    "\t  max_tokens N, 0 = no limit · system TEXT\n"
-    "\t  repeat_last_n · presence_penalty\n"
-    "\t  frequency_penalty\n"
-    "\t  stop STR: end replies where STR appears\n"
-    "\t  (repeatable; /set stop alone clears them)\n"
-    "/show params\tlist the parameters\n"
-    "/show cache\tthe KV prefix store: size, hit rate\n"
-    "/sessions\tsaved conversations (also F3)\n"
-    "/clear\tnew conversation (empties the KV cache)\n"
-    "/regen\ta new reply to your last message (the old one\n"
-    "\t  stays as a branch)\n"
-    "/undo\tdrop the last exchange (kept as a branch)\n"
-    "/edit [TEXT]\tedit your last message; the answer goes on a new\n"
-    "\t  branch, the original stays (Up on an empty input)\n"
-    "/branch\tan alternative reply, keeping this one\n"
-    "/branch N\tshow branch N of the last branch point (next,\n"
-    "\t  prev); the label says \"branch 2/3\"\n"
-    "/branch M:N\tbranch N of message M\n"
-    "/branch list\tthe branch points of the shown conversation\n"
-    "/theme NAME\tswitch theme; /theme alone lists them\n"
-    "/quit\tquit (also /exit)\n"
-    "//text\tsend a message that starts with '/'\n"
-    "Enter (empty)\tcompletion mode: let the model go on\n"
-    "\n"
-    " Themes are looked up in $XDG_CONFIG_HOME/kvchat/themes, then\n"
-    " the install dir (share/kvchat/themes), then themes/ by the binary.\n"
-    " NO_COLOR turns colours off. History: $XDG_STATE_HOME/kvchat/history\n"
-    " Conversations are saved as you go in $XDG_DATA_HOME/kvchat/kvchat.db\n"
-    " (--db, KVCHAT_DB); kvchat --resume [ID|last] reopens one.";
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
 
@@ -184,75 +111,18 @@ static void restore_signals(const struct sigaction *old)
 
 /* ---- the conversation --------------------------------------------------------------------------- */
 
-static int text_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *len + n + 1) nc *= 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) return -1;
-        *buf = nb;
-        *cap = nc;
-    }
-    if (n) memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
-
 /* The i-th message of the shown path (valid until the tree grows). */
-static turn *T(const chat *c, size_t i) { return &c->tree[c->path[i]]; }
-
-/* A new message in the tree after parent (-1: a first message); returns its index or -1. */
-static long tree_add(chat *c, long parent, int role, const char *text, size_t len)
-{
-    if (c->n_tree == c->cap_tree) {
-        size_t nc = c->cap_tree ? c->cap_tree * 2 : 16;
-        turn *nt = realloc(c->tree, nc * sizeof *nt);
-        if (!nt) return -1;
-        c->tree = nt;
-        c->cap_tree = nc;
-    }
-    turn *t = &c->tree[c->n_tree];
-    memset(t, 0, sizeof *t);
-    t->role = role;
-    t->parent = parent;
-    if (text_append(&t->text, &t->len, &t->cap, text, len)) return -1;
-    return (long)c->n_tree++;
-}
-
-static int path_push(chat *c, long node)
-{
-    if (c->n_turns == c->cap_path) {
-        size_t nc = c->cap_path ? c->cap_path * 2 : 16;
-        long *np = realloc(c->path, nc * sizeof *np);
-        if (!np) return -1;
-        c->path = np;
-        c->cap_path = nc;
-    }
-    c->path[c->n_turns++] = node;
-    return 0;
-}
+static turn *T(const chat *c, size_t i) { return conv_at(&c->conv, i); }
 
 /* Append a message to the shown path (after its last message). NULL when out of memory. */
-static turn *turn_add(chat *c, int role, const char *text, size_t len)
-{
-    long parent = c->n_turns ? c->path[c->n_turns - 1] : -1;
-    long k = tree_add(c, parent, role, text, len);
-    if (k < 0) return NULL;
-    if (path_push(c, k)) {
-        free(c->tree[k].text);
-        c->n_tree--;
-        return NULL;
-    }
-    return &c->tree[k];
-}
+static turn *turn_add(chat *c, int role, const char *text, size_t len) { return conv_append(&c->conv, role, text, len); }
 
 /* Take the last message off the shown path; it stays in the tree as a branch. */
 static void turn_drop_last(chat *c)
 {
-    if (!c->n_turns) return;
-    turn *t = T(c, --c->n_turns);
+    long k = conv_path_pop(&c->conv);
+    if (k < 0) return;
+    turn *t = &c->conv.node[k];
     if (t->view) ui_msg_remove(c->u, t->view);
     t->view = NULL;
 }
@@ -261,18 +131,17 @@ static void turn_drop_last(chat *c)
  * empty reply that failed); otherwise as turn_drop_last. */
 static void turn_discard_last(chat *c)
 {
-    if (!c->n_turns) return;
-    long k = c->path[c->n_turns - 1];
+    if (!c->conv.n_path) return;
+    long k = c->conv.path[c->conv.n_path - 1];
     turn_drop_last(c);
-    if ((size_t)k == c->n_tree - 1 && !c->tree[k].id) free(c->tree[--c->n_tree].text);
+    conv_drop_newest(&c->conv, k);
 }
 
 /* Forget the whole conversation (a new one, or another one opened). */
 static void turns_clear(chat *c)
 {
-    while (c->n_turns) turn_drop_last(c);
-    for (size_t i = 0; i < c->n_tree; i++) free(c->tree[i].text);
-    c->n_tree = 0;
+    while (c->conv.n_path) turn_drop_last(c);
+    conv_clear(&c->conv);
     if (c->editing) ui_input_edit_end(c->u); /* an edit of a message that is gone */
     c->editing = 0;
 }
@@ -286,11 +155,11 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     if (append) {
         c->pb.len = 0;
         c->pb.n_seg = 0;
-        if (!with_user || !c->n_turns) return 0;
-        const turn *u = T(c, c->n_turns - 1);
+        if (!with_user || !c->conv.n_path) return 0;
+        const turn *u = T(c, c->conv.n_path - 1);
         const char *prev = "";
         size_t prev_len = 0;
-        for (size_t i = c->n_turns - 1; i-- > 0;) /* the text the new one follows */
+        for (size_t i = c->conv.n_path - 1; i-- > 0;) /* the text the new one follows */
             if (T(c, i)->len) {
                 prev = T(c, i)->text;
                 prev_len = T(c, i)->len;
@@ -302,7 +171,7 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
         }
         return 0;
     }
-    size_t n = c->n_turns + 1;
+    size_t n = c->conv.n_path + 1;
     prompt_msg *msgs = calloc(n, sizeof *msgs);
     if (!msgs) {
         snprintf(err, err_cap, "out of memory building the prompt");
@@ -310,7 +179,7 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     }
     size_t k = 0;
     if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
-    for (size_t i = 0; i < c->n_turns; i++)
+    for (size_t i = 0; i < c->conv.n_path; i++)
         msgs[k++] = (prompt_msg){T(c, i)->role == UI_ROLE_USER ? "user" : "assistant", T(c, i)->text, T(c, i)->len};
     int rc = c->pj ? prompt_build_jinja(c->pj, msgs, k, &c->pb, err, err_cap)
                    : prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
@@ -343,8 +212,8 @@ static void start_reply(chat *c, int continue_last)
     }
     if (err[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", err); /* the template fell back to the shape table */
     turn *t;
-    if (continue_last && c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) {
-        t = T(c, c->n_turns - 1);
+    if (continue_last && c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) {
+        t = T(c, c->conv.n_path - 1);
         ui_msg_set_note(c->u, t->view, NULL, 0);
         ui_msg_set_state(c->u, t->view, t->len ? UI_MSG_STREAMING : UI_MSG_WAITING);
     } else {
@@ -357,11 +226,19 @@ static void start_reply(chat *c, int continue_last)
         ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
         refresh_labels(c);
     }
-    c->reply = c->n_turns - 1; /* the reply is always the path's last message */
+    c->reply = c->conv.n_path - 1; /* the reply is always the path's last message */
     c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
                         ? T(c, c->reply - 1)->id : 0;
     worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
                          .append = append};
+    /* the template's prefix and the system prompt survive every context shift */
+    if (c->system && *c->system) {
+        prompt_msg sys = {"system", c->system, strlen(c->system)};
+        if (prompt_build(c->tmpl, &sys, 1, &c->kb, err, sizeof err) == 0) {
+            rq.keep_seg = c->kb.seg;
+            rq.n_keep_seg = c->kb.n_seg;
+        }
+    }
     kv_error ke = {0};
     if (worker_submit(c->w, &rq, &ke)) {
         ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
@@ -402,7 +279,7 @@ static int64_t parent_of(const chat *c, size_t i)
 static void save_user(chat *c, turn *t)
 {
     if (!c->cs) return;
-    int64_t parent = parent_of(c, c->n_turns - 1);
+    int64_t parent = parent_of(c, c->conv.n_path - 1);
     char why[700];
     if (chatstore_user_message(c->cs, parent, t->text, t->len, c->system, &c->sp, c->max_tokens, &t->id, why, sizeof why))
         ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
@@ -411,7 +288,7 @@ static void save_user(chat *c, turn *t)
 /* Store the reply in turn i as the DONE event ev finished it (or update a continued one). */
 static void save_reply(chat *c, size_t i, const worker_event *ev)
 {
-    if (!c->cs || i >= c->n_turns) return;
+    if (!c->cs || i >= c->conv.n_path) return;
     turn *t = T(c, i);
     int64_t parent = parent_of(c, i);
     char why[700];
@@ -425,7 +302,7 @@ static void save_reply(chat *c, size_t i, const worker_event *ev)
 static void save_head(chat *c)
 {
     char why[700];
-    if (c->cs && chatstore_set_head(c->cs, parent_of(c, c->n_turns), why, sizeof why))
+    if (c->cs && chatstore_set_head(c->cs, parent_of(c, c->conv.n_path), why, sizeof why))
         ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
 }
 
@@ -441,7 +318,7 @@ static void on_done(chat *c, const worker_event *ev)
     set_busy(c, 0, REQ_NONE);
     ui_set_kv(c->u, &ev->stats.kv);
     show_store_notes(c);
-    if (req != REQ_REPLY || c->reply >= c->n_turns) return;
+    if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
     c->last_seed = ev->seed;
     c->have_seed = 1;
     c->synced = 1;
@@ -450,7 +327,7 @@ static void on_done(chat *c, const worker_event *ev)
     t->finish = ev->status != KV_OK ? STORE_FINISH_ERROR : chatstore_finish_of(ev->finish);
     if (ev->status != KV_OK) {
         if (t->len) save_reply(c, c->reply, ev); /* the partial text, marked as an error */
-        if (t->len == 0 && c->reply == c->n_turns - 1) turn_discard_last(c);
+        if (t->len == 0 && c->reply == c->conv.n_path - 1) turn_discard_last(c);
         else ui_msg_set_note(c->u, t->view, "[error]", 1);
         if (ev->status == KV_ERR_CONTEXT)
             ui_notice(c->u, UI_ROLE_ERROR, "%s — /undo drops the last exchange, /clear starts over", ev->err.msg);
@@ -458,12 +335,25 @@ static void on_done(chat *c, const worker_event *ev)
         ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
         return;
     }
+    if (ev->keep_wanted > ev->stats.gen.n_keep && (ev->stats.gen.n_shifts || ev->stats.gen.n_truncated))
+        ui_notice(c->u, UI_ROLE_ERROR,
+                  "the context shifted, but the system prompt (%d tokens with the template's start) is longer than a "
+                  "shift can keep (%d of the %d-token context): the model no longer sees all of it — raise -c or "
+                  "shorten it", ev->keep_wanted, ev->stats.gen.n_keep, engine_n_ctx(c->e));
     if (ev->finish == GEN_FINISH_CANCELLED) ui_msg_set_note(c->u, t->view, "[stopped]", 0);
     else if (ev->finish == GEN_FINISH_LENGTH) ui_msg_set_note(c->u, t->view, "[max tokens]", 0);
-    else if (ev->finish == GEN_FINISH_CONTEXT)
+    /* the engine's cap of one context's worth per unlimited reply is not a full context (the
+     * context shifted on the way): say what it is */
+    int cap = ev->finish == GEN_FINISH_CONTEXT && ev->stats.gen.n_generated >= engine_n_ctx(c->e);
+    if (cap) {
+        char note[160];
+        snprintf(note, sizeof note, "[%d tokens, a context's worth: %s/set max_tokens N for longer replies]",
+                 ev->stats.gen.n_generated, c->tmpl == CHAT_TMPL_NONE ? "Enter on an empty line goes on; " : "");
+        ui_msg_set_note(c->u, t->view, note, 0);
+    } else if (ev->finish == GEN_FINISH_CONTEXT)
         ui_msg_set_note(c->u, t->view, "[context full: /clear starts over, /undo drops the last exchange]", 1);
     if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
-        ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, gen_finish_name(ev->finish));
+        ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, cap ? "a context's worth" : gen_finish_name(ev->finish));
     save_reply(c, c->reply, ev);
 }
 
@@ -473,9 +363,9 @@ static void drain_events(chat *c)
     for (int guard = 0; guard < 64 && worker_next_event(c->w, &ev); guard++) {
         switch (ev.kind) {
         case WORKER_EV_TEXT:
-            if (c->req == REQ_REPLY && c->reply < c->n_turns) {
+            if (c->req == REQ_REPLY && c->reply < c->conv.n_path) {
                 turn *t = T(c, c->reply);
-                text_append(&t->text, &t->len, &t->cap, ev.text, ev.len);
+                conv_text_append(&t->text, &t->len, &t->cap, ev.text, ev.len);
                 if (t->view) {
                     ui_msg_append(c->u, t->view, ev.text, ev.len);
                     ui_msg_set_state(c->u, t->view, UI_MSG_STREAMING);
@@ -484,6 +374,7 @@ static void drain_events(chat *c)
             break;
         case WORKER_EV_STATS:
             if (c->req == REQ_REPLY) ui_set_stats(c->u, &ev.stats.gen, ui_phase_of(ev.stats.phase), NULL);
+            if (c->req == REQ_REPLY && ev.stats.prefill_total) ui_set_prefill(c->u, ev.stats.prefill_done, ev.stats.prefill_total);
             ui_set_kv(c->u, &ev.stats.kv);
             break;
         case WORKER_EV_DONE: on_done(c, &ev); break;
@@ -500,42 +391,24 @@ static int need_idle(chat *c, const char *cmd);
 /* The label above message t: who wrote it, and "branch k/n" when it has siblings. */
 static void label_of(const chat *c, const turn *t, size_t k, size_t n, char *buf, size_t cap)
 {
-    const char *who = t->role == UI_ROLE_USER ? "you" : c->model_label;
+    const char *who = t->role == UI_ROLE_USER ? "you" : t->author ? t->author : c->model_label;
     if (n > 1) snprintf(buf, cap, "%s · branch %zu/%zu", who, k, n);
     else snprintf(buf, cap, "%s", who);
 }
 
-/* For every tree node: its 1-based rank among its siblings (rank[i]) and their count
- * (count[slot], slot = parent, or n_tree for first messages). One pass; NULL when out of memory. */
-static size_t *sibling_ranks(const chat *c, size_t **count)
-{
-    size_t *rank = malloc((c->n_tree ? c->n_tree : 1) * sizeof *rank);
-    *count = calloc(c->n_tree + 1, sizeof **count);
-    if (!rank || !*count) {
-        free(rank);
-        free(*count);
-        *count = NULL;
-        return NULL;
-    }
-    for (size_t i = 0; i < c->n_tree; i++) {
-        size_t slot = c->tree[i].parent < 0 ? c->n_tree : (size_t)c->tree[i].parent;
-        rank[i] = ++(*count)[slot];
-    }
-    return rank;
-}
-
-static size_t slot_of(const chat *c, long k) { return c->tree[k].parent < 0 ? c->n_tree : (size_t)c->tree[k].parent; }
+static size_t *sibling_ranks(const chat *c, size_t **count) { return conv_sibling_ranks(&c->conv, count); }
+static size_t slot_of(const chat *c, long k) { return conv_slot_of(&c->conv, k); }
 
 /* Put "branch k/n" on the shown messages that have siblings. */
 static void refresh_labels(chat *c)
 {
     size_t *count, *rank = sibling_ranks(c, &count);
     if (!rank) return;
-    for (size_t i = 0; i < c->n_turns; i++) {
+    for (size_t i = 0; i < c->conv.n_path; i++) {
         turn *t = T(c, i);
         if (!t->view) continue;
-        char label[160];
-        label_of(c, t, rank[c->path[i]], count[slot_of(c, c->path[i])], label, sizeof label);
+        char label[256];
+        label_of(c, t, rank[c->conv.path[i]], count[slot_of(c, c->conv.path[i])], label, sizeof label);
         ui_msg_set_label(c->u, t->view, label);
     }
     free(rank);
@@ -545,9 +418,10 @@ static void refresh_labels(chat *c)
 /* Show the path's messages from position from on (their views are added at the end). */
 static void show_from(chat *c, size_t from)
 {
-    for (size_t i = from; i < c->n_turns; i++) {
+    for (size_t i = from; i < c->conv.n_path; i++) {
         turn *t = T(c, i);
-        t->view = ui_msg_add(c->u, t->role, t->role == UI_ROLE_USER ? "you" : c->model_label, t->text, t->len);
+        t->view = ui_msg_add(c->u, t->role, t->role == UI_ROLE_USER ? "you" : t->author ? t->author : c->model_label,
+                             t->text, t->len);
         if (t->unreadable) ui_msg_set_note(c->u, t->view, "[unreadable]", 1);
         else if (t->role == UI_ROLE_ASSISTANT && finish_note(t->finish))
             ui_msg_set_note(c->u, t->view, finish_note(t->finish), t->finish == STORE_FINISH_ERROR);
@@ -559,20 +433,10 @@ static void show_from(chat *c, size_t from)
  * (the newest reply at every step), and make that the conversation's head. */
 static void switch_branch(chat *c, size_t p, long target)
 {
-    long *latest = malloc((c->n_tree ? c->n_tree : 1) * sizeof *latest);
-    if (!latest) {
-        ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < c->n_tree; i++) latest[i] = -1;
-    for (size_t i = 0; i < c->n_tree; i++)
-        if (c->tree[i].parent >= 0) latest[c->tree[i].parent] = (long)i;
-    while (c->n_turns > p) turn_drop_last(c);
-    for (long k = target; k >= 0; k = latest[k])
-        if (path_push(c, k)) break;
-    free(latest);
+    while (c->conv.n_path > p) turn_drop_last(c);
+    if (conv_show_branch(&c->conv, p, target)) ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
     /* the pane shows the conversation in order again (notices go) */
-    for (size_t i = 0; i < c->n_turns; i++) T(c, i)->view = NULL;
+    for (size_t i = 0; i < c->conv.n_path; i++) T(c, i)->view = NULL;
     ui_pane_clear(c->u);
     if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
     show_from(c, 0);
@@ -587,11 +451,11 @@ static void cmd_branch(chat *c, const char *args)
 {
     if (!need_idle(c, "/branch")) return;
     if (!*args) {
-        if (!c->n_turns) {
+        if (!c->conv.n_path) {
             ui_notice(c->u, UI_ROLE_ERROR, "/branch: the conversation is empty — send a message first");
             return;
         }
-        if (T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c); /* stays as branch 1 */
+        if (T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c); /* stays as branch 1 */
         c->synced = 0;
         save_head(c);
         start_reply(c, 0);
@@ -606,8 +470,8 @@ static void cmd_branch(chat *c, const char *args)
         char buf[2400];
         size_t o = 0;
         int any = 0;
-        for (size_t i = 0; i < c->n_turns && o < sizeof buf - 200; i++) {
-            size_t n = count[slot_of(c, c->path[i])];
+        for (size_t i = 0; i < c->conv.n_path && o < sizeof buf - 200; i++) {
+            size_t n = count[slot_of(c, c->conv.path[i])];
             if (n < 2) continue;
             const turn *t = T(c, i);
             char snip[200];
@@ -619,7 +483,7 @@ static void cmd_branch(chat *c, const char *args)
                 if (*q == '\n') *q = ' ';
             o += (size_t)snprintf(buf + o, sizeof buf - o, "%smessage %zu (%s): branch %zu of %zu — \"%s%s\"",
                                   any ? "\n" : "", i + 1, t->role == UI_ROLE_USER ? "you" : "reply",
-                                  rank[c->path[i]], n, snip, cut < t->len ? "…" : "");
+                                  rank[c->conv.path[i]], n, snip, cut < t->len ? "…" : "");
             any = 1;
         }
         if (any)
@@ -639,7 +503,7 @@ static void cmd_branch(chat *c, const char *args)
         char *end;
         errno = 0;
         long m = strtol(args, &end, 10);
-        if (errno || end != colon || m < 1 || (size_t)m > c->n_turns || count[slot_of(c, c->path[m - 1])] < 2) {
+        if (errno || end != colon || m < 1 || (size_t)m > c->conv.n_path || count[slot_of(c, c->conv.path[m - 1])] < 2) {
             ui_notice(c->u, UI_ROLE_ERROR, "/branch %s: message %.*s of the shown conversation has no branches "
                                            "(/branch list shows which do)", args, (int)(colon - args), args);
             free(rank);
@@ -649,15 +513,15 @@ static void cmd_branch(chat *c, const char *args)
         p = m - 1;
         args = colon + 1;
     }
-    for (size_t i = c->n_turns; i-- > 0 && p < 0;)
-        if (count[slot_of(c, c->path[i])] > 1) p = (long)i;
+    for (size_t i = c->conv.n_path; i-- > 0 && p < 0;)
+        if (count[slot_of(c, c->conv.path[i])] > 1) p = (long)i;
     if (p < 0) {
         ui_notice(c->u, UI_ROLE_ERROR, "/branch %s: this conversation has no branches (/branch list)", args);
         free(rank);
         free(count);
         return;
     }
-    long cur = c->path[p];
+    long cur = c->conv.path[p];
     size_t n = count[slot_of(c, cur)], k = rank[cur], want = 0;
     free(rank);
     free(count);
@@ -678,29 +542,15 @@ static void cmd_branch(chat *c, const char *args)
         ui_flash(c->u, "already showing branch %zu/%zu", k, n);
         return;
     }
-    long target = -1;
-    size_t seen = 0;
-    for (size_t i = 0; i < c->n_tree && target < 0; i++)
-        if (c->tree[i].parent == c->tree[cur].parent && ++seen == want) target = (long)i;
+    long target = conv_sibling(&c->conv, cur, want);
     switch_branch(c, (size_t)p, target);
     ui_flash(c->u, "branch %zu/%zu of message %ld", want, n, p + 1);
 }
 
-/* The path position of the last message the user wrote before position before, or -1. */
-static long user_pos_before(const chat *c, size_t before)
-{
-    for (size_t i = before < c->n_turns ? before : c->n_turns; i-- > 0;)
-        if (T(c, i)->role == UI_ROLE_USER) return (long)i;
-    return -1;
-}
-
-/* ... after position after, or -1. */
-static long user_pos_after(const chat *c, size_t after)
-{
-    for (size_t i = after + 1; i < c->n_turns; i++)
-        if (T(c, i)->role == UI_ROLE_USER) return (long)i;
-    return -1;
-}
+/* The path position of the last message the user wrote before position before / the first one
+ * after position after, or -1. */
+static long user_pos_before(const chat *c, size_t before) { return conv_role_before(&c->conv, UI_ROLE_USER, before); }
+static long user_pos_after(const chat *c, size_t after) { return conv_role_after(&c->conv, UI_ROLE_USER, after); }
 
 /* Put the user message at path position q in the input to edit it. */
 static void edit_at(chat *c, size_t q)
@@ -717,7 +567,7 @@ static void edit_at(chat *c, size_t q)
 static void edit_send(chat *c, size_t q, const char *text, size_t len)
 {
     c->editing = 0;
-    while (c->n_turns > q) turn_drop_last(c);
+    while (c->conv.n_path > q) turn_drop_last(c);
     turn *t = turn_add(c, UI_ROLE_USER, text, len);
     if (!t) {
         ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
@@ -732,7 +582,7 @@ static void edit_send(chat *c, size_t q, const char *text, size_t len)
 /* /edit [TEXT], Up on an empty input: edit the last message you wrote. */
 static int begin_edit(chat *c, const char *text)
 {
-    long q = user_pos_before(c, c->n_turns);
+    long q = user_pos_before(c, c->conv.n_path);
     if (q < 0) return 0;
     if (text && *text) edit_send(c, (size_t)q, text, strlen(text));
     else edit_at(c, (size_t)q);
@@ -740,6 +590,32 @@ static int begin_edit(chat *c, const char *text)
 }
 
 /* ---- slash commands ------------------------------------------------------------------------------ */
+
+/* The parameters /set changes: each a key of the settings table (app/config.c keys[]), which gives
+ * its range and its text form, as for the command line and config.ini; key -1: the chat's own. */
+typedef struct set_param {
+    const char *name, *alias;
+    int key;
+} set_param;
+
+static const set_param set_params[] = {
+    {"temp", "temperature", CFG_TEMP},          {"top_k", NULL, CFG_TOP_K},
+    {"top_p", NULL, CFG_TOP_P},                 {"min_p", NULL, CFG_MIN_P},
+    {"repeat_penalty", NULL, CFG_REPEAT_PENALTY}, {"repeat_last_n", NULL, CFG_REPEAT_LAST_N},
+    {"presence_penalty", NULL, CFG_PRESENCE_PENALTY}, {"frequency_penalty", NULL, CFG_FREQUENCY_PENALTY},
+    {"seed", NULL, CFG_SEED},                   {"max_tokens", "n_predict", CFG_N_PREDICT},
+    {"system", NULL, CFG_SYSTEM},               {"stop", NULL, -1},
+    {"markdown", NULL, CFG_MARKDOWN},
+};
+#define N_SET_PARAMS (sizeof set_params / sizeof set_params[0])
+
+static const set_param *set_param_find(const char *name)
+{
+    for (size_t i = 0; i < N_SET_PARAMS; i++)
+        if (!strcmp(name, set_params[i].name) || (set_params[i].alias && !strcmp(name, set_params[i].alias)))
+            return &set_params[i];
+    return NULL;
+}
 
 static void push_params(chat *c)
 {
@@ -750,7 +626,7 @@ static void push_params(chat *c)
     ui_set_slider(c->u, UI_SL_TOP_K, c->sp.top_k);
     ui_set_slider(c->u, UI_SL_MIN_P, c->sp.min_p);
     ui_set_slider(c->u, UI_SL_REPEAT, c->sp.repeat_penalty);
-    ui_set_slider(c->u, UI_SL_MAX_TOKENS, c->max_tokens < 0 ? 0 : c->max_tokens);
+    ui_set_slider(c->u, UI_SL_MAX_TOKENS, c->max_tokens < 0 ? -1 : c->max_tokens);
 }
 
 /* The stop strings as "'a' · 'b'" for /show params (static buffer). */
@@ -770,147 +646,177 @@ static void push_stops(chat *c)
     worker_set_stops(c->w, (const char *const *)c->stops, c->n_stops);
 }
 
+/* The current value of a numeric / seed key as /show params and /set print it: the table's
+ * decimals, its off label ("no limit"), no float noise. */
+static void param_text(const chat *c, int key, char *buf, size_t cap)
+{
+    double v = 0;
+    switch (key) {
+    case CFG_TEMP: v = c->sp.temperature; break;
+    case CFG_TOP_K: v = c->sp.top_k; break;
+    case CFG_TOP_P: v = c->sp.top_p; break;
+    case CFG_MIN_P: v = c->sp.min_p; break;
+    case CFG_REPEAT_PENALTY: v = c->sp.repeat_penalty; break;
+    case CFG_REPEAT_LAST_N: v = c->sp.repeat_last_n; break;
+    case CFG_PRESENCE_PENALTY: v = c->sp.presence_penalty; break;
+    case CFG_FREQUENCY_PENALTY: v = c->sp.frequency_penalty; break;
+    case CFG_N_PREDICT: v = c->max_tokens; break;
+    case CFG_SEED:
+        if (c->sp.seed == SAMPLER_SEED_RANDOM) snprintf(buf, cap, "random");
+        else snprintf(buf, cap, "%llu", (unsigned long long)c->sp.seed);
+        if (c->have_seed) {
+            size_t l = strlen(buf);
+            snprintf(buf + l, cap - l, " (last reply: %llu)", (unsigned long long)c->last_seed);
+        }
+        return;
+    default: snprintf(buf, cap, "?"); return;
+    }
+    cfg_range r;
+    config_key_range(key, &r);
+    if (key == CFG_N_PREDICT && v < 0) snprintf(buf, cap, "no limit");
+    else if (key == CFG_REPEAT_LAST_N && v < 0) snprintf(buf, cap, "-1 (all)");
+    else if (r.integer) snprintf(buf, cap, "%.0f", v);
+    else snprintf(buf, cap, "%.*f", r.decimals ? r.decimals : 2, v);
+}
+
 static void show_params(chat *c)
 {
-    char seed[64], used[64] = "";
-    if (c->sp.seed == SAMPLER_SEED_RANDOM) snprintf(seed, sizeof seed, "random");
-    else snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->sp.seed);
-    if (c->have_seed) snprintf(used, sizeof used, " (last reply: %llu)", (unsigned long long)c->last_seed);
-    char maxt[32];
-    if (c->max_tokens < 0) snprintf(maxt, sizeof maxt, "no limit");
-    else snprintf(maxt, sizeof maxt, "%d", c->max_tokens);
-    ui_notice(c->u, UI_ROLE_NOTICE,
-              "temp %.2f · top_k %d · top_p %.2f · min_p %.2f · repeat_penalty %.2f (last %d tokens) · "
-              "presence_penalty %.2f · frequency_penalty %.2f · seed %s%s · max_tokens %s\n"
-              "mode: %s · system prompt: %s\n"
-              "stop strings: %s",
-              c->sp.temperature, c->sp.top_k, c->sp.top_p, c->sp.min_p, c->sp.repeat_penalty, c->sp.repeat_last_n,
-              c->sp.presence_penalty, c->sp.frequency_penalty, seed, used, maxt,
+    char line[1200];
+    size_t o = 0;
+    for (size_t i = 0; i < N_SET_PARAMS; i++) {
+        int k = set_params[i].key;
+        if (k < 0 || k == CFG_SYSTEM || k == CFG_MARKDOWN) continue;
+        char v[96];
+        param_text(c, k, v, sizeof v);
+        o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %s", o ? " · " : "", set_params[i].name, v);
+        if (o >= sizeof line) break;
+    }
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nmode: %s · system prompt: %s\nstop strings: %s", line,
               c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
               c->system && *c->system ? c->system : "(none)", stops_list(c));
 }
 
-static int parse_num(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    while (*end == ' ') end++;
-    if (errno || end == s || *end || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
-}
+/* Results of /set: a notice when idle; while a reply streams a flash in the status bar, so
+ * nothing comes between the message and its reply in the transcript. */
+#define SAY(c, ...) ((c)->busy ? ui_flash((c)->u, __VA_ARGS__) : ui_notice((c)->u, UI_ROLE_NOTICE, __VA_ARGS__))
 
 static int need_idle(chat *c, const char *cmd);
 
+static void set_system(chat *c, const char *value)
+{
+    if (!need_idle(c, "/set system")) return;
+    c->synced = 0;
+    free(c->system);
+    c->system = *value ? strdup(value) : NULL;
+    char why[700];
+    if (c->cs && chatstore_set_system(c->cs, c->system, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+    if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
+    else ui_notice(c->u, UI_ROLE_NOTICE, "system prompt cleared");
+}
+
+static void set_stop(chat *c, const char *value)
+{
+    if (!*value) {
+        for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
+        c->n_stops = 0;
+        push_stops(c);
+        SAY(c, "stop strings cleared");
+        return;
+    }
+    if (c->n_stops == STOP_MAX_STRINGS || strlen(value) >= STOP_MAX_LEN) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/set stop: at most %d stop strings of 1 to %d bytes", STOP_MAX_STRINGS,
+                  STOP_MAX_LEN - 1);
+        return;
+    }
+    char *dup = strdup(value);
+    if (!dup) return;
+    c->stops[c->n_stops++] = dup;
+    push_stops(c);
+    SAY(c, "stop strings: %s%s", stops_list(c), c->busy ? " (from the next reply)" : "");
+}
+
 static void cmd_set(chat *c, char *args)
 {
-    while (*args == ' ') args++;
     char *name = args;
     size_t nl = strcspn(args, " ");
     char *value = args + nl;
     if (*value) *value++ = 0;
     while (*value == ' ') value++;
-    if (!*name) {
-        ui_notice(c->u, UI_ROLE_ERROR, "usage: /set NAME VALUE (names: temp top_k top_p min_p repeat_penalty seed max_tokens system)");
+    for (char *p = name; *p; p++)
+        if (*p == '-') *p = '_';
+    const set_param *sp = *name ? set_param_find(name) : NULL;
+    if (!sp) {
+        char names[400];
+        size_t o = 0;
+        for (size_t i = 0; i < N_SET_PARAMS; i++) o += (size_t)snprintf(names + o, sizeof names - o, " %s", set_params[i].name);
+        if (*name) ui_notice(c->u, UI_ROLE_ERROR, "/set: unknown parameter '%s' (%s)", name, names + 1);
+        else ui_notice(c->u, UI_ROLE_ERROR, "usage: /set NAME VALUE (names:%s)", names);
         return;
     }
-    for (char *p = name; *p; p++) if (*p == '-') *p = '_';
-    if (!strcmp(name, "system")) {
-        if (!need_idle(c, "/set system")) return;
-        c->synced = 0;
-        free(c->system);
-        c->system = *value ? strdup(value) : NULL;
-        char why[700];
-        if (c->cs && chatstore_set_system(c->cs, c->system, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
-        if (c->system) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
-        else ui_notice(c->u, UI_ROLE_NOTICE, "system prompt cleared");
-        return;
-    }
-    if (!strcmp(name, "stop")) {
-        if (!*value) {
-            for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
-            c->n_stops = 0;
-            push_stops(c);
-            ui_notice(c->u, UI_ROLE_NOTICE, "stop strings cleared");
+    if (sp->key == CFG_SYSTEM) return set_system(c, value);
+    if (sp->key == CFG_MARKDOWN) {
+        int b = config_parse_bool(value);
+        if (b < 0) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/set markdown: '%s' is not on or off", value);
             return;
         }
-        if (c->n_stops == STOP_MAX_STRINGS || strlen(value) >= STOP_MAX_LEN) {
-            ui_notice(c->u, UI_ROLE_ERROR, "/set stop: at most %d stop strings of 1 to %d bytes", STOP_MAX_STRINGS,
-                      STOP_MAX_LEN - 1);
-            return;
-        }
-        char *dup = strdup(value);
-        if (!dup) return;
-        c->stops[c->n_stops++] = dup;
-        push_stops(c);
-        ui_notice(c->u, UI_ROLE_NOTICE, "stop strings: %s%s", stops_list(c), c->busy ? " (from the next reply)" : "");
+        c->markdown = b;
+        ui_set_markdown(c->u, b);
+        SAY(c, "markdown = %s", b ? "on (replies rendered)" : "off (replies as plain text)");
         return;
     }
+    if (sp->key < 0) return set_stop(c, value);
     if (!*value) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", name);
+        ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", sp->name);
         return;
     }
+    char msg[300];
     sampler_params p = c->sp;
-    double v = 0;
     int max_tokens = c->max_tokens;
-    if (!strcmp(name, "seed")) {
-        if (!strcasecmp(value, "random") || !strcmp(value, "-1")) p.seed = SAMPLER_SEED_RANDOM;
-        else {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(value, &end, 10);
-            if (errno || *end || value[0] == '-' || s == SAMPLER_SEED_RANDOM) {
-                ui_notice(c->u, UI_ROLE_ERROR, "seed must be a non-negative integer or 'random', not '%s'", value);
-                return;
-            }
-            p.seed = s;
-        }
-    } else if (parse_num(value, &v)) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/set %s: '%s' is not a number", name, value);
-        return;
-    } else if (!strcmp(name, "temp") || !strcmp(name, "temperature")) p.temperature = (float)v;
-    else if (!strcmp(name, "top_k")) {
-        if (v != floor(v) || v < 0 || v > 1e9) {
-            ui_notice(c->u, UI_ROLE_ERROR, "top_k must be a whole number >= 0 (0 = off), not %s", value);
-            return;
-        }
-        p.top_k = (int32_t)v;
-    } else if (!strcmp(name, "top_p")) p.top_p = (float)v;
-    else if (!strcmp(name, "min_p")) p.min_p = (float)v;
-    else if (!strcmp(name, "repeat_penalty")) p.repeat_penalty = (float)v;
-    else if (!strcmp(name, "presence_penalty")) p.presence_penalty = (float)v;
-    else if (!strcmp(name, "frequency_penalty")) p.frequency_penalty = (float)v;
-    else if (!strcmp(name, "repeat_last_n")) {
-        if (v != floor(v) || v < -1 || v > SAMPLER_MAX_LAST_N) {
-            ui_notice(c->u, UI_ROLE_ERROR, "repeat_last_n must be -1 or a whole number 0-%d", SAMPLER_MAX_LAST_N);
-            return;
-        }
-        p.repeat_last_n = (int32_t)v;
-    } else if (!strcmp(name, "max_tokens") || !strcmp(name, "n_predict")) {
-        if (v != floor(v) || v < -1 || v > 1e9) {
-            ui_notice(c->u, UI_ROLE_ERROR, "max_tokens must be a whole number (0 or -1: no limit), not %s", value);
-            return;
-        }
-        max_tokens = v <= 0 ? -1 : (int)v;
-    } else {
-        ui_notice(c->u, UI_ROLE_ERROR,
-                  "/set: unknown parameter '%s' (temp top_k top_p min_p repeat_penalty seed max_tokens system "
-                  "repeat_last_n presence_penalty frequency_penalty stop)", name);
-        return;
-    }
-    kv_error ke = {0};
-    if (sampler_params_validate(&p, &ke)) {
-        ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
+    if (chat_set_param(sp->name, value, &p, &max_tokens, msg, sizeof msg)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", msg);
         return;
     }
     c->sp = p;
     c->max_tokens = max_tokens;
     push_params(c);
-    ui_notice(c->u, UI_ROLE_NOTICE, "%s = %s%s", name, value, c->busy ? " (from the next token)" : "");
+    SAY(c, "%s%s", msg, c->busy ? " (from the next token)" : "");
 }
 
-static void cmd_theme(chat *c, const char *name);
+int chat_set_param(const char *name, const char *value, sampler_params *sp_io, int *max_tokens_io, char *msg, size_t cap)
+{
+    const set_param *sp = set_param_find(name);
+    if (!sp || sp->key < 0 || sp->key == CFG_SYSTEM || sp->key == CFG_MARKDOWN) {
+        snprintf(msg, cap, "/set: unknown parameter '%s'", name);
+        return -1;
+    }
+    /* the chat's spellings of "none": max_tokens 0 = no limit, seed -1 = random */
+    if (sp->key == CFG_N_PREDICT && !strcmp(value, "0")) value = "-1";
+    if (sp->key == CFG_SEED && !strcmp(value, "-1")) value = "random";
+    char norm[1100], why[600];
+    if (config_check(sp->key, value, norm, sizeof norm, why, sizeof why)) {
+        snprintf(msg, cap, "/set %s: %s", sp->name, why);
+        return -1;
+    }
+    sampler_params p = *sp_io;
+    int max_tokens = *max_tokens_io;
+    config_apply_key(sp->key, norm, NULL, &p, &max_tokens);
+    if (max_tokens <= 0) max_tokens = -1;
+    kv_error ke = {0};
+    if (sampler_params_validate(&p, &ke)) {
+        snprintf(msg, cap, "%s", ke.msg);
+        return -1;
+    }
+    *sp_io = p;
+    *max_tokens_io = max_tokens;
+    chat tmp = {.sp = p, .max_tokens = max_tokens};
+    char shown[96];
+    param_text(&tmp, sp->key, shown, sizeof shown);
+    snprintf(msg, cap, "%s = %s", sp->name, shown);
+    return 0;
+}
+
+static void cmd_theme(chat *c, char *name);
 static void cb_sessions(void *ud, int action, long long id, const char *text);
 
 static void show_cache(chat *c)
@@ -932,6 +838,237 @@ static int need_idle(chat *c, const char *cmd)
     return 0;
 }
 
+static void cmd_help(chat *c, char *args) { (void)args; ui_show_help(c->u, 1); }
+static void cmd_quit(chat *c, char *args) { (void)args; c->quit = 1; }
+static void cmd_sessions(chat *c, char *args) { (void)args; cb_sessions(c, UI_SESS_SHOW, 0, NULL); }
+static void cmd_branch_(chat *c, char *args) { cmd_branch(c, args); }
+
+static void cmd_show(chat *c, char *args)
+{
+    if (!*args || !strcmp(args, "params")) show_params(c);
+    else if (!strcmp(args, "cache")) show_cache(c);
+    else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params or /show cache)", args);
+}
+
+static void cmd_clear(chat *c, char *args)
+{
+    (void)args;
+    turns_clear(c);
+    if (c->cs) chatstore_new(c->cs);
+    c->synced = 0;
+    ui_pane_clear(c->u);
+    ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
+    ui_notice(c->u, UI_ROLE_NOTICE, "New conversation.");
+    request_reset(c);
+}
+
+static void cmd_regen(chat *c, char *args)
+{
+    (void)args;
+    if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+    c->synced = 0;
+    if (!c->conv.n_path) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
+        return;
+    }
+    save_head(c); /* the old reply stays in the store as a branch */
+    start_reply(c, 0);
+}
+
+static void cmd_undo(chat *c, char *args)
+{
+    (void)args;
+    if (!c->conv.n_path) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/undo: the conversation is empty");
+        return;
+    }
+    if (T(c, c->conv.n_path - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
+    if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER) turn_drop_last(c);
+    c->synced = 0;
+    save_head(c); /* the exchange stays in the store as a branch */
+    ui_flash(c->u, "dropped the last exchange");
+}
+
+static void cmd_edit(chat *c, char *args)
+{
+    if (!begin_edit(c, args)) ui_notice(c->u, UI_ROLE_ERROR, "/edit: there is no message of yours to edit yet");
+}
+
+/* Code block `want` (1-based, numbered through the shown replies as the pane labels them:
+ * ui/markdown.c) into *out (malloc'd) / *len; returns the number of blocks in all replies. */
+static int code_blocks(const chat *c, int want, char **out, size_t *len)
+{
+    int count = 0;
+    for (size_t i = 0; i < c->conv.n_path; i++) {
+        const turn *t = T(c, i);
+        if (t->role != UI_ROLE_ASSISTANT) continue;
+        int k = ui_md_code_block(t->text, t->len, want - count, out, len);
+        if (k > 0) count += k;
+    }
+    return count;
+}
+
+/* /read FILE: attach a text file to the next message. Refused: unreadable, larger than
+ * READ_MAX_BYTES, binary (a NUL byte or bytes that are not UTF-8), or more tokens than half the
+ * context. */
+#define READ_MAX_BYTES (1 << 20)
+
+/* The length of the longest valid UTF-8 prefix of s[0..n) (n when all of it is). */
+static size_t utf8_valid_prefix(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t k = ui_utf8_decode(s + i, n - i, &cp);
+        if (cp == 0xFFFD && !(k == 3 && !memcmp(s + i, "\xEF\xBF\xBD", 3))) return i;
+        i += k;
+    }
+    return n;
+}
+static void cmd_read(chat *c, char *args)
+{
+    if (!*args) {
+        if (c->attach) {
+            free(c->attach);
+            c->attach = NULL;
+            ui_notice(c->u, UI_ROLE_NOTICE, "/read: %s is no longer attached", c->attach_name);
+        } else ui_notice(c->u, UI_ROLE_ERROR, "usage: /read FILE (attaches a text file to your next message)");
+        return;
+    }
+    char path[4096];
+    const char *home = getenv("HOME");
+    if (args[0] == '~' && args[1] == '/' && home) snprintf(path, sizeof path, "%s%s", home, args + 1);
+    else snprintf(path, sizeof path, "%s", args);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s", args, strerror(errno));
+        return;
+    }
+    char *buf = malloc(READ_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, READ_MAX_BYTES + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    const char *why = !buf ? "out of memory" : err ? "read error" : n > READ_MAX_BYTES ? "larger than 1 MiB" : NULL;
+    char what[160] = "";
+    if (!why) {
+        const char *nul = memchr(buf, 0, n);
+        size_t bad = utf8_valid_prefix(buf, n);
+        if (nul) snprintf(what, sizeof what, "a binary file (a NUL byte at offset %zu)", (size_t)(nul - buf));
+        else if (bad < n) snprintf(what, sizeof what, "a binary file (not UTF-8 text at offset %zu)", bad);
+        if (what[0]) why = what;
+    }
+    int32_t *toks = NULL;
+    size_t nt = 0;
+    kv_error ke = {0};
+    if (!why && engine_tokenize(c->e, buf, n, 1, 0, &toks, &nt, &ke) == KV_OK) {
+        free(toks);
+        if (nt > (size_t)engine_n_ctx(c->e) / 2) {
+            snprintf(what, sizeof what, "%zu tokens, more than half the context (%d): raise -c", nt, engine_n_ctx(c->e));
+            why = what;
+        }
+    }
+    if (why) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s; not attached", args, why);
+        free(buf);
+        return;
+    }
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+    buf[n] = 0;
+    free(c->attach);
+    c->attach = buf;
+    c->attach_len = n;
+    const char *base = strrchr(path, '/');
+    snprintf(c->attach_name, sizeof c->attach_name, "%.255s", base ? base + 1 : path);
+    ui_notice(c->u, UI_ROLE_NOTICE, "attached %s (%zu bytes, %zu tokens) to your next message (/read alone drops it)",
+              c->attach_name, n, nt);
+}
+
+/* /copy: the last reply, or (/copy N) code block N of the replies, to the terminal's clipboard. */
+static void cmd_copy(chat *c, char *args)
+{
+    const char *text = NULL;
+    char *block = NULL;
+    size_t len = 0;
+    char what[64];
+    if (!*args) {
+        for (size_t i = c->conv.n_path; i-- > 0 && !text;)
+            if (T(c, i)->role == UI_ROLE_ASSISTANT && T(c, i)->len) text = T(c, i)->text, len = T(c, i)->len;
+        if (!text) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/copy: there is no reply to copy yet");
+            return;
+        }
+        snprintf(what, sizeof what, "the last reply");
+    } else {
+        char *end;
+        long n = strtol(args, &end, 10);
+        int count = code_blocks(c, n > 0 && n < INT32_MAX ? (int)n : 0, &block, &len);
+        text = block;
+        if (*end || n < 1 || n > count || !block) {
+            free(block);
+            ui_notice(c->u, UI_ROLE_ERROR, "/copy %s: %s", args,
+                      count ? "no such code block (/copy N takes 1 to the number of ``` blocks in the replies)"
+                            : "the replies have no code blocks; /copy alone copies the last reply");
+            return;
+        }
+        snprintf(what, sizeof what, "code block %ld of %d", n, count);
+    }
+    char why[300];
+    if (ui_clipboard_set(c->u, text, len, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "/copy: %s", why);
+    else ui_flash(c->u, "copied %s (%zu bytes) to the clipboard (OSC 52)", what, len);
+    free(block);
+}
+
+/* The slash commands: one table gives dispatch, the help overlay and Tab completion (Redis's
+ * command table). usage: help lines "USAGE\tdescription" ('\n' between lines; a line starting
+ * with '\t' continues the one above); "@set" stands for the generated list of /set's parameters. */
+typedef struct chat_cmd {
+    const char *name;
+    const char *aliases[3];        /* NULL-terminated */
+    const char *usage;
+    int needs_idle;                /* refused while a reply streams */
+    void (*handler)(chat *c, char *args);
+    const char *const *args;       /* what Tab completes the first argument to; NULL: nothing */
+    int args_themes;               /* ... the theme names */
+} chat_cmd;
+
+static const char *const show_args[] = {"params", "cache", NULL};
+static const char *const branch_args[] = {"list", "next", "prev", NULL};
+static const char *set_args[N_SET_PARAMS + 1];
+
+static const chat_cmd commands[] = {
+    {"/help", {"/?"}, "/help\tthis help", 0, cmd_help, NULL, 0},
+    {"/set", {0}, "/set NAME VALUE\tchange a parameter (from the next token on):\n@set\n"
+                  "\t  stop STR: end replies where STR appears\n\t  (repeatable; /set stop alone clears them)",
+     0, cmd_set, set_args, 0},
+    {"/show", {0}, "/show params\tlist the parameters\n/show cache\tthe KV prefix store: size, hit rate", 0, cmd_show,
+     show_args, 0},
+    {"/sessions", {0}, "/sessions\tsaved conversations (also F3)", 0, cmd_sessions, NULL, 0},
+    {"/clear", {0}, "/clear\tnew conversation (empties the KV cache)", 1, cmd_clear, NULL, 0},
+    {"/regen", {0}, "/regen\ta new reply to your last message (the old one\n\t  stays as a branch)", 1, cmd_regen, NULL, 0},
+    {"/undo", {0}, "/undo\tdrop the last exchange (kept as a branch)", 1, cmd_undo, NULL, 0},
+    {"/edit", {0}, "/edit [TEXT]\tedit your last message; the answer goes on a new\n\t  branch, the original stays (Up on an "
+                   "empty input)", 1, cmd_edit, NULL, 0},
+    {"/branch", {0}, "/branch\tan alternative reply, keeping this one\n/branch N\tshow branch N of the last branch point "
+                     "(next,\n\t  prev); the label says \"branch 2/3\"\n/branch M:N\tbranch N of message M\n/branch list\tthe "
+                     "branch points of the shown conversation", 1, cmd_branch_, branch_args, 0},
+    {"/theme", {0}, "/theme NAME\tswitch theme; /theme alone lists them", 0, cmd_theme, NULL, 1},
+    {"/read", {0}, "/read FILE\tattach a text file to your next message", 0, cmd_read, NULL, 0},
+    {"/copy", {0}, "/copy\tcopy the last reply to the clipboard (OSC 52)\n/copy N\tcopy code block N of the replies", 0,
+     cmd_copy, NULL, 0},
+    {"/quit", {"/exit", "/q"}, "/quit\tquit (also /exit)", 0, cmd_quit, NULL, 0},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static const chat_cmd *command_find(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (!strcmp(name, commands[i].name)) return &commands[i];
+        for (int a = 0; a < 3 && commands[i].aliases[a]; a++)
+            if (!strcmp(name, commands[i].aliases[a])) return &commands[i];
+    }
+    return NULL;
+}
+
 static void run_command(chat *c, const char *line)
 {
     char buf[4096];
@@ -941,52 +1078,87 @@ static void run_command(chat *c, const char *line)
     char *cmd = buf, *args = buf + strcspn(buf, " ");
     if (*args) *args++ = 0;
     while (*args == ' ') args++;
-    if (!strcmp(cmd, "/help") || !strcmp(cmd, "/?")) ui_show_help(c->u, 1);
-    else if (!strcmp(cmd, "/quit") || !strcmp(cmd, "/exit") || !strcmp(cmd, "/q")) c->quit = 1;
-    else if (!strcmp(cmd, "/set")) cmd_set(c, args);
-    else if (!strcmp(cmd, "/show")) {
-        if (!*args || !strcmp(args, "params")) show_params(c);
-        else if (!strcmp(args, "cache")) show_cache(c);
-        else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params or /show cache)", args);
-    } else if (!strcmp(cmd, "/clear")) {
-        if (!need_idle(c, "/clear")) return;
-        turns_clear(c);
-        if (c->cs) chatstore_new(c->cs);
-        c->synced = 0;
-        ui_pane_clear(c->u);
-        ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
-        ui_notice(c->u, UI_ROLE_NOTICE, "New conversation.");
-        request_reset(c);
-    } else if (!strcmp(cmd, "/regen")) {
-        if (!need_idle(c, "/regen")) return;
-        if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
-        c->synced = 0;
-        if (!c->n_turns) {
-            ui_notice(c->u, UI_ROLE_ERROR, "/regen: there is no reply to regenerate");
-            return;
-        }
-        save_head(c); /* the old reply stays in the store as a branch */
-        start_reply(c, 0);
-    } else if (!strcmp(cmd, "/undo")) {
-        if (!need_idle(c, "/undo")) return;
-        if (!c->n_turns) {
-            ui_notice(c->u, UI_ROLE_ERROR, "/undo: the conversation is empty");
-            return;
-        }
-        if (T(c, c->n_turns - 1)->role == UI_ROLE_ASSISTANT) turn_drop_last(c);
-        if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_USER) turn_drop_last(c);
-        c->synced = 0;
-        save_head(c); /* the exchange stays in the store as a branch */
-        ui_flash(c->u, "dropped the last exchange");
-    } else if (!strcmp(cmd, "/edit")) {
-        if (!need_idle(c, "/edit")) return;
-        if (!begin_edit(c, args)) ui_notice(c->u, UI_ROLE_ERROR, "/edit: there is no message of yours to edit yet");
-    } else if (!strcmp(cmd, "/branch")) cmd_branch(c, args);
-    else if (!strcmp(cmd, "/theme")) cmd_theme(c, args);
-    else if (!strcmp(cmd, "/sessions")) cb_sessions(c, UI_SESS_SHOW, 0, NULL);
-    else {
+    const chat_cmd *k = command_find(cmd);
+    if (!k) {
         ui_notice(c->u, UI_ROLE_ERROR, "unknown command '%.40s' — /help lists the commands", cmd);
+        return;
     }
+    if (k->needs_idle && !need_idle(c, k->name)) return;
+    k->handler(c, args);
+}
+
+static const char help_keys[] =
+    "Keys\n"
+    "Enter\tsend the message, or run a /command\n"
+    "Alt-Enter\tnew line in the message (pastes keep theirs)\n"
+    "Esc, Ctrl-C\tstop the streaming reply (the partial reply stays)\n"
+    "Ctrl-C Ctrl-C\tquit (on an empty input); on a draft: clear (Ctrl-Y)\n"
+    "Ctrl-D\tquit (on an empty input)\n"
+    "F1\tthis help\n"
+    "F2\tshow / hide the sampling sliders\n"
+    "F3\tsaved conversations: open, search, rename, delete\n"
+    "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
+    "Left, Right\t(sliders) change the selected slider\n"
+    "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"
+    "Up, Down\t(sliders) select; (chat) scroll; (input) history\n"
+    "Up (empty input)\tedit your last message; Up, Down again: earlier,\n"
+    "\t  later ones (Esc cancels); Ctrl-P, Ctrl-N: history\n"
+    "PgUp, PgDn\tscroll the chat; so does the mouse wheel\n"
+    "Home, End\ttop / bottom of the chat (chat focused or no input)\n"
+    "Ctrl-R\tsearch the message history; Ctrl-X Ctrl-E: $EDITOR\n"
+    "Ctrl-A E K U W Y\treadline (Emacs) editing; Alt-B, Alt-F: words\n"
+    "Ctrl-L\tredraw the screen\n"
+    "Ctrl-Z\tsuspend (fg resumes)\n"
+    "Shift + drag\tselect text while the wheel is on (--no-mouse)\n"
+    "\n"
+    "Commands\n";
+
+static const char help_tail[] =
+    "//text\tsend a message that starts with '/'\n"
+    "Enter (empty)\tcompletion mode: let the model go on\n"
+    "\n"
+    " Themes are looked up in $XDG_CONFIG_HOME/kvchat/themes, then\n"
+    " the install dir (share/kvchat/themes), then themes/ by the binary.\n"
+    " NO_COLOR turns colours off. History: $XDG_STATE_HOME/kvchat/history\n"
+    " Conversations are saved as you go in $XDG_DATA_HOME/kvchat/kvchat.db\n"
+    " (--db, KVCHAT_DB); kvchat --resume [ID|last] reopens one.";
+
+/* The help overlay's text from the command table (malloc'd; NULL when out of memory). The
+ * parameters of /set are listed with their ranges from the settings table, two or three a line. */
+static char *help_build(void)
+{
+    size_t cap = sizeof help_keys + sizeof help_tail + 4096, o = 0;
+    char *h = malloc(cap);
+    if (!h) return NULL;
+    o += (size_t)snprintf(h + o, cap - o, "%s", help_keys);
+    for (size_t i = 0; i < N_COMMANDS && o < cap; i++) {
+        const char *u = commands[i].usage, *at = strstr(u, "@set");
+        if (!at) {
+            o += (size_t)snprintf(h + o, cap - o, "%s\n", u);
+            continue;
+        }
+        o += (size_t)snprintf(h + o, cap - o, "%.*s", (int)(at - u), u);
+        size_t line = 0;
+        for (size_t k = 0; k < N_SET_PARAMS && o < cap; k++) {
+            int key = set_params[k].key;
+            if (key < 0) continue;
+            char r[64], item[120];
+            if (key == CFG_SYSTEM) snprintf(r, sizeof r, "TEXT");
+            else if (key == CFG_MARKDOWN) snprintf(r, sizeof r, "on|off");
+            else config_range_text(key, r, sizeof r);
+            snprintf(item, sizeof item, "%s %s", set_params[k].name, r);
+            size_t w = strlen(item);
+            if (line && line + 3 + w > 48) {
+                o += (size_t)snprintf(h + o, cap - o, "\n");
+                line = 0;
+            }
+            o += (size_t)snprintf(h + o, cap - o, "%s%s", line ? " · " : "\t  ", item);
+            line += (line ? 3 : 0) + w;
+        }
+        o += (size_t)snprintf(h + o, cap - o, "%s\n", at + 4);
+    }
+    if (o < cap) snprintf(h + o, cap - o, "%s", help_tail);
+    return h;
 }
 
 /* ---- themes --------------------------------------------------------------------------------------- */
@@ -1009,7 +1181,7 @@ static void show_warnings(chat *c, const warn_list *w)
     if (w->n > 8) ui_notice(c->u, UI_ROLE_ERROR, "theme: %d more warnings", w->n - 8);
 }
 
-static void cmd_theme(chat *c, const char *name)
+static void cmd_theme(chat *c, char *name)
 {
     if (!*name) {
         char list[1024];
@@ -1047,20 +1219,35 @@ static int cb_submit(void *ud, const char *line)
     }
     if (editing) { /* the edited version of path[editing - 1] */
         if (!*text) ui_flash(c->u, "edit cancelled (an empty message)");
-        else if (editing - 1 < c->n_turns && T(c, editing - 1)->role == UI_ROLE_USER)
+        else if (editing - 1 < c->conv.n_path && T(c, editing - 1)->role == UI_ROLE_USER)
             edit_send(c, editing - 1, text, strlen(text));
         return 1;
     }
     if (!*text) {
-        if (c->tmpl == CHAT_TMPL_NONE && c->n_turns) start_reply(c, 1);
+        if (c->tmpl == CHAT_TMPL_NONE && c->conv.n_path) start_reply(c, 1);
         return 1;
+    }
+    char *joined = NULL;
+    if (c->attach) { /* /read FILE: the file goes with this message, before it */
+        size_t tl = strlen(text), nl = strlen(c->attach_name);
+        size_t cap = c->attach_len + tl + nl + 64;
+        if ((joined = malloc(cap))) {
+            int k = snprintf(joined, cap, "File %s:\n\n", c->attach_name);
+            memcpy(joined + k, c->attach, c->attach_len);
+            snprintf(joined + k + c->attach_len, cap - (size_t)k - c->attach_len, "\n\n%s", text);
+            text = joined;
+        }
+        free(c->attach);
+        c->attach = NULL;
     }
     turn *t = turn_add(c, UI_ROLE_USER, text, strlen(text));
     if (!t) {
+        free(joined);
         ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
         return 1;
     }
     t->view = ui_msg_add(c->u, UI_ROLE_USER, "you", text, strlen(text));
+    free(joined);
     save_user(c, t);
     start_reply(c, 0);
     return 1;
@@ -1107,7 +1294,7 @@ static void cb_slider(void *ud, int id, double v)
     case UI_SL_TOP_K: c->sp.top_k = (int32_t)lround(v); break;
     case UI_SL_MIN_P: c->sp.min_p = (float)v; break;
     case UI_SL_REPEAT: c->sp.repeat_penalty = (float)v; break;
-    case UI_SL_MAX_TOKENS: c->max_tokens = v <= 0 ? -1 : (int)lround(v); break;
+    case UI_SL_MAX_TOKENS: c->max_tokens = v <= 0 ? -1 : (int)lround(v); break; /* -1: ∞ */
     default: return;
     }
     worker_set_params(c->w, &c->sp);
@@ -1136,20 +1323,17 @@ static void load_tree(chat *c, const chatstore_conv *cv)
     while (i < cv->n || j < cv->n_others) {
         int from_path = j >= cv->n_others || (i < cv->n && cv->msgs[i].id < cv->others[j].id);
         const chatstore_msg *m = from_path ? &cv->msgs[i++] : &cv->others[j++];
-        long parent = -1, lo = 0, hi = (long)c->n_tree; /* ids ascend: binary search */
-        while (lo < hi) {
-            long mid = lo + (hi - lo) / 2;
-            if (c->tree[mid].id < m->parent) lo = mid + 1;
-            else hi = mid;
-        }
-        if (m->parent && lo < (long)c->n_tree && c->tree[lo].id == m->parent) parent = lo;
+        long parent = conv_find_id(&c->conv, m->parent); /* ids ascend */
         int role = m->role == STORE_ROLE_USER ? UI_ROLE_USER : UI_ROLE_ASSISTANT;
-        long k = tree_add(c, parent, role, m->text, m->len);
+        long k = conv_add(&c->conv, parent, role, m->text, m->len);
         if (k < 0) break;
-        c->tree[k].id = m->id;
-        c->tree[k].finish = m->finish;
-        c->tree[k].unreadable = m->problem[0] != 0;
-        if (from_path && path_push(c, k)) break;
+        c->conv.node[k].id = m->id;
+        /* a reply keeps the name of the model the conversation was held with */
+        if (role == UI_ROLE_ASSISTANT && cv->model_name[0])
+            conv_set_author(&c->conv, k, cv->model_name);
+        c->conv.node[k].finish = m->finish;
+        c->conv.node[k].unreadable = m->problem[0] != 0;
+        if (from_path && conv_path_push(&c->conv, k)) break;
     }
 }
 
@@ -1180,7 +1364,7 @@ static int open_conversation(chat *c, int64_t id)
     load_tree(c, &cv);
     show_from(c, 0);
     if (cv.note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", cv.note);
-    if (c->n_turns && T(c, c->n_turns - 1)->role == UI_ROLE_USER)
+    if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER)
         ui_notice(c->u, UI_ROLE_NOTICE, "the last message has no reply (the chat ended before it): /regen answers it");
     worker_request rq = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx};
     if (cv.ctx) chatstore_announce_restore(c->cs);
@@ -1259,7 +1443,7 @@ static void cb_sessions(void *ud, int action, long long id, const char *text)
             break;
         }
         if (id == chatstore_current(c->cs))
-            for (size_t i = 0; i < c->n_tree; i++) c->tree[i].id = 0; /* the next message starts a new one */
+            for (size_t i = 0; i < c->conv.n; i++) c->conv.node[i].id = 0; /* the next message starts a new one */
         if (chatstore_delete(c->cs, id, why, sizeof why)) snprintf(status, sizeof status, "%.190s", why);
         else snprintf(status, sizeof status, "deleted conversation %lld", id);
         sessions_refresh(c, status);
@@ -1312,6 +1496,22 @@ static void bench_fill(chat *c, long n)
     }
 }
 
+/* The model's name on screen: its general.name, unless that is missing or only the architecture
+ * ("llama"): then the file's name without .gguf ("stories260K"), which says more. */
+static void model_label(const model *m, char *buf, size_t cap)
+{
+    if (m->name && *m->name && (!m->arch_name || strcasecmp(m->name, m->arch_name))) {
+        snprintf(buf, cap, "%s", m->name);
+        return;
+    }
+    const char *path = m->gguf && m->gguf->path ? m->gguf->path : "model";
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcasecmp(base + n - 5, ".gguf")) n -= 5;
+    snprintf(buf, cap, "%.*s", (int)n, base);
+}
+
 int chat_run(engine *e, sampler *s, const chat_options *o)
 {
     setup_locale();
@@ -1334,7 +1534,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     }
 
     const model *m = engine_model(e);
-    snprintf(c->model_label, sizeof c->model_label, "%.40s", m->name ? m->name : "model");
+    model_label(m, c->model_label, sizeof c->model_label);
     char *tmpl_text = NULL;
     kv_error ke = {0};
     gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
@@ -1371,13 +1571,32 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     char hist[1024] = "";
     if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
     else chat_history_path(hist, sizeof hist);
+    /* completion, help and sliders from the command and settings tables */
+    ui_command ucmds[N_COMMANDS];
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        ucmds[i] = (ui_command){commands[i].name, commands[i].args, commands[i].args_themes};
+    for (size_t i = 0; i < N_SET_PARAMS; i++) set_args[i] = set_params[i].name;
+    static const struct { int key; const char *label; } slider_keys[UI_SL_COUNT] = {
+        [UI_SL_TEMP] = {CFG_TEMP, "temperature"}, [UI_SL_TOP_P] = {CFG_TOP_P, "top-p"},
+        [UI_SL_TOP_K] = {CFG_TOP_K, "top-k"},     [UI_SL_MIN_P] = {CFG_MIN_P, "min-p"},
+        [UI_SL_REPEAT] = {CFG_REPEAT_PENALTY, "repeat penalty"}, [UI_SL_MAX_TOKENS] = {CFG_N_PREDICT, "max tokens"},
+    };
+    ui_slider_spec sliders[UI_SL_COUNT];
+    for (int i = 0; i < UI_SL_COUNT; i++) {
+        cfg_range r;
+        config_key_range(slider_keys[i].key, &r);
+        sliders[i] = (ui_slider_spec){slider_keys[i].label, r.ui_lo, r.ui_hi, r.step, r.decimals, r.off_value,
+                                      r.off_label, r.log};
+    }
+    char *help = help_build();
     ui_config cfg = {
         .history_path = hist,
         .mouse = o->mouse,
-        .commands = commands,
-        .set_names = set_names,
+        .commands = ucmds,
+        .n_commands = N_COMMANDS,
+        .sliders = sliders,
         .n_ctx = engine_n_ctx(e),
-        .help_text = help_text,
+        .help_text = help,
     };
     ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c,
                        .sessions = cb_sessions, .edit_step = cb_edit_step, .edit_cancel = cb_edit_cancel};
@@ -1386,6 +1605,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     g_signal = 0;
     install_signals(old);
     c->u = ui_open(&cfg, &cb, &theme, why, sizeof why);
+    free(help);
     if (!c->u) {
         restore_signals(old);
         worker_destroy(c->w);
@@ -1402,6 +1622,8 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         .n_threads = engine_n_threads(e),
     };
     ui_set_info(c->u, &info);
+    c->markdown = o->markdown;
+    ui_set_markdown(c->u, c->markdown);
     push_params(c);
     const char *bench = getenv("KVCHAT_BENCH_HISTORY");
     if (bench && atol(bench) > 0) bench_fill(c, atol(bench));
@@ -1420,6 +1642,15 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
                   KVCHAT_VERSION, c->model_label, chat_template_name(c->tmpl));
     show_warnings(c, &tw);
     if (tmpl_notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", tmpl_notice);
+    for (int i = 0; i < o->n_warnings; i++) ui_notice(c->u, UI_ROLE_ERROR, "config warning: %s", o->warnings[i]);
+    {
+        gen_opts go;
+        engine_default_opts(e, &go);
+        int n_ctx = engine_n_ctx(e), max_keep = n_ctx * 3 / 4;
+        if (go.n_keep > max_keep)
+            ui_notice(c->u, UI_ROLE_ERROR, "--keep %d is more than a context shift can keep in a %d-token context: it "
+                      "keeps the first %d (3/4 of the context)", go.n_keep, n_ctx, max_keep);
+    }
     if (c->system && !resume_id) ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s", c->system);
     if (o->db_path && !c->cs) ui_notice(c->u, UI_ROLE_ERROR, "conversations are not saved: %s", store_why);
     /* the gauge starts from the engine's real figures (a resumed chat: with its restored KV) */
@@ -1457,12 +1688,12 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     restore_signals(old);
     if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
     g_sigpipe[0] = g_sigpipe[1] = -1;
-    for (size_t i = 0; i < c->n_tree; i++) free(c->tree[i].text); /* the views went with the ui */
-    free(c->tree);
-    free(c->path);
+    conv_free(&c->conv); /* the views went with the ui */
     free(c->system);
     for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
     prompt_buf_free(&c->pb);
     prompt_jinja_free(c->pj);
+    prompt_buf_free(&c->kb);
+    free(c->attach);
     return status;
 }

@@ -21,6 +21,9 @@ typedef struct chat_options {
     const char *const *stops; /* --stop: the chat's first stop strings (/set stop adds, clears) */
     int n_stops;
     const char *system;       /* --system: the system prompt of new conversations; NULL: none */
+    int markdown;             /* 1: replies are shown as rendered Markdown (--no-markdown: 0) */
+    const char *const *warnings; /* config.ini / environment warnings to show in the chat */
+    int n_warnings;
 } chat_options;
 
 /* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator
@@ -31,6 +34,12 @@ typedef struct chat_options {
  * fatal signal (SIGSEGV, SIGABRT …). Conversations are saved as they go (app/chatstore.h);
  * a reply streaming when the chat ends is stopped and saved as partial. */
 int chat_run(engine *e, sampler *s, const chat_options *o);
+
+/* `/set NAME VALUE` for a sampling parameter or max_tokens (the chat's names: temp, top_k, …,
+ * seed, max_tokens; ranges from the settings table, app/config.c): applies it to *sp and
+ * *max_tokens (< 0: no limit) and writes "temp = 0.70" to msg; or returns -1 with the error in
+ * msg (nothing changed). Also the line-by-line session's /set. */
+int chat_set_param(const char *name, const char *value, sampler_params *sp, int *max_tokens, char *msg, size_t cap);
 
 /* The readline history file: $XDG_STATE_HOME/kvchat/history, else
  * ~/.local/state/kvchat/history. Returns 0, or -1 if neither variable is set. */

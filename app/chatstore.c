@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -746,6 +747,25 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
     out->id = id;
     out->title = c.title;
     c.title = NULL;
+    /* another model's conversation: its name as the screen gives it (the file's name when
+     * general.name says no more than "llama") */
+    if (c.model_id && c.model_id != cs->model_id) {
+        const char *path = c.model_path && *c.model_path ? c.model_path : NULL, *base = path ? strrchr(path, '/') : NULL;
+        base = base ? base + 1 : path;
+        size_t bl = base ? strlen(base) : 0;
+        if (bl > 5 && !strcasecmp(base + bl - 5, ".gguf")) bl -= 5;
+        store_model sm = {0};
+        store_error me = {0};
+        int generic = store_model_get(cs->db, c.model_id, &sm, &me) == STORE_OK && sm.arch && c.model_name &&
+                      !strcasecmp(c.model_name, sm.arch);
+        store_model_clear(&sm);
+        if (c.model_name && *c.model_name && !generic)
+            snprintf(out->model_name, sizeof out->model_name, "%s", c.model_name);
+        else if (base)
+            snprintf(out->model_name, sizeof out->model_name, "%.*s", (int)bl, base);
+        else
+            snprintf(out->model_name, sizeof out->model_name, "%s", c.model_name ? c.model_name : "another model");
+    }
     out->system = c.system_prompt;
     c.system_prompt = NULL;
     out->have_params = c.params.set;
@@ -855,7 +875,10 @@ void chatstore_report(chatstore *cs, char *buf, size_t cap)
     kv_stats_session s = cs->st;
     pthread_mutex_unlock(&cs->mu);
     struct stat sb;
-    double file_mib = stat(cs->path, &sb) == 0 ? sb.st_size / 1048576.0 : 0;
+    double file_mib = stat(cs->path, &sb) == 0 ? sb.st_size / 1048576.0 : 0, wal_mib = 0;
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", cs->path);
+    if (stat(wal, &sb) == 0) wal_mib = sb.st_size / 1048576.0; /* SQLite's write-ahead log holds the newest pages */
     size_t o = 0;
     if (!cs->budget)
         o += (size_t)snprintf(buf + o, cap - o, "KV prefix store: off (--cache-size 0)");
@@ -878,8 +901,8 @@ void chatstore_report(chatstore *cs, char *buf, size_t cap)
                               (unsigned long long)s.evicted, s.skipped ? ", some larger than the budget not stored" : "",
                               s.failures ? ", some unusable prefixes dropped" : "");
     if (o < cap)
-        snprintf(buf + o, cap - o, "\ndatabase: %s (%.1f MiB) · model %.16s… · KV type %s", cs->path, file_mib, cs->fp,
-                 cs->kv_type);
+        snprintf(buf + o, cap - o, "\ndatabase: %s (%.1f MiB: %.1f MiB file + %.1f MiB write-ahead log) · model %.16s… · "
+                 "KV type %s", cs->path, file_mib + wal_mib, file_mib, wal_mib, cs->fp, cs->kv_type);
 }
 
 int chatstore_open_reading(const char *path, store **s, store_error *err)

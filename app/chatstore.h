@@ -90,6 +90,8 @@ typedef struct chatstore_msg {
 typedef struct chatstore_conv {
     int64_t id;
     char *title, *system;   /* system NULL: none */
+    char model_name[128];   /* when it was held with another model than the chat's: that model's
+                               name as the screen shows one ("" otherwise) */
     int have_params;
     sampler_params sp;
     int max_tokens;

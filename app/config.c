@@ -37,8 +37,14 @@ typedef struct key_def {
     const char *option; /* long option that sets it, NULL if none */
     const char *env;    /* environment variable, NULL if none */
     int type;
-    double lo, hi;
+    double lo, hi;      /* the values accepted everywhere: command line, config.ini, /set */
     const char *what;   /* short description, for --print-config of unset keys */
+    /* the slider (ui_lo == ui_hi: none) and how a value reads */
+    double ui_lo, ui_hi, step;
+    int decimals;
+    double off_value;   /* the value meaning "off" (off_label), if off_label */
+    const char *off_label;
+    int log;            /* the slider moves on a log scale; off_value sits past its right end */
 } key_def;
 
 static const key_def keys[CFG_COUNT] = {
@@ -48,19 +54,24 @@ static const key_def keys[CFG_COUNT] = {
     [CFG_THREADS] = {"threads", "model", "threads", NULL, T_AUTOINT, 1, 1024, NULL},
     [CFG_KV_TYPE] = {"kv_type", "model", "kv-type", NULL, T_KVTYPE, 0, 0, NULL},
     [CFG_CHAT_TEMPLATE] = {"chat_template", "model", "chat-template", NULL, T_TEMPLATE, 0, 0, "the model's own"},
-    [CFG_TEMP] = {"temp", "sampling", "temp", NULL, T_FLOAT, -1e9, 1e9, NULL},
-    [CFG_TOP_K] = {"top_k", "sampling", "top-k", NULL, T_INT, 0, INT_MAX, NULL},
-    [CFG_TOP_P] = {"top_p", "sampling", "top-p", NULL, T_FLOAT, 0, 1, NULL},
-    [CFG_MIN_P] = {"min_p", "sampling", "min-p", NULL, T_FLOAT, 0, 1, NULL},
-    [CFG_REPEAT_PENALTY] = {"repeat_penalty", "sampling", "repeat-penalty", NULL, T_FLOAT, 1e-6, 1e9, NULL},
-    [CFG_REPEAT_LAST_N] = {"repeat_last_n", "sampling", "repeat-last-n", NULL, T_INT, -1, SAMPLER_MAX_LAST_N, NULL},
-    [CFG_PRESENCE_PENALTY] = {"presence_penalty", "sampling", "presence-penalty", NULL, T_FLOAT, -2, 2, NULL},
-    [CFG_FREQUENCY_PENALTY] = {"frequency_penalty", "sampling", "frequency-penalty", NULL, T_FLOAT, -2, 2, NULL},
+    [CFG_TEMP] = {"temp", "sampling", "temp", NULL, T_FLOAT, 0, 2, NULL, 0, 2, 0.05, 2, 0, "greedy", 0},
+    [CFG_TOP_K] = {"top_k", "sampling", "top-k", NULL, T_INT, 0, 1000000, NULL, 0, 200, 1, 0, 0, "off", 0},
+    [CFG_TOP_P] = {"top_p", "sampling", "top-p", NULL, T_FLOAT, 0, 1, NULL, 0, 1, 0.01, 2, 1, "off", 0},
+    [CFG_MIN_P] = {"min_p", "sampling", "min-p", NULL, T_FLOAT, 0, 1, NULL, 0, 1, 0.01, 2, 0, "off", 0},
+    [CFG_REPEAT_PENALTY] = {"repeat_penalty", "sampling", "repeat-penalty", NULL, T_FLOAT, 0.1, 10, NULL, 1, 2, 0.05, 2,
+                            1, "off", 0},
+    [CFG_REPEAT_LAST_N] = {"repeat_last_n", "sampling", "repeat-last-n", NULL, T_INT, -1, SAMPLER_MAX_LAST_N, NULL, 0, 0,
+                           0, 0, -1, "all", 0},
+    [CFG_PRESENCE_PENALTY] = {"presence_penalty", "sampling", "presence-penalty", NULL, T_FLOAT, -2, 2, NULL, 0, 0, 0, 2,
+                              0, "off", 0},
+    [CFG_FREQUENCY_PENALTY] = {"frequency_penalty", "sampling", "frequency-penalty", NULL, T_FLOAT, -2, 2, NULL, 0, 0, 0,
+                               2, 0, "off", 0},
     [CFG_SEED] = {"seed", "sampling", "seed", NULL, T_SEED, 0, 0, NULL},
-    [CFG_N_PREDICT] = {"n_predict", "sampling", "n-predict", NULL, T_INT, -1, INT_MAX, NULL},
+    [CFG_N_PREDICT] = {"n_predict", "sampling", "n-predict", NULL, T_INT, -1, INT_MAX, NULL, 16, 8192, 1, 0, -1, "∞", 1},
     [CFG_THEME] = {"theme", "chat", "theme", NULL, T_NAME, 0, 0, NULL},
     [CFG_MOUSE] = {"mouse", "chat", NULL, NULL, T_BOOL, 0, 0, NULL},
     [CFG_SYSTEM] = {"system", "chat", "system", NULL, T_TEXT, 0, 0, "the system prompt of new chats (none)"},
+    [CFG_MARKDOWN] = {"markdown", "chat", NULL, NULL, T_BOOL, 0, 0, NULL},
     [CFG_DB] = {"db", "storage", "db", "KVCHAT_DB", T_PATH, 0, 0, NULL},
     [CFG_CACHE_SIZE] = {"cache_size", "storage", "cache-size", NULL, T_SIZE, 0, 0, NULL},
 };
@@ -239,6 +250,44 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
     return -1;
 }
 
+int config_check(int key, const char *text, char *out, size_t cap, char *why, size_t why_cap)
+{
+    if (key < 0 || key >= CFG_COUNT || !text) {
+        util_set_why(why, why_cap, "no such setting");
+        return -1;
+    }
+    return normalize(key, text, out, cap, why, why_cap);
+}
+
+int config_key_range(int key, cfg_range *r)
+{
+    memset(r, 0, sizeof *r);
+    if (key < 0 || key >= CFG_COUNT) return -1;
+    const key_def *d = &keys[key];
+    if (d->type != T_INT && d->type != T_AUTOINT && d->type != T_FLOAT) return -1;
+    *r = (cfg_range){.lo = d->lo, .hi = d->hi, .integer = d->type != T_FLOAT, .ui_lo = d->ui_lo, .ui_hi = d->ui_hi,
+                     .step = d->step, .decimals = d->decimals, .off_value = d->off_value, .off_label = d->off_label,
+                     .log = d->log};
+    return 0;
+}
+
+const char *config_key_option(int key) { return key >= 0 && key < CFG_COUNT ? keys[key].option : NULL; }
+
+void config_range_text(int key, char *buf, size_t cap)
+{
+    cfg_range r;
+    if (config_key_range(key, &r)) {
+        snprintf(buf, cap, "%s", key == CFG_SEED ? "N|random" : "");
+        return;
+    }
+    char hi[32];
+    if (r.hi >= INT_MAX) snprintf(hi, sizeof hi, "N");
+    else snprintf(hi, sizeof hi, "%.15g", r.hi);
+    int n = snprintf(buf, cap, "%.15g-%s", r.lo, hi);
+    if (r.off_label && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ", %g %s", r.off_value, !strcmp(r.off_label, "∞") ? "no limit" : r.off_label);
+}
+
 int config_set(kv_config *c, int key, const char *text, int src, const char *where, char *why, size_t why_cap)
 {
     if (key < 0 || key >= CFG_COUNT || !text) {
@@ -286,6 +335,7 @@ void config_init(kv_config *c)
     DEF(CFG_N_PREDICT, "-1");
     DEF(CFG_THEME, "default");
     DEF(CFG_MOUSE, "true");
+    DEF(CFG_MARKDOWN, "true");
     DEF(CFG_CACHE_SIZE, "%d", CHATSTORE_DEFAULT_CACHE_MIB);
 #undef DEF
 }
@@ -459,6 +509,10 @@ int config_note_option(kv_config *c, const char *name, const char *optarg_text)
         put(c, CFG_MOUSE, "false", CFG_SRC_CLI, where);
         return CFG_MOUSE;
     }
+    if (!strcmp(name, "no-markdown")) {
+        put(c, CFG_MARKDOWN, "false", CFG_SRC_CLI, where);
+        return CFG_MARKDOWN;
+    }
     for (int k = 0; k < CFG_COUNT; k++) {
         if (!keys[k].option || strcmp(keys[k].option, name)) continue;
         if (!optarg_text) return -1;
@@ -480,17 +534,22 @@ int config_note_getopt(kv_config *c, const struct option *opts, int val, const c
 
 void config_apply(const kv_config *c, engine_params *ep, sampler_params *sp, int *n_predict)
 {
-    for (int k = 0; k < CFG_COUNT; k++) {
-        const char *s = c->v[k].value;
-        if (!s) continue;
+    for (int k = 0; k < CFG_COUNT; k++)
+        if (c->v[k].value) config_apply_key(k, c->v[k].value, ep, sp, n_predict);
+}
+
+void config_apply_key(int k, const char *s, engine_params *ep, sampler_params *sp, int *n_predict)
+{
+    {
         long l = !strcmp(s, "auto") ? 0 : strtol(s, NULL, 10);
         float f = strtof(s, NULL);
         switch (k) {
-        case CFG_MODEL: ep->model_path = s; break;
-        case CFG_N_CTX: ep->n_ctx = (int)l; break;
-        case CFG_N_BATCH: ep->n_batch = (int)l; break;
-        case CFG_THREADS: ep->n_threads = (int)l; break;
+        case CFG_MODEL: if (ep) ep->model_path = s; break;
+        case CFG_N_CTX: if (ep) ep->n_ctx = (int)l; break;
+        case CFG_N_BATCH: if (ep) ep->n_batch = (int)l; break;
+        case CFG_THREADS: if (ep) ep->n_threads = (int)l; break;
         case CFG_KV_TYPE:
+            if (!ep) break;
             ep->kv_type = !strcmp(s, "f32") ? GGML_TYPE_F32 : !strcmp(s, "q8_0") ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
             break;
         case CFG_TEMP: sp->temperature = f; break;

@@ -18,7 +18,7 @@
  *   [model]     model, n_ctx, n_batch, threads, kv_type, chat_template
  *   [sampling]  temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty,
  *               frequency_penalty, seed, n_predict
- *   [chat]      theme, mouse, system
+ *   [chat]      theme, mouse, system, markdown
  *   [storage]   db, cache_size
  *
  * Keys may also stand before the first section; '-' and '_' are the same in key names. A line
@@ -32,7 +32,7 @@ enum cfg_key {
     CFG_MODEL = 0, CFG_N_CTX, CFG_N_BATCH, CFG_THREADS, CFG_KV_TYPE, CFG_CHAT_TEMPLATE,
     CFG_TEMP, CFG_TOP_K, CFG_TOP_P, CFG_MIN_P, CFG_REPEAT_PENALTY, CFG_REPEAT_LAST_N,
     CFG_PRESENCE_PENALTY, CFG_FREQUENCY_PENALTY, CFG_SEED, CFG_N_PREDICT,
-    CFG_THEME, CFG_MOUSE, CFG_SYSTEM, CFG_DB, CFG_CACHE_SIZE,
+    CFG_THEME, CFG_MOUSE, CFG_SYSTEM, CFG_MARKDOWN, CFG_DB, CFG_CACHE_SIZE,
     CFG_COUNT
 };
 
@@ -98,6 +98,34 @@ const char *config_get(const kv_config *c, int key);
 /* Copy the typed values into the engine and sampler parameters and n_predict; theme,
  * chat_template, mouse, db, cache_size and model are read with config_get(). */
 void config_apply(const kv_config *c, engine_params *ep, sampler_params *sp, int *n_predict);
+
+/* One key's value, as config_apply does for all: text must be normalized (config_check). ep may
+ * be NULL (sampling keys only). */
+void config_apply_key(int key, const char *text, engine_params *ep, sampler_params *sp, int *n_predict);
+
+/* Validate text for key as every source does (command line, config.ini, the environment, the
+ * chat's /set) and write its normalized form to out ("0.7", "auto", "random"). Returns 0, or -1
+ * with the reason in why ("'5' is not a number from 0 to 2"). */
+int config_check(int key, const char *text, char *out, size_t cap, char *why, size_t why_cap);
+
+/* The one table of ranges: what a numeric key accepts, and how its slider shows it. */
+typedef struct cfg_range {
+    double lo, hi;        /* accepted values (inclusive) */
+    int integer;          /* whole numbers only */
+    double ui_lo, ui_hi;  /* the slider's span; equal: the key has no slider */
+    double step;          /* the slider's step */
+    int decimals;         /* digits shown */
+    double off_value;     /* with off_label: the value that means "off" ("greedy", "∞") */
+    const char *off_label;
+    int log;              /* logarithmic slider with off_value past its right end (max tokens) */
+} cfg_range;
+
+/* The range of key; 0, or -1 when it is not numeric (*r zeroed). */
+int config_key_range(int key, cfg_range *r);
+/* "0-2", "0-1000000, 0 off", "-1-N, -1 no limit"; "N|random" for the seed; "" otherwise. */
+void config_range_text(int key, char *buf, size_t cap);
+/* The long option that sets key ("temp", "ctx-size"), or NULL. */
+const char *config_key_option(int key);
 
 /* Parse a boolean: 1/0, true/false, yes/no, on/off. Returns 0/1, or -1. */
 int config_parse_bool(const char *s);

@@ -15,6 +15,7 @@
 #include "app/chat.h"
 #include "app/chatstore.h"
 #include "app/config.h"
+#include "app/linechat.h"
 #include "app/models.h"
 #include "app/output.h"
 #include "app/serve.h"
@@ -47,6 +48,7 @@ typedef struct cli {
     int interactive;
     const char *theme;
     int no_mouse;
+    int no_markdown;
     const char *chat_template;
     const char *system;      /* --system (else the config's system): new chats' system prompt */
     int system_cli;          /* it came from --system */
@@ -119,6 +121,7 @@ static void usage(FILE *out)
             "                           or a file path; searched in $XDG_CONFIG_HOME/kvchat/themes,\n"
             "                           then " KVCHAT_DATADIR "/themes, then themes/ next to\n"
             "                           the binary (NO_COLOR set: no colours)\n"
+            "      --no-markdown        show replies as plain text, not rendered Markdown\n"
             "      --no-mouse           leave the mouse to the terminal (no wheel scrolling)\n"
             "      --system TEXT        the system prompt of new conversations (/set system changes it)\n"
             "      --db PATH            the conversation database (env KVCHAT_DB; default\n"
@@ -193,23 +196,51 @@ static int parse_int(const char *s, const char *opt, long lo, long hi, int *out)
     return 0;
 }
 
-static int parse_float(const char *s, const char *opt, float *out)
+
+/* Warnings of config.ini and the environment: kept until the mode is known, then shown in the
+ * chat (the full screen would hide stderr until it quits) or printed to stderr. */
+#define MAX_CFG_WARNINGS 16
+static char *g_warn[MAX_CFG_WARNINGS];
+static int g_n_warn, g_warn_dropped;
+
+static void keep_warning(void *ud, const char *msg)
 {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || *s == 0 || *end != 0 || v != v) {
-        fprintf(stderr, "kvchat: invalid value '%s' for %s (a number)\n", s, opt);
+    (void)ud;
+    if (g_n_warn < MAX_CFG_WARNINGS && (g_warn[g_n_warn] = strdup(msg))) g_n_warn++;
+    else g_warn_dropped++;
+}
+
+static void print_warnings(void)
+{
+    for (int i = 0; i < g_n_warn; i++) fprintf(stderr, "kvchat: %s\n", g_warn[i]);
+    if (g_warn_dropped) fprintf(stderr, "kvchat: %d more config warnings\n", g_warn_dropped);
+    for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
+    g_n_warn = g_warn_dropped = 0;
+}
+
+/* An option that sets a key of the settings table (app/config.c keys[]): its value is checked
+ * against the table's range, the same rule as config.ini and /set. 0, or -1 (message printed). */
+static int table_option(const struct option *opts, int val, const char *arg)
+{
+    const char *name = NULL;
+    for (const struct option *o = opts; o->name && !name; o++)
+        if (!o->flag && o->val == val) name = o->name;
+    int key = name ? config_key_from_name(name) : -1;
+    for (int k = 0; k < CFG_COUNT && key < 0 && name; k++)
+        if (config_key_option(k) && !strcmp(config_key_option(k), name)) key = k;
+    char out[1100], why[600];
+    if (key < 0 || config_check(key, arg, out, sizeof out, why, sizeof why)) {
+        fprintf(stderr, "kvchat: invalid value for --%s: %s\nTry 'kvchat --help' for more information.\n",
+                name ? name : "?", key < 0 ? "not a setting" : why);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 enum {
     OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_PRESENCE,
     OPT_FREQUENCY, OPT_SEED, OPT_STATS, OPT_KV_TYPE, OPT_NO_BOS, OPT_THEME, OPT_NO_MOUSE, OPT_CHAT_TEMPLATE,
-    OPT_STOP, OPT_SYSTEM,
+    OPT_STOP, OPT_SYSTEM, OPT_NO_MARKDOWN,
 };
 
 static int parse_args(int argc, char **argv, cli *c)
@@ -230,6 +261,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"no-context-shift", no_argument, 0, OPT_NO_CONTEXT_SHIFT},
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {"theme", required_argument, 0, OPT_THEME},  {"no-mouse", no_argument, 0, OPT_NO_MOUSE},
+        {"no-markdown", no_argument, 0, OPT_NO_MARKDOWN},
         {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
         {"stop", required_argument, 0, OPT_STOP},   {"system", required_argument, 0, OPT_SYSTEM},
         {"json", no_argument, 0, OPT_JSON},          {"print-config", no_argument, 0, OPT_PRINT_CONFIG},
@@ -241,53 +273,23 @@ static int parse_args(int argc, char **argv, cli *c)
     sampler_params_default(&c->sp);
     c->n_predict = -1;
     /* under the command line: built-in defaults < config file < environment (app/config.c) */
-    config_load_all(&g_config, NULL, NULL);
+    config_load_all(&g_config, keep_warning, NULL);
     config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
     c->theme = config_get(&g_config, CFG_THEME);
     c->chat_template = config_get(&g_config, CFG_CHAT_TEMPLATE);
     c->system = config_get(&g_config, CFG_SYSTEM);
     c->no_mouse = !config_parse_bool(config_get(&g_config, CFG_MOUSE));
+    c->no_markdown = !config_parse_bool(config_get(&g_config, CFG_MARKDOWN));
     opterr = 0;
     int o, idx;
     while ((o = getopt_long(argc, argv, ":m:p:n:c:b:t:hV", opts, &idx)) != -1) {
         switch (o) {
         case 'm': c->ep.model_path = optarg; break;
         case 'p': c->prompt = optarg; break;
-        case 'n': if (parse_int(optarg, "-n", -1, INT_MAX, &c->n_predict)) return EXIT_USAGE; break;
-        case 'c': if (parse_int(optarg, "-c", 8, 1 << 20, &c->ep.n_ctx)) return EXIT_USAGE; break;
-        case 'b': if (parse_int(optarg, "-b", 1, 1 << 16, &c->ep.n_batch)) return EXIT_USAGE; break;
-        case 't': if (parse_int(optarg, "-t", 1, 1024, &c->ep.n_threads)) return EXIT_USAGE; break;
-        case OPT_TEMP: if (parse_float(optarg, "--temp", &c->sp.temperature)) return EXIT_USAGE; break;
-        case OPT_TOP_K: if (parse_int(optarg, "--top-k", 0, INT_MAX, &c->sp.top_k)) return EXIT_USAGE; break;
-        case OPT_TOP_P: if (parse_float(optarg, "--top-p", &c->sp.top_p)) return EXIT_USAGE; break;
-        case OPT_MIN_P: if (parse_float(optarg, "--min-p", &c->sp.min_p)) return EXIT_USAGE; break;
-        case OPT_REPEAT_PENALTY:
-            if (parse_float(optarg, "--repeat-penalty", &c->sp.repeat_penalty)) return EXIT_USAGE;
+        case 'n': case 'c': case 'b': case 't': case OPT_TEMP: case OPT_TOP_K: case OPT_TOP_P: case OPT_MIN_P:
+        case OPT_REPEAT_PENALTY: case OPT_REPEAT_LAST_N: case OPT_PRESENCE: case OPT_FREQUENCY: case OPT_SEED:
+            if (table_option(opts, o, optarg)) return EXIT_USAGE; /* applied after the loop */
             break;
-        case OPT_REPEAT_LAST_N:
-            if (parse_int(optarg, "--repeat-last-n", 0, 1 << 20, &c->sp.repeat_last_n)) return EXIT_USAGE;
-            break;
-        case OPT_PRESENCE:
-            if (parse_float(optarg, "--presence-penalty", &c->sp.presence_penalty)) return EXIT_USAGE;
-            break;
-        case OPT_FREQUENCY:
-            if (parse_float(optarg, "--frequency-penalty", &c->sp.frequency_penalty)) return EXIT_USAGE;
-            break;
-        case OPT_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || *optarg == 0 || *optarg == '-' || *end) {
-                fprintf(stderr, "kvchat: invalid value '%s' for --seed (a non-negative integer)\n", optarg);
-                return EXIT_USAGE;
-            }
-            if (v == SAMPLER_SEED_RANDOM) { /* 2^64 - 1 is the sampler's "pick one": never silently random */
-                fprintf(stderr, "kvchat: --seed %s is out of range (0 .. 18446744073709551614)\n", optarg);
-                return EXIT_USAGE;
-            }
-            c->sp.seed = v;
-            break;
-        }
         case OPT_STATS: c->stats = 1; break;
         case OPT_NO_BOS: c->no_bos = 1; break;
         case OPT_STOP:
@@ -297,6 +299,7 @@ static int parse_args(int argc, char **argv, cli *c)
             break;
         case OPT_THEME: c->theme = optarg; break;
         case OPT_NO_MOUSE: c->no_mouse = 1; break;
+        case OPT_NO_MARKDOWN: c->no_markdown = 1; break;
         case OPT_CHAT_TEMPLATE:
             if (chat_template_from_name(optarg) < 0 && !prompt_is_template_file(optarg)) {
                 fprintf(stderr, "kvchat: unknown --chat-template '%s' (one of: none, %s; or a .jinja file)\n", optarg,
@@ -343,6 +346,12 @@ static int parse_args(int argc, char **argv, cli *c)
         config_note_getopt(&g_config, opts, o, optarg); /* for --print-config */
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    /* the settings of the one table, resolved: command line > environment > file > default */
+    {
+        const char *model_cli = c->ep.model_path;
+        config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
+        if (model_cli) c->ep.model_path = model_cli;
+    }
     kv_error err = {0};
     if (sampler_params_validate(&c->sp, &err)) {
         fprintf(stderr, "kvchat: %s\n", err.msg);
@@ -352,6 +361,7 @@ static int parse_args(int argc, char **argv, cli *c)
     static char model_path[4096];
     int found = c->ep.model_path ? models_resolve(c->ep.model_path, model_path, sizeof model_path) : 0;
     if (g_print_config) {
+        print_warnings();
         config_print(&g_config, stdout, found > 0 ? model_path : NULL);
         exit(EXIT_OK);
     }
@@ -489,6 +499,9 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
                 st.n_generated);
     else if (finish == GEN_FINISH_CONTEXT)
         fprintf(stderr, "\nkvchat: the context is full (%d tokens); use -c to raise it\n", engine_n_ctx(e));
+    if (c->ep.n_keep > st.n_keep && (st.n_shifts || st.n_truncated))
+        fprintf(stderr, "\nkvchat: warning: --keep %d is more than 3/4 of the context (%d): kept the first %d\n",
+                c->ep.n_keep, engine_n_ctx(e), st.n_keep);
     if (st.n_truncated)
         fprintf(stderr, "\nkvchat: warning: the prompt (%d tokens) did not fit the context of %d: dropped %d tokens after "
                 "its first %d\n", st.n_prompt, engine_n_ctx(e), st.n_truncated, st.n_keep);
@@ -496,82 +509,6 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     if (c->stats && st.n_shifts)
         fprintf(stderr, "context shifts: %d (dropped %d positions, kept the first %d)\n", st.n_shifts, st.n_discarded,
                 st.n_keep);
-    return EXIT_OK;
-}
-
-typedef struct text_acc {
-    char **buf;
-    size_t *len, *cap;
-} text_acc;
-
-/* Streams generated text to stdout and appends it to the conversation buffer. */
-static int append_text(void *ud, const char *text, size_t tl, int32_t token)
-{
-    text_acc *acc = ud;
-    (void)token;
-    out_plain(stdout, text, tl);
-    fflush(stdout);
-    while (*acc->len + tl + 1 > *acc->cap) {
-        char *nb = realloc(*acc->buf, *acc->cap * 2);
-        if (!nb) return 1;
-        *acc->buf = nb;
-        *acc->cap *= 2;
-    }
-    memcpy(*acc->buf + *acc->len, text, tl);
-    *acc->len += tl;
-    (*acc->buf)[*acc->len] = 0;
-    return 0;
-}
-
-/* Line-by-line session: each line is appended to the running text, which the model
- * continues (completion mode); the KV cache keeps the conversation, so each turn prefills
- * only its new tokens. */
-static int run_interactive(engine *e, sampler *s, const cli *c)
-{
-    const model *m = engine_model(e);
-    /* stdout a pipe or file: it gets the text only; banner, prompt and echo go to stderr */
-    FILE *ui_out = isatty(STDOUT_FILENO) ? stdout : stderr;
-    rl_outstream = ui_out;
-    fprintf(ui_out, "kvchat %s — %s (%s, %s), n_ctx %d, %d threads\n", KVCHAT_VERSION, m->name, m->arch_name,
-            quant_traits_of(m->weight_type)->name, engine_n_ctx(e), engine_n_threads(e));
-    fprintf(ui_out, "Type text for the model to continue; an empty line continues it; Ctrl-D quits; Ctrl-C stops a reply.\n");
-    size_t cap = 1 << 16, len = 0;
-    char *conv = malloc(cap);
-    if (!conv) return EXIT_RUNTIME;
-    conv[0] = 0;
-    char *line;
-    while ((line = readline("> ")) != NULL) {
-        if (*line) add_history(line);
-        size_t ll = strlen(line);
-        while (len + ll + 2 > cap) {
-            char *nc = realloc(conv, cap *= 2);
-            if (!nc) { free(line); free(conv); return EXIT_RUNTIME; }
-            conv = nc;
-        }
-        if (len && ll) conv[len++] = ' ';
-        memcpy(conv + len, line, ll + 1);
-        len += ll;
-        free(line);
-        g_interrupted = 0;
-        kv_error err = {0};
-        int32_t *toks = NULL;
-        size_t n = 0;
-        if (engine_tokenize(e, conv, len, c->no_bos, 0, &toks, &n, &err)) {
-            fprintf(stderr, "kvchat: %s\n", err.msg);
-            continue;
-        }
-        text_acc acc = {&conv, &len, &cap};
-        gen_callbacks cb = {.on_text = append_text, .should_stop = should_stop, .ud = &acc};
-        gen_stats st;
-        int finish;
-        if (engine_generate(e, toks, n, c->n_predict < 0 ? 256 : c->n_predict, s, &cb, &st, &finish, &err))
-            fprintf(stderr, "\nkvchat: %s\n", err.msg);
-        free(toks);
-        printf("\n");
-        if (c->stats) print_stats(&st, finish, sampler_seed(s));
-    }
-    printf("\n");
-    free(conv);
     return EXIT_OK;
 }
 
@@ -593,6 +530,9 @@ int main(int argc, char **argv)
     if (argc > 1 && store_cli_is_command(argv[1])) return store_cli_main(argc - 1, argv + 1);
     cli c = {0};
     int rc = parse_args(argc, argv, &c);
+    const char *term = getenv("TERM");
+    int full_screen = !c.prompt && isatty(STDIN_FILENO) && term && *term && strcmp(term, "dumb") && isatty(STDOUT_FILENO);
+    if (rc >= 0 || !full_screen) print_warnings(); /* the chat shows them on its screen */
     if (rc >= 0) return rc;
     signal(SIGPIPE, SIG_DFL);
     struct sigaction sa = {0};
@@ -648,25 +588,36 @@ int main(int argc, char **argv)
         free(stdin_prompt);
         return EXIT_RUNTIME;
     }
-    const char *term = getenv("TERM");
     if (c.prompt)
         rc = run_prompt(e, s, c.prompt, &c, 1);
-    else if (!term || !*term || !strcmp(term, "dumb") || !isatty(STDOUT_FILENO))
-        rc = run_interactive(e, s, &c); /* no screen to draw on: the line-by-line session */
     else {
-        chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
-                           .chat_template = c.chat_template, .resume = c.resume,
-                           .stops = c.stops, .n_stops = c.n_stops, .system = c.system};
         /* the conversation store (app/chatstore.h): --db > config db / KVCHAT_DB > the default */
         char db_path[4096], why[900];
         const char *cs_text = c.cache_size ? c.cache_size : config_get(&g_config, CFG_CACHE_SIZE);
-        co.cache_bytes = (uint64_t)CHATSTORE_DEFAULT_CACHE_MIB << 20;
-        if (cs_text && chatstore_parse_cache_size(cs_text, &co.cache_bytes))
+        uint64_t cache_bytes = (uint64_t)CHATSTORE_DEFAULT_CACHE_MIB << 20;
+        if (cs_text && chatstore_parse_cache_size(cs_text, &cache_bytes))
             fprintf(stderr, "kvchat: cache_size '%s' is not a size; using %d MiB\n", cs_text, CHATSTORE_DEFAULT_CACHE_MIB);
-        if (chatstore_db_path(c.db ? c.db : config_get(&g_config, CFG_DB), 1, db_path, sizeof db_path, why, sizeof why))
-            fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
-        else co.db_path = db_path;
+        int have_db = !chatstore_db_path(c.db ? c.db : config_get(&g_config, CFG_DB), 1, db_path, sizeof db_path, why,
+                                         sizeof why);
+        if (!have_db) fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
+        if (!full_screen) { /* no screen to draw on: the line-by-line session */
+            linechat_options lo = {.n_predict = c.n_predict, .no_bos = c.no_bos, .stats = c.stats,
+                                   .db_path = have_db ? db_path : NULL, .cache_bytes = cache_bytes,
+                                   .interrupted = &g_interrupted};
+            rc = linechat_run(e, s, &lo);
+        } else {
+        chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
+                           .markdown = !c.no_markdown,
+                           .chat_template = c.chat_template, .resume = c.resume,
+                           .stops = c.stops, .n_stops = c.n_stops, .system = c.system,
+                           .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};
+        co.cache_bytes = cache_bytes;
+        if (have_db) co.db_path = db_path;
         rc = chat_run(e, s, &co);
+        if (rc == 1) print_warnings(); /* the screen could not start: they were not shown */
+        for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
+        g_n_warn = 0;
+        }
     }
     if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");
     sampler_free(s);

@@ -190,18 +190,30 @@ static int cmd_list(store *s, int json, int ids)
 
 /* ---- export ------------------------------------------------------------------------------------- */
 
+/* A float parameter as the number it was typed as: the shortest decimal that reads back as the
+ * same float (1.05, not 1.0499999523162842). */
+static double float_num(double v)
+{
+    char b[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(b, sizeof b, "%.*g", prec, v);
+        if ((float)strtod(b, NULL) == (float)v) break;
+    }
+    return strtod(b, NULL);
+}
+
 static cJSON *params_json(const store_params *p, int with_max)
 {
     if (!p->set) return cJSON_CreateNull();
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "temperature", p->temperature);
+    cJSON_AddNumberToObject(o, "temperature", float_num(p->temperature));
     cJSON_AddNumberToObject(o, "top_k", p->top_k);
-    cJSON_AddNumberToObject(o, "top_p", p->top_p);
-    cJSON_AddNumberToObject(o, "min_p", p->min_p);
-    cJSON_AddNumberToObject(o, "repeat_penalty", p->repeat_penalty);
+    cJSON_AddNumberToObject(o, "top_p", float_num(p->top_p));
+    cJSON_AddNumberToObject(o, "min_p", float_num(p->min_p));
+    cJSON_AddNumberToObject(o, "repeat_penalty", float_num(p->repeat_penalty));
     cJSON_AddNumberToObject(o, "repeat_last_n", p->repeat_last_n);
-    cJSON_AddNumberToObject(o, "presence_penalty", p->presence_penalty);
-    cJSON_AddNumberToObject(o, "frequency_penalty", p->frequency_penalty);
+    cJSON_AddNumberToObject(o, "presence_penalty", float_num(p->presence_penalty));
+    cJSON_AddNumberToObject(o, "frequency_penalty", float_num(p->frequency_penalty));
     if (p->seed_set) {
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed);

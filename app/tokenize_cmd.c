@@ -1,5 +1,6 @@
 /* tokenize_cmd: `kvchat tokenize` — show how a model's tokenizer splits a text (ids and pieces). */
 #include "app/tokenize_cmd.h"
+#include "app/models.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -78,6 +79,13 @@ int tokenize_main(int argc, char **argv)
         fprintf(stderr, "kvchat tokenize: no model given (-m MODEL)\n");
         return 2;
     }
+    static char resolved[4096]; /* -m NAME: the models directory, as everywhere (app/models.c) */
+    int found = models_resolve(model, resolved, sizeof resolved);
+    if (found < 0) {
+        fprintf(stderr, "kvchat tokenize: %s\n", resolved);
+        return 3;
+    }
+    if (found > 0) model = resolved;
     if (optind < argc - 1) {
         fprintf(stderr, "kvchat tokenize: give the text as one argument (quote it)\n");
         return 2;

@@ -5,7 +5,7 @@
 
 _kvchat_opts='-m --model -p --prompt -n --n-predict -c --ctx-size -b --batch-size -t --threads
     --kv-type --keep --no-context-shift --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
-    --presence-penalty --frequency-penalty --seed --theme --no-mouse --system --chat-template --db --resume
+    --presence-penalty --frequency-penalty --seed --theme --no-mouse --no-markdown --system --chat-template --db --resume
     --cache-size --stats --json --print-config -h --help -V --version'
 _kvchat_cmds='models themes list export import rm check bench gen-model tokenize template-render serve'
 _kvchat_templates='none chatml llama2 llama2-sys llama2-sys-bos llama2-sys-strip mistral-v1 mistral-v3

@@ -13,6 +13,7 @@
 
 #define DEFAULT_N_BATCH 512
 #define MIN_N_KEEP 4          /* attention sinks (StreamingLLM, Xiao et al. 2023) */
+#define MIN_SLICE_CHUNK 4     /* the smallest chunk of a sliced prefill (next_chunk) */
 
 struct engine {
     model *m;
@@ -254,6 +255,54 @@ static int resolve_keep(const engine *e, int n_keep)
     return n_keep;
 }
 
+/* The first prefill chunk of a sliced prefill (gen_callbacks.prefill_slice_ms): the tokens a
+ * conservative 10 GFLOP/s computes in slice_ms at 2 flops per weight and token (the weights
+ * counted from the shapes: attention, feed-forward, output), at most n_batch. */
+static int first_chunk(const engine *e, double slice_ms)
+{
+    const model_hparams *hp = &e->m->hp;
+    double per_layer = 2.0 * hp->n_embd * hp->n_embd + 2.0 * hp->n_embd * hp->n_embd_kv + 3.0 * hp->n_embd * hp->n_ff;
+    double flops = 2.0 * (hp->n_layer * per_layer + (double)hp->n_vocab * hp->n_embd);
+    double k = flops > 0 ? 10e9 * slice_ms / 1e3 / flops : e->n_batch;
+    if (k < MIN_SLICE_CHUNK) k = MIN_SLICE_CHUNK;
+    return k > e->n_batch ? e->n_batch : (int)k;
+}
+
+/* Sizing a sliced prefill's chunks. A forward call of k tokens takes about F + c k ms: F is
+ * what every call pays whatever its size (thread-pool syncs per op, the output row, scratch),
+ * c the cost per token. F and c are fitted from the last two chunks of different sizes; the next
+ * chunk takes slice_ms when F is small, and 2F when F is not (so at least half of every call is
+ * useful work: a busy machine's fixed costs never shrink the chunks into a prefill many times
+ * slower). Between fits it doubles while chunks are quicker than slice_ms. Always within
+ * [k/2, 2k], [MIN_SLICE_CHUNK, n_batch]. */
+typedef struct slicer {
+    int k_prev;
+    double ms_prev;
+    double c;      /* the last fit's cost per token (0: none yet) */
+} slicer;
+
+static int next_chunk(const engine *e, slicer *sl, int k, double ms, double slice_ms)
+{
+    double want = ms < slice_ms ? 2.0 * k : k;
+    if (sl->k_prev && sl->k_prev != k) {
+        double c = (ms - sl->ms_prev) / (k - sl->k_prev);
+        if (c > 0) sl->c = c;
+    }
+    if (sl->c > 0) { /* F from this chunk with the last c (attention makes both grow with the position) */
+        double F = ms - sl->c * k;
+        if (F < 0) F = 0;
+        double a = (slice_ms - F) / sl->c, b = F / sl->c;
+        want = a > b ? a : b;
+    }
+    sl->k_prev = k;
+    sl->ms_prev = ms;
+    if (want > 2.0 * k) want = 2.0 * k;
+    if (want < 0.5 * k) want = 0.5 * k;
+    int n = (int)want;
+    if (n < MIN_SLICE_CHUNK) n = MIN_SLICE_CHUNK;
+    return n > e->n_batch ? e->n_batch : n;
+}
+
 /* Make seq hold prompt[0..n): keep the longest common prefix with what it holds (at most
  * reuse_max), adopt cached blocks by hash (up to reuse_max), prefill the rest. Fills the reuse
  * fields of st; *cancelled when should_stop fired between chunks. */
@@ -272,14 +321,23 @@ static int prepare(engine *e, int seq, const int32_t *prompt, int n, int reuse_m
     st->n_reused_hash = adopted;
     st->n_prefilled = n - reused;
     kv_cache_note_request(e->kv, seq, n, reused, adopted, n - reused);
-    for (int i = reused; i < n; i += e->n_batch) {
+    int chunk = e->n_batch;
+    double slice = cb ? cb->prefill_slice_ms : 0;
+    slicer sl = {0};
+    if (slice > 0) chunk = first_chunk(e, slice);
+    if (cb && cb->on_prefill) cb->on_prefill(cb->ud, reused, n);
+    for (int i = reused; i < n;) {
         if (cb && cb->should_stop && cb->should_stop(cb->ud)) {
             *cancelled = 1;
             return KV_OK;
         }
-        int k = n - i < e->n_batch ? n - i : e->n_batch;
+        int k = n - i < chunk ? n - i : chunk;
+        double t = now_ms();
         int rc = feed(e, seq, prompt + i, k, err);
         if (rc) return rc;
+        i += k;
+        if (cb && cb->on_prefill) cb->on_prefill(cb->ud, i, n);
+        if (slice > 0) chunk = next_chunk(e, &sl, k, now_ms() - t, slice);
     }
     return KV_OK;
 }
@@ -323,6 +381,12 @@ int engine_prefill_seq(engine *e, int seq, const int32_t *tokens, size_t n, cons
     st->prefill_tps = st->prefill_ms > 0 ? st->n_prefilled / (st->prefill_ms / 1e3) : 0;
     if (!rc && cancelled) rc = kv_error_set(err, KV_ERR_CANCELLED, "prefill cancelled");
     return rc;
+}
+
+void engine_default_opts(const engine *e, gen_opts *o)
+{
+    *o = (gen_opts){.n_predict = -1, .n_keep = e->n_keep, .truncate_prompt = e->truncate_prompt,
+                    .no_context_shift = e->no_context_shift};
 }
 
 int engine_generate(engine *e, const int32_t *prompt, size_t n_prompt, int n_predict, sampler *s,
@@ -419,7 +483,7 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
             fin = GEN_FINISH_LENGTH;
             break;
         }
-        if (o->n_predict < 0 && st->n_generated >= e->n_ctx) {
+        if (o->n_predict < 0 && !o->no_length_cap && st->n_generated >= e->n_ctx) {
             fin = GEN_FINISH_CONTEXT; /* a whole context's worth: never endless */
             break;
         }

@@ -43,6 +43,14 @@ typedef struct gen_callbacks {
     int (*should_stop)(void *ud);
     void *ud;
     void (*on_token)(void *ud, int32_t token, int is_eog);
+    /* Prefill progress: `done` of the prompt's `total` tokens are in the KV cache (reused ones
+     * included), called before the first chunk and after every chunk. */
+    void (*on_prefill)(void *ud, int done, int total);
+    /* > 0: size prefill chunks (at most n_batch) so each takes about this many milliseconds, so
+     * should_stop is seen that often (an interactive caller; the first chunk is sized from the
+     * model's weights, 2 flops each per token at a conservative speed, the rest from the measured
+     * speed). 0: chunks of n_batch. A cancel keeps the chunks computed so far in the cache. */
+    double prefill_slice_ms;
 } gen_callbacks;
 
 typedef struct engine engine;
@@ -131,7 +139,13 @@ typedef struct gen_opts {
                             (n_ctx - n_keep) / 2 tokens (gen_stats.n_truncated > 0) instead of
                             failing with KV_ERR_CONTEXT */
     int no_context_shift;/* finish with GEN_FINISH_CONTEXT when the sequence is full */
+    int no_length_cap;   /* with n_predict < 0: no cap at n_ctx tokens (the caller stops it, e.g.
+                            a live token limit or a cancel) */
 } gen_opts;
+
+/* The gen_opts engine_generate uses (n_keep, truncate_prompt, no_context_shift from the
+ * engine_params; n_predict -1). */
+void engine_default_opts(const engine *e, gen_opts *o);
 
 /* New empty sequence; *seq = its id. KV_ERR_NOMEM. */
 int engine_seq_new(engine *e, int *seq, kv_error *err);

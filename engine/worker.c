@@ -30,6 +30,7 @@ struct worker {
     worker_segment *job_seg;
     char *job_text;
     int32_t *job_conv;    /* job.conv points here */
+    int keep_wanted;      /* worker thread: the last request's keep_seg positions */
     worker_hooks hooks;
     sampler_params params;
     char stops[STOP_MAX_STRINGS][STOP_MAX_LEN]; /* worker_set_stops */
@@ -192,6 +193,14 @@ static int cb_on_text(void *ud, const char *text, size_t len, int32_t token)
     return atomic_load(&w->cancel) || w->limit_hit;
 }
 
+static void cb_on_prefill(void *ud, int done, int total)
+{
+    worker *w = ud;
+    w->live.prefill_done = done;
+    w->live.prefill_total = total;
+    post_live(w, NULL, 0);
+}
+
 static int cb_should_stop(void *ud)
 {
     worker *w = ud;
@@ -212,10 +221,20 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     if (status && err) d.err = *err;
     d.stats = w->live;
     d.stats.phase = WORKER_IDLE;
-    if (final) d.stats.gen = *final;
+    if (final) {
+        d.stats.gen = *final;
+        /* the TTFT shown while the reply streamed (measured here when the first token's text
+         * came) stays the reply's TTFT: a figure does not change after the reply ends */
+        if (w->live.gen.ttft_ms > 0) {
+            d.stats.gen.ttft_ms = w->live.gen.ttft_ms;
+            d.stats.gen.prefill_ms = w->live.gen.prefill_ms;
+            d.stats.gen.prefill_tps = w->live.gen.prefill_tps;
+        }
+    }
     kv_cache_get_stats(engine_kv(w->e), &d.stats.kv);
     d.stats.elapsed_ms = now_ms() - w->t0;
     d.seed = sampler_seed(w->s);
+    d.keep_wanted = w->keep_wanted;
     if (w->n_conv > w->cap_done_conv) {
         int32_t *nc = realloc(w->done_conv, w->n_conv * sizeof *nc);
         if (nc) {
@@ -237,16 +256,16 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Worker thread: tokenize the segments into one prompt (after the conversation for append).
- * The segments are joined into one text and tokenized once (engine_tokenize_prompt), the
+/* Worker thread: tokenize segments into one prompt (after the conversation for append). The
+ * segments are joined into one text and tokenized once (engine_tokenize_prompt), the
  * parse_special = 0 segments marked literal: the tokens are those of the whole rendered text
  * (no SentencePiece space prefix at each segment start), and no control token comes out of
  * message text. */
-static int tokenize_job(worker *w, const worker_request *r, int32_t **out, size_t *n_out, kv_error *err)
+static int tokenize_segs(worker *w, const worker_request *r, const worker_segment *segs, size_t n_segs, int append,
+                         int32_t **out, size_t *n_out, kv_error *err)
 {
-    int append = r->append && w->n_conv > 0;
     size_t total = 0;
-    for (size_t i = 0; i < r->n_seg; i++) total += r->seg[i].len;
+    for (size_t i = 0; i < n_segs; i++) total += segs[i].len;
     char *text = malloc(total + 1);
     unsigned char *lit = malloc(total + 1);
     if (!text || !lit) {
@@ -255,8 +274,8 @@ static int tokenize_job(worker *w, const worker_request *r, int32_t **out, size_
         return kv_error_set(err, KV_ERR_NOMEM, "out of memory tokenizing the prompt");
     }
     size_t len = 0;
-    for (size_t i = 0; i < r->n_seg; i++) {
-        const worker_segment *sg = &r->seg[i];
+    for (size_t i = 0; i < n_segs; i++) {
+        const worker_segment *sg = &segs[i];
         const char *t = sg->text;
         size_t k = sg->len;
         if (append && i == 0 && w->space_prefix && k && t[0] == ' ') t++, k--;
@@ -288,6 +307,26 @@ static int tokenize_job(worker *w, const worker_request *r, int32_t **out, size_
     *out = all;
     *n_out = n;
     return KV_OK;
+}
+
+static int tokenize_job(worker *w, const worker_request *r, int32_t **out, size_t *n_out, kv_error *err)
+{
+    return tokenize_segs(w, r, r->seg, r->n_seg, r->append && w->n_conv > 0, out, n_out, err);
+}
+
+/* Worker thread: the positions of toks[0..n) a context shift must keep for the request: those
+ * it shares with keep_seg's tokens (0: no keep_seg). */
+static int keep_positions(worker *w, const worker_request *r, const int32_t *toks, size_t n)
+{
+    if (!r->n_keep_seg) return 0;
+    int32_t *k = NULL;
+    size_t nk = 0;
+    kv_error ignored = {0};
+    if (tokenize_segs(w, r, r->keep_seg, r->n_keep_seg, 0, &k, &nk, &ignored)) return 0;
+    size_t common = 0;
+    while (common < nk && common < n && k[common] == toks[common]) common++;
+    free(k);
+    return (int)common;
 }
 
 /* Worker thread: the conversation is now the tokens the sequence holds — after a context
@@ -355,6 +394,7 @@ static void run_job(worker *w, const worker_request *r)
     pthread_mutex_unlock(&w->mu);
     w->itl_sum = 0;
     w->n_prompt = 0;
+    w->keep_wanted = 0;
     apply_params(w);
     if (r->reset_cache) {
         engine_reset(w->e);
@@ -396,13 +436,20 @@ static void run_job(worker *w, const worker_request *r)
     post_live(w, NULL, 0);
 
     sampler_reset(w->s);
-    gen_callbacks cb = {.on_text = cb_on_text, .should_stop = cb_should_stop, .ud = w, .on_token = cb_on_token};
+    gen_callbacks cb = {.on_text = cb_on_text, .should_stop = cb_should_stop, .ud = w, .on_token = cb_on_token,
+                        .on_prefill = cb_on_prefill, .prefill_slice_ms = WORKER_PREFILL_SLICE_MS};
     gen_stats st;
     int finish = GEN_FINISH_NONE;
     /* The token limit is enforced here (it may change mid-reply): the engine stops at the
-     * same token as it would with n_predict, reporting a cancel we turn back into LENGTH. */
+     * same token as it would with n_predict, reporting a cancel we turn back into LENGTH. With a
+     * limit the engine's cap of one context's worth is off (-c 64 -n 300 shifts and gives 300). */
     w->last_tok_n = 0;
-    rc = engine_generate(w->e, toks, n, -1, w->s, &cb, &st, &finish, &err);
+    gen_opts go;
+    engine_default_opts(w->e, &go);
+    go.no_length_cap = atomic_load(&w->limit) >= 0;
+    w->keep_wanted = keep_positions(w, r, toks, n);
+    if (w->keep_wanted > go.n_keep) go.n_keep = w->keep_wanted;
+    rc = engine_generate_seq(w->e, ENGINE_SEQ_DEFAULT, toks, n, &go, w->s, &cb, &st, &finish, &err);
     remember_conversation(w, toks, n, st.n_generated);
     free(toks);
     if (!rc && finish == GEN_FINISH_CANCELLED && w->limit_hit && !atomic_load(&w->cancel)) finish = GEN_FINISH_LENGTH;
@@ -524,14 +571,15 @@ int worker_busy(worker *w)
 
 int worker_submit(worker *w, const worker_request *r, kv_error *err)
 {
-    size_t total = 0;
+    size_t total = 0, n_all = r->n_seg + r->n_keep_seg;
     for (size_t i = 0; i < r->n_seg; i++) total += r->seg[i].len;
+    for (size_t i = 0; i < r->n_keep_seg; i++) total += r->keep_seg[i].len;
     pthread_mutex_lock(&w->mu);
     if (w->busy) {
         pthread_mutex_unlock(&w->mu);
         return kv_error_set(err, KV_ERR_INVALID, "a reply is still being generated");
     }
-    worker_segment *seg = malloc((r->n_seg ? r->n_seg : 1) * sizeof *seg);
+    worker_segment *seg = malloc((n_all ? n_all : 1) * sizeof *seg);
     char *text = malloc(total ? total : 1);
     size_t n_conv = r->set_conv ? r->n_conv : 0;
     int32_t *conv = malloc((n_conv ? n_conv : 1) * sizeof *conv);
@@ -544,10 +592,11 @@ int worker_submit(worker *w, const worker_request *r, kv_error *err)
     }
     if (n_conv) memcpy(conv, r->conv, n_conv * sizeof *conv);
     size_t o = 0;
-    for (size_t i = 0; i < r->n_seg; i++) {
-        if (r->seg[i].len) memcpy(text + o, r->seg[i].text, r->seg[i].len);
-        seg[i] = (worker_segment){text + o, r->seg[i].len, r->seg[i].parse_special};
-        o += r->seg[i].len;
+    for (size_t i = 0; i < n_all; i++) { /* the prompt's segments, then keep_seg's */
+        const worker_segment *sg = i < r->n_seg ? &r->seg[i] : &r->keep_seg[i - r->n_seg];
+        if (sg->len) memcpy(text + o, sg->text, sg->len);
+        seg[i] = (worker_segment){text + o, sg->len, sg->parse_special};
+        o += sg->len;
     }
     free(w->job_seg);
     free(w->job_text);
@@ -557,6 +606,7 @@ int worker_submit(worker *w, const worker_request *r, kv_error *err)
     w->job_conv = conv;
     w->job = *r;
     w->job.seg = seg;
+    w->job.keep_seg = seg + r->n_seg;
     w->job.conv = conv;
     w->job.n_conv = n_conv;
     w->has_job = 1;

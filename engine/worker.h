@@ -51,6 +51,13 @@ typedef struct worker_request {
                                   own tokens, never re-tokenized history. Without append the
                                   segments are the whole prompt and the engine reuses the longest
                                   cached prefix. */
+    const worker_segment *keep_seg; /* the start of the prompt a context shift (and a truncated
+                                  prompt) must keep: e.g. the template's prefix and the system
+                                  prompt rendered alone. The tokens the prompt shares with their
+                                  tokenization are kept (at least the engine's n_keep; at most
+                                  3/4 n_ctx: worker_event.keep_wanted then says more was asked).
+                                  Copied by worker_submit. */
+    size_t n_keep_seg;
 } worker_request;
 
 enum worker_phase { WORKER_IDLE = 0, WORKER_TOKENIZE, WORKER_PREFILL, WORKER_DECODE };
@@ -60,6 +67,8 @@ enum worker_phase { WORKER_IDLE = 0, WORKER_TOKENIZE, WORKER_PREFILL, WORKER_DEC
  * the DONE event carries the engine's final gen_stats. kv is the engine's real cache. */
 typedef struct worker_stats {
     int phase;        /* enum worker_phase */
+    int prefill_done; /* PREFILL: prompt tokens in the KV cache so far (reused ones included) … */
+    int prefill_total;/* … of this many */
     gen_stats gen;
     kv_cache_stats kv;
     double elapsed_ms; /* since the request started */
@@ -82,6 +91,8 @@ typedef struct worker_event {
                               dropped) and the last token sampled — valid until the next
                               worker_submit */
     size_t n_conv;
+    int keep_wanted;       /* DONE: the positions keep_seg asked a shift to keep (0: none);
+                              above stats.gen.n_keep when the engine could not keep them all */
 } worker_event;
 
 typedef struct worker worker;
@@ -105,8 +116,10 @@ int worker_submit(worker *w, const worker_request *r, kv_error *err);
 /* 1 from worker_submit until worker_next_event has returned the request's DONE event. */
 int worker_busy(worker *w);
 
-/* Ask the running request to stop: honoured between decode steps and between prefill chunks
- * (the DONE event then says GEN_FINISH_CANCELLED). No-op when idle. */
+/* Ask the running request to stop: honoured between decode steps and between prefill chunks,
+ * which the worker sizes to take about WORKER_PREFILL_SLICE_MS each (the DONE event then says
+ * GEN_FINISH_CANCELLED; the chunks computed stay in the KV cache for reuse). No-op when idle. */
+#define WORKER_PREFILL_SLICE_MS 80
 void worker_cancel(worker *w);
 
 /* Post new sampling parameters (validated by the caller: sampler_params_validate). They are

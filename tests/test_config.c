@@ -221,6 +221,45 @@ static void test_models_resolve(void **st)
     unsetenv("XDG_DATA_HOME");
 }
 
+/* One table of ranges (issue 16 #8): what the command line, config.ini and /set accept, and how
+ * the sliders show it, all come from config_key_range / config_check. */
+static void test_range_table(void **state)
+{
+    (void)state;
+    char out[64], why[200];
+    assert_int_equal(config_check(CFG_TEMP, "5", out, sizeof out, why, sizeof why), -1);
+    assert_string_equal(why, "'5' is not a number from 0 to 2");
+    assert_int_equal(config_check(CFG_TEMP, " 0.70 ", out, sizeof out, why, sizeof why), 0);
+    assert_string_equal(out, "0.7");
+    assert_int_equal(config_check(CFG_REPEAT_LAST_N, "-1", out, sizeof out, why, sizeof why), 0);
+    assert_string_equal(out, "-1");
+    assert_int_equal(config_check(CFG_REPEAT_LAST_N, "-2", out, sizeof out, why, sizeof why), -1);
+    assert_int_equal(config_check(CFG_TOP_K, "1.5", out, sizeof out, why, sizeof why), -1);
+    assert_int_equal(config_check(CFG_N_CTX, "auto", out, sizeof out, why, sizeof why), 0);
+    assert_int_equal(config_check(-1, "1", out, sizeof out, why, sizeof why), -1);
+    cfg_range r;
+    assert_int_equal(config_key_range(CFG_TEMP, &r), 0);
+    assert_true(r.lo == 0 && r.hi == 2 && r.ui_lo == 0 && r.ui_hi == 2 && !r.integer);
+    assert_int_equal(config_key_range(CFG_N_PREDICT, &r), 0);
+    assert_true(r.log && r.off_value == -1 && r.integer);
+    assert_string_equal(r.off_label, "∞");
+    assert_int_equal(config_key_range(CFG_SEED, &r), -1);
+    assert_int_equal(config_key_range(CFG_MODEL, &r), -1);
+    config_range_text(CFG_TOP_K, out, sizeof out);
+    assert_string_equal(out, "0-1000000, 0 off");
+    config_range_text(CFG_N_PREDICT, out, sizeof out);
+    assert_string_equal(out, "-1-N, -1 no limit");
+    /* config_apply_key is config_apply for one key */
+    sampler_params sp;
+    sampler_params_default(&sp);
+    int n_predict = 0;
+    config_apply_key(CFG_TEMP, "1.25", NULL, &sp, &n_predict);
+    config_apply_key(CFG_N_PREDICT, "300", NULL, &sp, &n_predict);
+    assert_true(sp.temperature == 1.25f);
+    assert_int_equal(n_predict, 300);
+    assert_string_equal(config_key_option(CFG_N_CTX), "ctx-size");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_models_resolve),
+        cmocka_unit_test(test_range_table),
     };
     return cmocka_run_group_tests(tests, setup, tu_tmpdir_teardown);
 }

@@ -68,6 +68,8 @@ typedef struct result {
     double last_decode_tps;
     int max_stats_gen;    /* largest live n_generated seen */
     int stats_gen_shrank; /* a STATS event reported fewer tokens than an earlier one */
+    double last_ttft;     /* the TTFT of the last STATS event that had one */
+    int max_prefill_total;/* prefill progress seen: its largest total */
 } result;
 
 /* Drain events until DONE (or timeout); after `cancel_after` bytes of text, cancel; after
@@ -91,6 +93,8 @@ static void run_until_done(worker *w, result *r, size_t cancel_after, size_t par
             } else if (ev.kind == WORKER_EV_STATS) {
                 r->n_stats_events++;
                 if (ev.stats.gen.decode_tps > 0) r->last_decode_tps = ev.stats.gen.decode_tps;
+                if (ev.stats.gen.ttft_ms > 0) r->last_ttft = ev.stats.gen.ttft_ms;
+                if (ev.stats.prefill_total > r->max_prefill_total) r->max_prefill_total = ev.stats.prefill_total;
                 if (ev.stats.gen.n_generated < r->max_stats_gen) r->stats_gen_shrank = 1;
                 if (ev.stats.gen.n_generated > r->max_stats_gen) r->max_stats_gen = ev.stats.gen.n_generated;
                 assert_true(ev.stats.kv.bytes_used == (size_t)ev.stats.kv.n_tokens * ev.stats.kv.bytes_per_token);
@@ -243,6 +247,87 @@ static void test_cancel(void **state)
     assert_int_equal(r.done.finish, GEN_FINISH_CANCELLED);
     assert_true(r.done.stats.gen.n_generated < 400);
     assert_true(r.len >= 20);
+}
+
+/* The TTFT the DONE event reports is the one the live stats showed (a figure does not change
+ * after the reply ends); prefill progress reports the prompt's length. */
+static void test_ttft_stays(void **state)
+{
+    fixture *f = *state;
+    static result r;
+    /* stats are coalesced: a fast reply may end before a live snapshot with a TTFT is taken;
+     * try a few (long) replies until one is seen */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        submit_text(f->w, "Once upon a time", 300, 1);
+        run_until_done(f->w, &r, 0, 0, NULL);
+        assert_int_equal(r.done.status, KV_OK);
+        if (r.last_ttft > 0) break;
+    }
+    assert_true(r.last_ttft > 0);
+    assert_true(r.done.stats.gen.ttft_ms == r.last_ttft);
+    assert_int_equal(r.max_prefill_total, 5); /* BOS + 4 tokens */
+}
+
+typedef struct pf_probe {
+    int calls, done[64], total;
+    int stop_at; /* should_stop answers 1 once `done` reached this */
+} pf_probe;
+
+static void pf_progress(void *ud, int done, int total)
+{
+    pf_probe *p = ud;
+    if (p->calls < 64) p->done[p->calls] = done;
+    p->calls++;
+    p->total = total;
+}
+
+static int pf_stop(void *ud)
+{
+    pf_probe *p = ud;
+    return p->calls > 0 && p->done[(p->calls < 64 ? p->calls : 64) - 1] >= p->stop_at;
+}
+
+/* A sliced prefill honours a cancel between its chunks and keeps the chunks it computed: the
+ * same prompt again reuses them (issue 16 #1). n_batch 8 bounds the chunks. */
+static void test_prefill_cancel_keeps_chunks(void **state)
+{
+    (void)state;
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 256;
+    ep.n_batch = 8;
+    ep.n_threads = 1;
+    engine *e = NULL;
+    kv_error err = {0};
+    assert_int_equal(engine_open(&ep, &e, &err), KV_OK);
+    const char *text = "Once upon a time there was a little girl named Lily who loved to play outside in the sun";
+    int32_t *t = NULL;
+    size_t n = 0;
+    assert_int_equal(engine_tokenize(e, text, strlen(text), 0, 0, &t, &n, &err), KV_OK);
+    assert_true(n > 16);
+    pf_probe p = {.stop_at = 8};
+    gen_callbacks cb = {.should_stop = pf_stop, .on_prefill = pf_progress, .ud = &p, .prefill_slice_ms = 80};
+    gen_stats st;
+    assert_int_equal(engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, t, n, &cb, &st, &err), KV_ERR_CANCELLED);
+    assert_int_equal(p.total, (int)n);
+    assert_int_equal(p.calls, 2);        /* before the first chunk, after it */
+    assert_int_equal(p.done[0], 0);
+    assert_int_equal(p.done[1], 8);      /* one chunk of n_batch */
+    int held = 0;
+    const int32_t *h = engine_seq_tokens(e, ENGINE_SEQ_DEFAULT, &held);
+    assert_int_equal(held, 8);
+    assert_memory_equal(h, t, 8 * sizeof *t);
+    /* again, without a cancel: the 8 positions are reused, the rest prefilled in chunks */
+    pf_probe q = {.stop_at = 1 << 30};
+    cb.ud = &q;
+    assert_int_equal(engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, t, n, &cb, &st, &err), KV_OK);
+    assert_int_equal(st.n_reused, 8);
+    assert_int_equal(st.n_prefilled, (int)n - 8);
+    assert_int_equal(q.done[0], 8);
+    assert_int_equal(q.done[q.calls - 1], (int)n);
+    free(t);
+    engine_close(e);
 }
 
 /* Parameters posted mid-reply reach the sampler before the reply ends, and parameters
@@ -549,6 +634,8 @@ int main(void)
         cmocka_unit_test(test_segments),             cmocka_unit_test(test_busy_and_reset),
         cmocka_unit_test(test_context_shift),        cmocka_unit_test(test_stop_string),
         cmocka_unit_test(test_edit_and_branch),
+        cmocka_unit_test(test_ttft_stays),
+        cmocka_unit_test(test_prefill_cancel_keeps_chunks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -5,15 +5,24 @@
 
 #include "ui_internal.h"
 
-void controls_init(ui *u, int n_ctx)
+void controls_init(ui *u, const ui_slider_spec *spec, int n_ctx)
 {
     slider *s = u->sliders;
-    s[UI_SL_TEMP] = (slider){"temperature", 0, 2, 0.05, 0.8, 2, 0, "greedy"};
-    s[UI_SL_TOP_P] = (slider){"top-p", 0, 1, 0.01, 0.95, 2, 1, "off"};
-    s[UI_SL_TOP_K] = (slider){"top-k", 0, 200, 1, 40, 0, 0, "off"};
-    s[UI_SL_MIN_P] = (slider){"min-p", 0, 1, 0.01, 0.05, 2, 0, "off"};
-    s[UI_SL_REPEAT] = (slider){"repeat penalty", 1, 2, 0.05, 1, 2, 1, "off"};
-    s[UI_SL_MAX_TOKENS] = (slider){"max tokens", 0, n_ctx > 16 ? n_ctx : 4096, 16, 0, 0, 0, "∞"};
+    if (spec) {
+        for (int i = 0; i < UI_SL_COUNT; i++) {
+            const ui_slider_spec *p = &spec[i];
+            s[i] = (slider){p->label, p->min, p->max, p->step, p->off_label ? p->off_value : p->min, p->decimals,
+                            p->off_value, p->off_label, p->log};
+        }
+        if (s[UI_SL_MAX_TOKENS].log && n_ctx > s[UI_SL_MAX_TOKENS].max) s[UI_SL_MAX_TOKENS].max = n_ctx;
+        return;
+    }
+    s[UI_SL_TEMP] = (slider){"temperature", 0, 2, 0.05, 0.8, 2, 0, "greedy", 0};
+    s[UI_SL_TOP_P] = (slider){"top-p", 0, 1, 0.01, 0.95, 2, 1, "off", 0};
+    s[UI_SL_TOP_K] = (slider){"top-k", 0, 200, 1, 40, 0, 0, "off", 0};
+    s[UI_SL_MIN_P] = (slider){"min-p", 0, 1, 0.01, 0.05, 2, 0, "off", 0};
+    s[UI_SL_REPEAT] = (slider){"repeat penalty", 1, 2, 0.05, 1, 2, 1, "off", 0};
+    s[UI_SL_MAX_TOKENS] = (slider){"max tokens", 16, n_ctx > 16 ? n_ctx : 4096, 1, 0, 0, 0, "∞", 1};
 }
 
 void controls_format(const slider *s, char *buf, size_t cap)
@@ -27,10 +36,47 @@ void controls_format(const slider *s, char *buf, size_t cap)
     }
 }
 
+/* A log slider has LOG_STEPS positions from min to max (each about 1.26x the one before), then
+ * one more for off_value (∞); these map a value to its position and back. */
+#define LOG_STEPS 30
+static int log_pos(const slider *s, double v)
+{
+    if (s->off_label && fabs(v - s->off_value) < 1e-9) return LOG_STEPS + 1;
+    if (v <= s->min) return 0;
+    if (v >= s->max) return LOG_STEPS;
+    return (int)lround(LOG_STEPS * log(v / s->min) / log(s->max / s->min));
+}
+
+static double log_value(const slider *s, int pos)
+{
+    if (pos > LOG_STEPS) return s->off_value;
+    if (pos <= 0) return s->min;
+    if (pos >= LOG_STEPS) return s->max;
+    return round(s->min * pow(s->max / s->min, (double)pos / LOG_STEPS));
+}
+
+/* Where the knob sits, 0 (left) to 1 (right). */
+static double slider_fraction(const slider *s)
+{
+    if (s->log) return log_pos(s, s->value) / (double)(LOG_STEPS + 1);
+    return (s->value - s->min) / (s->max - s->min);
+}
+
 void controls_adjust(ui *u, int steps, int to_end)
 {
     slider *s = &u->sliders[u->sel_slider];
     double v;
+    if (s->log) {
+        int pos = to_end < 0 ? 0 : to_end > 0 ? LOG_STEPS + 1 : log_pos(s, s->value) + steps;
+        if (pos < 0) pos = 0;
+        if (pos > LOG_STEPS + 1) pos = LOG_STEPS + 1;
+        v = log_value(s, pos);
+        if (v == s->value) return;
+        s->value = v;
+        ui_mark_dirty(u);
+        if (u->cb.slider) u->cb.slider(u->cb.ud, u->sel_slider, v);
+        return;
+    }
     if (to_end < 0) v = s->min;
     else if (to_end > 0) v = s->max;
     else {
@@ -101,7 +147,7 @@ void controls_draw(ui *u, int y, int x, int h, int w)
         ui_puts(u, row, x + w - 1 - vw, vw, val, la | A_BOLD);
         row++;
         if (two && row < y + h) {
-            double f = (s->value - s->min) / (s->max - s->min);
+            double f = slider_fraction(s);
             draw_bar(u, row, x + 3, w - 4, f, sel && focused);
             row++;
         }

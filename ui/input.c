@@ -21,7 +21,9 @@ static struct {
     int feeding;         /* inside input_feed: readline resets the line after a submit */
     char *pending;       /* input_set's text while feeding: applied after the keys */
     const char *pending_prompt;
-    const char *const *commands, *const *set_names;
+    const ui_command *commands;
+    size_t n_commands;
+    const char **names; /* the command names, NULL-terminated */
     char history_path[1024];
     FILE *null_out;
     char *themes[64];
@@ -137,9 +139,7 @@ static char **complete(const char *text, int start, int end)
     (void)end;
     rl_attempted_completion_over = 1;
     if (rl_line_buffer[0] != '/') return NULL;
-    static const char *const show_names[] = {"params", "cache", NULL};
-    static const char *const branch_names[] = {"list", "next", "prev", NULL};
-    if (start == 0) gen_list = in.commands;
+    if (start == 0) gen_list = (const char *const *)in.names;
     else {
         char first[32];
         size_t fl = strcspn(rl_line_buffer, " ");
@@ -148,15 +148,17 @@ static char **complete(const char *text, int start, int end)
         const char *p = rl_line_buffer + fl;
         while (*p == ' ') p++;
         if ((size_t)(p - rl_line_buffer) != (size_t)start) return NULL;
-        if (!strcmp(first, "/set")) gen_list = in.set_names;
-        else if (!strcmp(first, "/show")) gen_list = show_names;
-        else if (!strcmp(first, "/branch")) gen_list = branch_names;
-        else if (!strcmp(first, "/theme")) {
+        const ui_command *cmd = NULL;
+        for (size_t i = 0; i < in.n_commands && !cmd; i++)
+            if (!strcmp(first, in.commands[i].name)) cmd = &in.commands[i];
+        if (!cmd) return NULL;
+        if (cmd->themes) {
             for (int i = 0; i < in.n_themes; i++) free(in.themes[i]);
             in.n_themes = ui_theme_names(in.themes, 63);
             in.themes[in.n_themes] = NULL;
             gen_list = (const char *const *)in.themes;
-        } else return NULL;
+        } else if (cmd->args) gen_list = cmd->args;
+        else return NULL;
     }
     return rl_completion_matches(text, gen_next);
 }
@@ -199,7 +201,10 @@ int input_init(ui *u, const ui_config *cfg, char *why, size_t why_cap)
 {
     in.u = u;
     in.commands = cfg->commands;
-    in.set_names = cfg->set_names;
+    in.n_commands = cfg->n_commands;
+    free(in.names);
+    in.names = calloc(cfg->n_commands + 1, sizeof *in.names);
+    for (size_t i = 0; in.names && i < cfg->n_commands; i++) in.names[i] = cfg->commands[i].name;
     in.null_out = fopen("/dev/null", "w");
     if (!in.null_out) {
         snprintf(why, why_cap, "/dev/null: %s", strerror(errno));
@@ -243,6 +248,8 @@ void input_shutdown(void)
     in.pending = NULL;
     for (int i = 0; i < in.n_themes; i++) free(in.themes[i]);
     in.n_themes = 0;
+    free(in.names);
+    in.names = NULL;
     if (in.null_out) fclose(in.null_out);
     in.null_out = NULL;
     rl_outstream = NULL;
@@ -301,6 +308,20 @@ const char *input_text(size_t *len)
     return rl_line_buffer ? rl_line_buffer : "";
 }
 int input_starts_with_slash(void) { return rl_end > 0 && rl_line_buffer[0] == '/'; }
+
+int input_kill_draft(void)
+{
+    if (rl_end == 0) return 0;
+    char *copy = strndup(rl_line_buffer, (size_t)rl_end);
+    rl_kill_text(0, rl_end); /* into readline's kill ring: Ctrl-Y yanks it back */
+    rl_point = rl_end = 0;
+    if (copy) {
+        history_append(copy); /* and the history (Up), kept across runs */
+        free(copy);
+    }
+    if (in.u) ui_mark_dirty(in.u);
+    return 1;
+}
 
 void input_clear(void)
 {

@@ -9,12 +9,51 @@
 /* Content width of a pane w cells wide (one cell of margin on each side). */
 static int content_width(int w) { return w > 3 ? w - 2 : 1; }
 
+/* A Markdown reply's rendering, brought up to date with its text. */
+static void ensure_rendered(ui_msg *m)
+{
+    if (!m->md_on || !m->md_dirty) return;
+    ui_md_render(m->text ? m->text : "", m->len, m->code_base, &m->md);
+    m->md_dirty = 0;
+}
+
+/* The text shown and its length (a Markdown reply's rendering, or the text as it is). */
+static const char *shown_text(const ui_msg *m, size_t *len)
+{
+    if (m->md_on && m->md.text) {
+        *len = m->md.len;
+        return m->md.text;
+    }
+    *len = m->len;
+    return m->text ? m->text : "";
+}
+
 static void ensure_wrapped(ui_msg *m, int cw)
 {
+    if (m->md_on && m->md_dirty) {
+        ensure_rendered(m);
+        m->wrap_width = 0;
+    }
     if (m->wrap_width == cw) return;
     m->lines.n = 0;
-    if (ui_wrap(m->text ? m->text : "", m->len, 0, cw, UI_WRAP_WORD, &m->lines) == 0) m->wrap_width = cw;
+    size_t len;
+    const char *t = shown_text(m, &len);
+    if (ui_wrap(t, len, 0, cw, UI_WRAP_WORD, &m->lines) == 0) m->wrap_width = cw;
     else m->wrap_width = 0, m->lines.n = 0;
+}
+
+/* The attribute of Markdown style st over the message's base attribute. */
+static attr_t md_attr(ui *u, unsigned char st, attr_t base)
+{
+    attr_t a = base;
+    if (st & UI_MD_CODE) a = u->attr[UI_EL_HELP_KEY];
+    if (st & UI_MD_HEADING) a = u->attr[UI_EL_TITLE];
+    if (st & (UI_MD_QUOTE | UI_MD_LABEL)) a = u->attr[UI_EL_BORDER];
+    if (st & UI_MD_BOLD) a |= A_BOLD;
+    if (st & UI_MD_ITALIC) a |= A_ITALIC;
+    if (st & UI_MD_LINK) a |= A_UNDERLINE;
+    if (st & UI_MD_STRIKE) a |= A_DIM;
+    return a;
 }
 
 static int content_lines(const ui_msg *m)
@@ -60,7 +99,20 @@ static void draw_line(ui *u, ui_msg *m, int k, int y, int x, int w)
     int nc = content_lines(m);
     if (k < nc) {
         const ui_line *l = &m->lines.v[k];
-        int n = ui_put(u, y, x + 1, cw, m->text + l->start, l->end - l->start, text_attr(u, m));
+        size_t tl;
+        const char *t = shown_text(m, &tl);
+        int n = 0;
+        if (m->md_on && m->md.style) { /* runs of one style */
+            size_t a = l->start;
+            while (a < l->end && n < cw) {
+                size_t b = a + 1;
+                while (b < l->end && m->md.style[b] == m->md.style[a]) b++;
+                n += ui_put(u, y, x + 1 + n, cw - n, t + a, b - a, md_attr(u, m->md.style[a], text_attr(u, m)));
+                a = b;
+            }
+        } else {
+            n = ui_put(u, y, x + 1, cw, t + l->start, l->end - l->start, text_attr(u, m));
+        }
         if (m->state == UI_MSG_STREAMING && k == nc - 1 && n < cw)
             ui_puts(u, y, x + 1 + n, 1, ui_glyph(u, "▌", "_"), u->attr[UI_EL_SPINNER]);
         return;
@@ -180,6 +232,7 @@ static void msg_free(ui_msg *m)
 {
     if (!m) return;
     free(m->text);
+    ui_md_free(&m->md);
     ui_lines_free(&m->lines);
     free(m);
 }
@@ -213,7 +266,10 @@ static void msg_append(ui_msg *m, const char *text, size_t len)
     /* a CR LF split between two tokens: the CR, shown as ␍ at the end of the last piece, goes */
     if (text[0] == '\n' && m->len >= 3 && !memcmp(m->text + m->len - 3, "\xe2\x90\x8d", 3)) m->len -= 3;
     m->len += ui_sanitize(text, len, m->text + m->len, m->cap - m->len);
-    if (m->wrap_width > 0 && m->lines.n > 0) {
+    if (m->md_on) { /* rendered again, wrapped again (ensure_wrapped) */
+        m->md_dirty = 1;
+        m->wrap_width = 0;
+    } else if (m->wrap_width > 0 && m->lines.n > 0) {
         size_t from = m->lines.v[m->lines.n - 1].start;
         m->lines.n--;
         if (ui_wrap(m->text, m->len, from, m->wrap_width, UI_WRAP_WORD, &m->lines)) m->wrap_width = 0;
@@ -252,6 +308,15 @@ ui_msg *ui_msg_add(ui *u, int role, const char *label, const char *text, size_t 
     if (!m) return NULL;
     m->role = role;
     if (label) set_label(m, label);
+    if (role == UI_ROLE_ASSISTANT && u->markdown) {
+        m->md_on = m->md_dirty = 1;
+        for (size_t i = p->n; i-- > 0;) /* code blocks are numbered through the pane: on from the reply above */
+            if (p->msgs[i]->md_on) {
+                ensure_rendered(p->msgs[i]);
+                m->code_base = p->msgs[i]->code_base + p->msgs[i]->md.n_code;
+                break;
+            }
+    }
     if (text && len) msg_append(m, text, len);
     p->msgs[p->n++] = m;
     if (!p->follow) p->new_below = 1;
@@ -312,6 +377,23 @@ void ui_msg_remove(ui *u, ui_msg *m)
         ui_mark_dirty(u);
         return;
     }
+}
+
+void ui_set_markdown(ui *u, int on)
+{
+    u->markdown = on != 0;
+    int base = 0;
+    for (size_t i = 0; i < u->pane.n; i++) {
+        ui_msg *m = u->pane.msgs[i];
+        if (m->role != UI_ROLE_ASSISTANT) continue;
+        m->md_on = u->markdown;
+        m->md_dirty = 1;
+        m->code_base = base;
+        m->wrap_width = 0;
+        ensure_rendered(m);
+        if (m->md_on) base += m->md.n_code;
+    }
+    ui_mark_dirty(u);
 }
 
 void ui_pane_clear(ui *u)

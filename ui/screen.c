@@ -1,9 +1,13 @@
 /* screen: the ui object — curses setup and teardown, colours from the theme, the layout, key dispatch and the frame loop. */
+#include <ctype.h>
+#include <sys/wait.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <langinfo.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,7 +222,7 @@ ui *ui_open(const ui_config *cfg, const ui_callbacks *cb, const ui_theme *theme,
     u->panel_visible = 1;
     u->mouse = cfg->mouse;
     if (cfg->help_text) u->help_text = strdup(cfg->help_text);
-    controls_init(u, cfg->n_ctx);
+    controls_init(u, cfg->sliders, cfg->n_ctx);
     g_screen = newterm(NULL, stdout, stdin);
     if (!g_screen) {
         const char *term = getenv("TERM");
@@ -281,6 +285,44 @@ void ui_close(ui *u)
     free(u);
 }
 
+int ui_clipboard_set(ui *u, const char *text, size_t len, char *why, size_t why_cap)
+{
+    /* terminals known to drop OSC 52 silently: say so instead of pretending */
+    static const char *const no_osc52[] = {"linux", "dumb", "vt100", "vt220", "cons25", NULL};
+    const char *term = getenv("TERM");
+    for (int i = 0; term && no_osc52[i]; i++)
+        if (!strcmp(term, no_osc52[i])) {
+            snprintf(why, why_cap, "this terminal (TERM=%s) has no clipboard escape (OSC 52); select the text with "
+                     "the mouse%s", term, u->mouse ? " (Shift + drag)" : "");
+            return -1;
+        }
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = 4 * ((len + 2) / 3);
+    char *enc = malloc(n + 1);
+    if (!enc) {
+        snprintf(why, why_cap, "out of memory");
+        return -1;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 3) { /* RFC 4648 base64 */
+        uint32_t v = (uint32_t)(unsigned char)text[i] << 16;
+        if (i + 1 < len) v |= (uint32_t)(unsigned char)text[i + 1] << 8;
+        if (i + 2 < len) v |= (unsigned char)text[i + 2];
+        enc[o++] = b64[(v >> 18) & 63];
+        enc[o++] = b64[(v >> 12) & 63];
+        enc[o++] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+        enc[o++] = i + 2 < len ? b64[v & 63] : '=';
+    }
+    enc[o] = 0;
+    /* OSC 52 ; c (the clipboard) ; base64 ST — xterm's "Manipulate Selection Data" */
+    fputs("\033]52;c;", stdout);
+    fputs(enc, stdout);
+    fputs("\033\\", stdout);
+    fflush(stdout);
+    free(enc);
+    return 0;
+}
+
 void ui_emergency_restore(void)
 {
     if (!g_curses_active) return;
@@ -318,7 +360,16 @@ void ui_set_kv(ui *u, const kv_cache_stats *kv)
 void ui_set_busy(ui *u, int busy)
 {
     u->busy = busy;
+    u->stopping = 0;
+    if (!busy) u->prefill_done = u->prefill_total = 0;
     u->dirty = 1;
+}
+
+void ui_set_prefill(ui *u, int done, int total)
+{
+    u->prefill_done = done;
+    u->prefill_total = total;
+    u->dirty_stream = 1;
 }
 
 void ui_show_help(ui *u, int on)
@@ -370,6 +421,7 @@ static void on_interrupt(ui *u)
         return;
     }
     if (u->busy) {
+        u->stopping = 1;
         if (u->cb.stop) u->cb.stop(u->cb.ud);
         return;
     }
@@ -379,8 +431,8 @@ static void on_interrupt(ui *u)
         if (u->cb.edit_cancel) u->cb.edit_cancel(u->cb.ud);
         return;
     }
-    if (!input_empty()) {
-        input_clear();
+    if (input_kill_draft()) {
+        ui_flash(u, "draft cleared — Ctrl-Y puts it back (Up finds it in the history too)");
         return;
     }
     double now = ui_now_ms();
@@ -517,9 +569,68 @@ static void on_key(ui *u, int k)
     u->dirty = 1;
 }
 
+/* Ctrl-X Ctrl-E: the input in $VISUAL / $EDITOR (else vi), as bash does; the text the editor
+ * leaves becomes the input (one final newline dropped). The screen is left while it runs. */
+static void edit_in_editor(ui *u)
+{
+    size_t len;
+    const char *text = input_text(&len);
+    const char *tmpdir = getenv("TMPDIR");
+    char path[600];
+    snprintf(path, sizeof path, "%s/kvchat-edit-XXXXXX", tmpdir && *tmpdir == '/' ? tmpdir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        ui_flash(u, "Ctrl-X Ctrl-E: cannot create a file in %s: %s", tmpdir ? tmpdir : "/tmp", strerror(errno));
+        return;
+    }
+    int ok = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    const char *ed = getenv("VISUAL");
+    if (!ed || !*ed) ed = getenv("EDITOR");
+    if (!ed || !*ed) ed = "vi";
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s '%s'", ed, path); /* the editor may carry arguments; the path has no quote */
+    fputs("\033[?2004l", stdout); /* no bracketed paste for the editor */
+    fflush(stdout);
+    def_prog_mode();
+    endwin();
+    int st = ok ? system(cmd) : -1;
+    reset_prog_mode();
+    fputs("\033[?2004h", stdout);
+    fflush(stdout);
+    clearok(curscr, TRUE);
+    u->dirty = 1;
+    if (st != 0) {
+        ui_flash(u, "%s exited with status %d: the input is unchanged", ed, st < 0 ? st : WEXITSTATUS(st));
+        unlink(path);
+        return;
+    }
+    FILE *f = fopen(path, "rb");
+    char *buf = malloc(1 << 20);
+    size_t n = f && buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    if (f) fclose(f);
+    unlink(path);
+    if (!buf) return;
+    if (n && buf[n - 1] == '\n') n--;
+    input_set(buf, n, NULL);
+    free(buf);
+    ui_flash(u, "the input came back from %s (Enter sends it)", ed);
+}
+
 /* An ordinary character (or control byte). */
 static void on_char(ui *u, wint_t c)
 {
+    if (u->ctrl_x && !u->paste) { /* the key after Ctrl-X */
+        u->ctrl_x = 0;
+        if (c == 5) {
+            edit_in_editor(u);
+            return;
+        }
+        input_feed("\030", 1); /* readline's own Ctrl-X prefix */
+    } else if (c == 24 && !u->paste && !u->help_visible && u->focus == FOCUS_INPUT) {
+        u->ctrl_x = 1;
+        return;
+    }
     if (u->paste) { /* pasted text goes in as it is, newlines included */
         char b[5];
         if (c == '\r') c = '\n';
@@ -538,8 +649,10 @@ static void on_char(ui *u, wint_t c)
     }
     if (c != 3) u->ctrl_c_at = 0;
     if (c == 27) { /* Esc alone: stop a reply, close the help, go back to the input */
-        if (u->busy && u->cb.stop) u->cb.stop(u->cb.ud);
-        else if (u->focus != FOCUS_INPUT) u->focus = FOCUS_INPUT;
+        if (u->busy && u->cb.stop) {
+            u->stopping = 1;
+            u->cb.stop(u->cb.ud);
+        } else if (u->focus != FOCUS_INPUT) u->focus = FOCUS_INPUT;
         else if (u->editing) on_interrupt(u); /* leaves the edit */
         u->dirty = 1;
         return;
@@ -636,7 +749,13 @@ void ui_handle_input(ui *u)
             /* Esc alone, or Esc + a key = Meta/Alt-key (readline's M- bindings) */
             wint_t w2;
             int r2 = get_wch(&w2);
-            if (r2 == OK && !u->help_visible) {
+            /* Alt-Enter, and Alt + a letter / Backspace / . < > (readline's word moves, yank-last-
+             * arg …) when no reply runs; anything else after Esc (a burst over a slow link, "Esc
+             * /set …") is Esc and then that key */
+            int alt = r2 == OK && (w2 == '\r' || w2 == '\n' ||
+                                   (!u->busy && ((w2 < 128 && isalpha((int)w2)) || w2 == 127 || w2 == 8 ||
+                                                 w2 == '.' || w2 == '<' || w2 == '>' || w2 == '_')));
+            if (alt && !u->help_visible) {
                 if (u->focus != FOCUS_INPUT) u->focus = FOCUS_INPUT;
                 char b[5] = {27};
                 size_t n = ui_utf8_encode((uint32_t)w2, b + 1);
@@ -646,6 +765,7 @@ void ui_handle_input(ui *u)
             }
             on_char(u, 27);
             if (r2 == KEY_CODE_YES) on_key(u, (int)w2);
+            else if (r2 == OK) on_char(u, w2);
             continue;
         }
         on_char(u, wc);

@@ -73,11 +73,32 @@ typedef struct ui_info {
     int n_threads;
 } ui_info;
 
+/* A slash command as Tab completes it: its name ("/set") and the words its first argument
+ * completes to (NULL-terminated; NULL: none), or the theme names (themes = 1). */
+typedef struct ui_command {
+    const char *name;
+    const char *const *args;
+    int themes;
+} ui_command;
+
+/* A slider of the controls panel: its range and how its value reads (the controller fills these
+ * from its settings table). */
+typedef struct ui_slider_spec {
+    const char *label;
+    double min, max, step;
+    int decimals;          /* 0: whole numbers */
+    double off_value;      /* the value shown as off_label ("off", "greedy", "∞"), if off_label */
+    const char *off_label;
+    int log;               /* logarithmic steps from min to max, then off_value at the right end */
+} ui_slider_spec;
+
 typedef struct ui_config {
     const char *history_path;      /* readline history file; NULL: none */
     int mouse;                     /* 1: wheel scrolls the pane */
-    const char *const *commands;   /* slash commands for Tab completion (NULL-terminated) */
-    const char *const *set_names;  /* /set parameter names for completion (NULL-terminated) */
+    const ui_command *commands;    /* slash commands for Tab completion (n_commands of them; strings
+                                      must outlive the ui) */
+    size_t n_commands;
+    const ui_slider_spec *sliders; /* UI_SL_COUNT specs (strings outlive the ui); NULL: built-in */
     int n_ctx;                     /* max-tokens slider range */
     const char *help_text;         /* the help overlay (lines; "KEY\tdescription" aligns) */
 } ui_config;
@@ -123,6 +144,10 @@ void ui_msg_set_note(ui *u, ui_msg *m, const char *note, int error);
 /* Replace the label shown above a message ("you", the model's name; e.g. with "· branch 2/3"). */
 void ui_msg_set_label(ui *u, ui_msg *m, const char *label);
 void ui_msg_remove(ui *u, ui_msg *m);
+/* Show replies (the model's messages) as rendered Markdown — headings, emphasis, lists, quotes,
+ * links, tables, numbered code blocks (ui/markdown.c) — or as their text (on = 0). Applies to the
+ * messages shown and those added later; what the user typed is always shown as typed. */
+void ui_set_markdown(ui *u, int on);
 void ui_pane_clear(ui *u);
 size_t ui_pane_count(const ui *u);
 /* Printf-style notice / error message in the pane. */
@@ -133,6 +158,9 @@ enum ui_phase { UI_PHASE_IDLE = 0, UI_PHASE_PREFILL, UI_PHASE_DECODE };
 /* Stats line: live figures while a request runs (phase PREFILL / DECODE), final ones after
  * (phase IDLE, finish_name e.g. "end of text"). st NULL: nothing measured yet. */
 void ui_set_stats(ui *u, const gen_stats *st, int phase, const char *finish_name);
+/* Prefill progress of the running request: done of total prompt tokens in the KV cache (the
+ * stats line shows "prefill 123 / 469" while the phase is PREFILL). */
+void ui_set_prefill(ui *u, int done, int total);
 /* KV gauge from the engine's real figures. */
 void ui_set_kv(ui *u, const kv_cache_stats *kv);
 /* Programmatic slider value (e.g. after /set); no callback. */
@@ -146,6 +174,10 @@ void ui_input_edit(ui *u, const char *text, size_t len, const char *prompt);
 /* Leave that mode: the input is emptied and the prompt is "> " again (no edit_cancel call). */
 void ui_input_edit_end(ui *u);
 void ui_show_help(ui *u, int on);
+/* Put text[0..len) on the terminal's clipboard with the OSC 52 escape (xterm's selection data;
+ * works over SSH, and in tmux with set-clipboard on). Returns 0, or -1 with why filled: a terminal
+ * known to have no such escape (TERM=linux, dumb, vt100 …), out of memory. */
+int ui_clipboard_set(ui *u, const char *text, size_t len, char *why, size_t why_cap);
 /* A one-line message in the status bar for a few seconds. */
 void ui_flash(ui *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

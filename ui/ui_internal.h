@@ -11,19 +11,24 @@
 #include "text.h"
 #include "theme.h"
 #include "ui.h"
+#include "markdown.h"
 
 /* ---- chat pane ------------------------------------------------------------------------ */
 
 struct ui_msg {
     int role;
-    char label[64];
+    char label[160];
     char *text;        /* sanitized display text */
     size_t len, cap;
     int state;         /* enum ui_msg_state */
     char note[160];    /* marker line, "" for none */
     int note_error;
     int wrap_width;    /* lines are valid for this width (0: not wrapped) */
-    ui_lines lines;
+    ui_lines lines;    /* of the shown text: md.text when md_on, else text */
+    int md_on;         /* a reply shown as rendered Markdown (ui/markdown.c) */
+    int md_dirty;      /* md is older than text */
+    int code_base;     /* code blocks of the messages above it (their numbers go on) */
+    ui_md md;
 };
 
 typedef struct pane {
@@ -53,9 +58,10 @@ typedef struct slider {
     int decimals;          /* 0: an integer */
     double off_value;      /* value shown as off_label */
     const char *off_label; /* "off", "∞" or NULL */
+    int log;               /* logarithmic from min to max, off_value past the right end */
 } slider;
 
-void controls_init(ui *u, int n_ctx);
+void controls_init(ui *u, const ui_slider_spec *spec, int n_ctx);
 /* Rows the panel wants; draws it in the rectangle. */
 void controls_draw(ui *u, int y, int x, int h, int w);
 /* Move the selected slider by `steps` (or to min/max with to_end = -1/+1); notifies. */
@@ -74,6 +80,9 @@ void input_insert(const char *text);
 void input_command(int (*fn)(int, int));
 int input_empty(void);
 int input_starts_with_slash(void);
+/* Clear a typed draft but keep it: in the kill ring (Ctrl-Y yanks it) and in the history (Up).
+ * Returns 1 if there was one. */
+int input_kill_draft(void);
 void input_clear(void);
 /* The line being edited (not NUL-terminated): *len bytes. */
 const char *input_text(size_t *len);
@@ -131,6 +140,8 @@ struct ui {
     sessions_view sess;
 
     int have_stats;
+    int prefill_done, prefill_total; /* prefill progress (ui_set_prefill) */
+    int stopping;                    /* Esc / Ctrl-C asked the running request to stop */
     gen_stats stats;
     int phase;
     char finish[48];
@@ -140,6 +151,8 @@ struct ui {
     char flash[200];
     double flash_until;
     double ctrl_c_at;         /* first Ctrl-C on an empty input (ms), 0 if none */
+    int markdown;                    /* replies are rendered as Markdown (ui_set_markdown) */
+    int ctrl_x;                      /* Ctrl-X was the last key (Ctrl-X Ctrl-E: the editor) */
     int paste;                /* inside a bracketed paste */
     int editing;              /* the input holds a message being edited (ui_input_edit) */
     char *edit_text;          /* what ui_input_edit put there (Up / Down step while unchanged) */

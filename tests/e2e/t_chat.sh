@@ -99,7 +99,7 @@ else
 fi
 grep -qE 'TTFT [0-9]+ ?ms' "$CH/screen" && grep -qE 'prefill [0-9]+ t/s' "$CH/screen" && grep -qE 'ITL [0-9.]+ ?ms' "$CH/screen" &&
     ok "chat: the stats line shows TTFT, prefill t/s and ITL" || bad "chat: the stats line shows TTFT, prefill t/s and ITL" "$(screen_dump)"
-grep -qE '^KV .* [0-9]+ / 8192 tokens \([0-9]+%\) · [0-9.]+ / 5\.00 MiB' "$CH/screen" &&
+grep -qE '^KV .* [0-9]+ / 8192 tokens \([0-9]+%\) · [0-9.]+ (B|KiB|MiB) / 5\.00 MiB' "$CH/screen" &&
     ok "chat: the KV gauge shows tokens / n_ctx and the engine's MiB (5.00 MiB reserved for 8192 f16 positions)" ||
     bad "chat: the KV gauge shows tokens and MiB" "$(screen_dump)"
 

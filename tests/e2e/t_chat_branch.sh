@@ -69,7 +69,7 @@ else bad "branch: /branch next" "$(screen_dump)"; fi
 
 # ---- /branch: an alternative reply, both kept; it reuses the whole prompt ----------------------------
 keys "/set temp 1.5" Enter "/set seed 7" Enter "/branch" Enter
-if wait_for 'llama · branch 2/2' 20 && wait_idle 20 && pane_joined | grep -q 'llama · branch 2/2'; then
+if wait_for 'stories260K · branch 2/2' 20 && wait_idle 20 && pane_joined | grep -q 'stories260K · branch 2/2'; then
     ok "branch: /branch adds an alternative reply (branch 2/2)"
 else
     bad "branch: /branch adds an alternative reply" "$(screen_dump)"
@@ -108,7 +108,7 @@ wait_for '^ Once upon a time' 20 && wait_idle 20
 keys "/edit Lily had a red ball" Enter
 if wait_for 'you · branch 2/2' 20 && wait_idle 20; then
     want=$(fresh_reply "Lily had a red ball" | tr '\n' ' ' | tr -s ' ' | sed 's/ *$//')
-    if [ -n "$want" ] && pane_joined | grep -qF -- "Lily had a red ball llama $want"; then
+    if [ -n "$want" ] && pane_joined | grep -qF -- "Lily had a red ball stories260K $want"; then
         ok "branch: a greedy reply to an edited message equals a fresh run ('$want…')"
     else
         bad "branch: a greedy reply to an edited message equals a fresh run" "want '$want'; $(pane_joined | tail -c 300)"

@@ -324,7 +324,7 @@ if command -v setpriv >/dev/null 2>&1; then
     scr=$?
     st_idle ro 10
     st_say ro "Read only"
-    replied=$(st_cap ro | grep -c "^ llama")
+    replied=$(st_cap ro | grep -c "^ stories260K")
     if [ $r3 -eq 4 ] && echo "$o3" | grep -q "cannot write in the directory" && [ $scr -eq 0 ] && [ "$replied" -ge 1 ]; then
         ok "store: an unwritable directory gets a clear message and the chat still works"
     else bad "store: an unwritable directory" "r3=$r3 $o3 scr=$scr $(st_dump)"; fi

@@ -1,0 +1,479 @@
+# The chat for daily use (issue 16) and the chat's context shift (issue 18 #2, #6), in tmux like
+# t_chat.sh (whose helpers this uses: chat_start, wait_for, keys, cap …). Sourced by run.sh.
+
+[ -n "${TMC:-}" ] || return 0
+DM=$tmp/daily
+mkdir -p "$DM"
+
+# ---- issue 16 #1: Esc during a long prefill stops it at once, with progress shown --------------
+# A TinyLlama-shaped Q4_0 model cut to 2 layers prefills ~1500 tokens in a few seconds; -b 2048
+# makes the prompt one n_batch chunk, which the engine used to compute whole before looking at Esc.
+if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 2 -o "$DM/tl2.gguf" >/dev/null 2>&1; then
+    awk 'BEGIN { srand(3); split("the a little cat dog ran sat on mat happy sun tree big small red blue house went to see friend", w, " ");
+                 for (i = 0; i < 900; i++) printf "%s ", w[int(rand() * 20) + 1] }' >"$DM/long.txt"
+    chat_start 120 30 -- -m "$DM/tl2.gguf" -c 2048 -b 2048 -t 2 --db "$DM/pf.db"
+    wait_idle 30
+    $TMC load-buffer -b long "$DM/long.txt"
+    $TMC paste-buffer -p -b long -t c
+    sleep 0.3
+    keys Enter
+    if wait_for 'prefill [0-9]+ / [0-9]+' 20; then
+        p1=$(grep -oE 'prefill [0-9]+ /' "$CH/screen" | grep -oE '[0-9]+')
+        sleep 0.6
+        cap >"$CH/screen"
+        p2=$(grep -oE 'prefill [0-9]+ /' "$CH/screen" | grep -oE '[0-9]+' || echo 0)
+        total=$(grep -oE 'prefill [0-9]+ / [0-9]+' "$CH/screen" | grep -oE '[0-9]+$')
+        if [ -n "$p2" ] && [ "$p2" -gt "$p1" ] && [ "$p2" -lt "${total:-0}" ]; then
+            ok "chat: a long prefill shows its progress (prefill $p1 → $p2 / $total)"
+        else
+            bad "chat: a long prefill shows its progress" "$p1 → $p2 / $total $(screen_dump)"
+        fi
+        t0=$(date +%s%N)
+        keys Escape
+        stopped=0
+        for _ in $(seq 1 100); do
+            cap >"$CH/screen"
+            grep -qE '│ ready( │|$)' "$CH/screen" && { stopped=1; break; }
+            sleep 0.02
+        done
+        ms=$((($(date +%s%N) - t0) / 1000000))
+        if [ $stopped = 1 ] && [ $ms -lt 1000 ] && [ "$(last_pane_line)" = " [stopped]" ]; then
+            ok "chat: Esc during a prefill stops it within a second (${ms} ms, [stopped])"
+        else
+            bad "chat: Esc during a prefill stops it within a second" "${ms} ms $(screen_dump)"
+        fi
+        kept=$(sed -nE 's/^KV .* ([0-9]+) \/ 2048 tokens.*/\1/p' "$CH/screen")
+        # the positions computed before Esc stay in the KV cache: the same prompt again reuses them
+        keys "/regen" Enter
+        if wait_for 'reused [1-9][0-9]* \+ new' 20; then
+            reused=$(grep -oE 'reused [0-9]+' "$CH/screen" | grep -oE '[0-9]+')
+            if [ -n "$kept" ] && [ "$kept" -gt 0 ] && [ "$reused" -ge $((kept - 16)) ]; then
+                ok "chat: the prefilled positions stay in the KV cache after Esc ($kept kept, $reused reused)"
+            else
+                bad "chat: the prefilled positions stay in the KV cache after Esc" "kept $kept reused $reused"
+            fi
+        else
+            bad "chat: the prefilled positions stay in the KV cache after Esc" "$(screen_dump)"
+        fi
+        keys Escape
+        wait_idle 20
+    else
+        bad "chat: a long prefill shows its progress" "$(screen_dump; cat "$CH/err")"
+    fi
+    chat_stop
+else
+    bad "chat: gen-model writes a 2-layer TinyLlama-shaped model for the prefill test"
+fi
+
+# ---- issue 18 #2: the system prompt survives a context shift in the chat -----------------------
+# completion mode (stories260K has no template): the prompt is the system prompt, a blank line,
+# then the conversation; -c 128 shifts inside the first reply. The conversation's tokens as saved
+# (conversations.ctx_tokens, little-endian int32) must still start with BOS + the system prompt.
+DSYS="You are a storyteller. You tell short happy stories about a little cat named Tom who likes to play in the sun with his friend the dog."
+ctx_tokens() { # the saved context's first N tokens, one line, space-separated
+    rm -f "$DM/ctx.bin"
+    sqlite3 "$1" "SELECT writefile('$DM/ctx.bin', ctx_tokens) FROM conversations ORDER BY id DESC LIMIT 1" >/dev/null 2>&1
+    [ -s "$DM/ctx.bin" ] && od -An -v -t d4 "$DM/ctx.bin" | tr -s ' \n' ' ' | sed 's/^ //' | cut -d' ' -f1-"$2"
+}
+want=$("$BIN" tokenize -m "$MODEL" --ids "$DSYS" | tr -d '[],' )
+nw=$(echo "$want" | wc -w)
+chat_start 100 30 -- -c 128 -t 1 --temp 0 --system "$DSYS" --db "$DM/shift.db"
+if wait_idle 30; then
+    keys "Once upon a time there was a cat" Enter
+    wait_for '│ ready( │|$)' 60
+    keys "The next day" Enter
+    wait_for '│ ready( │|$)' 60
+    got=$(ctx_tokens "$DM/shift.db" "$nw")
+    shifted=$(sqlite3 "$DM/shift.db" "SELECT length(ctx_tokens) / 4 FROM conversations" 2>/dev/null)
+    if [ -n "$got" ] && [ "$got" = "$(echo $want)" ] && [ "$(sqlite3 "$DM/shift.db" "SELECT count(*) FROM messages WHERE role = 'assistant' AND length(content) > 200")" -ge 1 ]; then
+        ok "chat: after a context shift the context still starts with BOS + the system prompt ($nw tokens; context $shifted tokens)"
+    else
+        bad "chat: the system prompt survives a context shift" "want: $(echo $want | cut -c1-80)… got: $(echo "$got" | cut -c1-80)… $(screen_dump)"
+    fi
+    keys C-d
+else
+    bad "chat: the system prompt survives a context shift (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# ---- issue 18 #6: -c 64 -n 300 shifts like one-shot mode; --keep beyond the context is said -----
+chat_start 100 30 -- -c 64 -n 300 -t 1 --temp 0 --keep 1000 --db "$DM/n300.db"
+if wait_idle 30; then
+    grep -q -- '--keep 1000 is more than a context shift can keep' "$CH/screen" && grep -q 'it keeps the first 48' "$CH/screen" &&
+        ok "chat: --keep 1000 -c 64 says it keeps 48" || bad "chat: --keep 1000 -c 64 says it keeps 48" "$(screen_dump)"
+    keys "Once upon a time"
+    wait_for '^> Once upon a time' 5 || { keys C-u "Once upon a time"; wait_for '^> Once upon a time' 5; }
+    keys Enter
+    wait_for ' [0-9]+ tokens' 30
+    wait_for '│ ready( │|$)' 90
+    n=$(tokens_shown)
+    if [ "$n" = 300 ] && grep -q '\[max tokens\]' "$CH/screen" && ! grep -q 'context full' "$CH/screen"; then
+        ok "chat: -c 64 -n 300 shifts the context and gives 300 tokens, as one-shot mode does"
+    else
+        bad "chat: -c 64 -n 300 gives 300 tokens" "$n tokens $(screen_dump)"
+    fi
+    keys C-d
+else
+    bad "chat: -c 64 -n 300 (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# ---- issue 16 #2: Ctrl-C on a typed draft keeps it: Ctrl-Y brings it back -----------------------
+chat_start 100 30 -- -t 1 -c 8192 --db "$DM/draft.db"
+if wait_idle 30; then
+    keys "my precious draft"
+    wait_for '^> my precious draft' 10
+    keys C-c
+    if wait_for 'Ctrl-Y puts it back' 10 && grep -qE '^> *$' "$CH/screen"; then
+        keys C-y
+        if wait_for '^> my precious draft' 10; then ok "chat: Ctrl-C clears a draft, says so, and Ctrl-Y brings it back"
+        else bad "chat: Ctrl-Y brings a cleared draft back" "$(screen_dump)"; fi
+    else
+        bad "chat: Ctrl-C on a draft says how to get it back" "$(screen_dump)"
+    fi
+    keys C-u
+    # ---- issue 16 #3: Esc and a command in one burst (a slow SSH link): Esc, then the command -----
+    keys "Once upon a time" Enter
+    if wait_for '● generating' 20; then
+        $TMC send-keys -t c Escape "/set max_tokens 150" Enter
+        wait_idle 20
+        keys "/show params" Enter
+        if wait_for 'max tokens +150' 10 && ! grep -qE 'set max_tokens 150' "$CH/screen"; then
+            ok "chat: Esc followed at once by /set max_tokens 150 stops the reply and runs the command"
+        else
+            bad "chat: Esc + /set in one burst" "$(screen_dump)"
+        fi
+    else
+        bad "chat: Esc + /set in one burst (a reply starts)" "$(screen_dump)"
+    fi
+    keys C-d
+else
+    bad "chat: the draft test starts" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# ---- issue 16 #7: an unlimited reply that reaches a context's worth of tokens is not "context full"
+chat_start 100 30 -- -t 1 -c 256 --db "$DM/cap.db"
+if wait_idle 30; then
+    keys "Once upon a time" Enter
+    wait_for '│ ready( │|$)' 60
+    if wait_for "a context's worth" 5 && ! grep -q 'context full' "$CH/screen"; then
+        ok "chat: a reply of a context's worth (256 tokens, after shifts) says so, not 'context full'"
+    else
+        bad "chat: a context's worth is not 'context full'" "$(screen_dump)"
+    fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 #7: numbers that do not mislead -------------------------------------------------------
+chat_start 100 30 -- -t 1 -c 8192 -n 40 --temp 0 --db "$DM/num.db"
+if wait_idle 30; then
+    bw0=$(grep -E '^KV ' "$CH/screen" | grep -o '[█▏▎▍▌▋▊▉░]' | wc -l)
+    keys "/set repeat_penalty 1.05" Enter
+    keys "Once upon a time" Enter
+    wait_for ' 40 tokens' 30
+    wait_idle 20
+    bw1=$(grep -E '^KV ' "$CH/screen" | grep -o '[█▏▎▍▌▋▊▉░]' | wc -l)
+    # units that fit: a few hundred tokens of this model take KiB, never "0.00 MiB"
+    if grep -qE '^KV .* · [0-9.]+ KiB / 5\.00 MiB' "$CH/screen" && ! grep -q ' 0\.00 MiB /' "$CH/screen"; then
+        ok "chat: the gauge gives a small cache in KiB, not 0.00 MiB ($(grep -oE '[0-9.]+ KiB / 5\.00 MiB' "$CH/screen"))"
+    else bad "chat: the gauge's units fit" "$(screen_dump)"; fi
+    if [ "$bw0" -gt 10 ] && [ "$bw0" = "$bw1" ]; then ok "chat: the gauge's bar keeps its width as its label grows ($bw0 cells)"
+    else bad "chat: the gauge's bar keeps its width" "$bw0 → $bw1 cells"; fi
+    # /regen: the whole prompt is cached, one token is fed; no rate over it
+    keys "/regen" Enter
+    if wait_for 'prefill cached \([0-9]+\)' 30 && wait_idle 20 && ! grep -qE 'prefill [0-9]+ t/s' "$CH/screen"; then
+        ok "chat: a prefill served from the cache says 'cached', not a rate over one token"
+    else bad "chat: a cached prefill says cached" "$(screen_dump)"; fi
+    keys "/show cache" Enter
+    if wait_for 'write-ahead log' 10; then ok "chat: /show cache counts the database's write-ahead log"
+    else bad "chat: /show cache counts the WAL" "$(screen_dump)"; fi
+    keys C-d
+    wait_for 'EXIT=' 15
+    "$BIN" export last --db "$DM/num.db" --format json >"$DM/num.json" 2>&1
+    if grep -qE '"repeat_penalty":[[:space:]]*1\.05(,|$)' "$DM/num.json" && ! grep -q '1.0499999' "$DM/num.json"; then
+        ok "export: a float parameter is written as typed (repeat_penalty 1.05)"
+    else bad "export: float parameters without float noise" "$(grep -o '"repeat_penalty":[^,]*' "$DM/num.json")"; fi
+fi
+chat_stop
+# /set refuses what the table refuses (help and sliders say temp 0-2)
+chat_start 100 30 -- -t 1 --db "$DM/range.db"
+if wait_idle 30; then
+    keys "/set temp 5" Enter
+    if wait_for "/set temp: '5' is not a number from 0 to 2" 10; then ok "chat: /set temp 5 is refused with the range (0 to 2)"
+    else bad "chat: /set temp 5 is refused" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 #8: one range table; bench --json escapes the file name; tokenize -m NAME -----------
+o1=$("$BIN" -m "$MODEL" --repeat-last-n -1 -n 4 --temp 0 -p "Once" 2>&1); r1=$?
+printf 'repeat_last_n = -1\n' >"$DM/cfg.ini"
+o2=$("$BIN" -m "$MODEL" --temp 5 -p x 2>&1); r2=$?
+if [ $r1 = 0 ] && [ $r2 = 2 ] && echo "$o2" | grep -q "not a number from 0 to 2"; then
+    ok "cli: --repeat-last-n -1 is accepted as in config.ini; --temp 5 is refused with the table's range"
+else bad "cli: ranges from one table" "rc $r1 '$o1' / rc $r2 '$o2'"; fi
+cp "$MODEL" "$DM/we\"ird.gguf"
+"$BIN" bench -m "$DM/we\"ird.gguf" -p 8 -n 4 -r 1 -t 1 --json >"$DM/bench.json" 2>/dev/null
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d[0]["file"] == "we\"ird.gguf"' "$DM/bench.json" 2>/dev/null; then
+    ok "bench --json: a file name with a quote is escaped (valid JSON)"
+else bad "bench --json escapes the file name" "$(head -c 300 "$DM/bench.json")"; fi
+mkdir -p "$XDG_DATA_HOME/kvchat/models"
+cp "$MODEL" "$XDG_DATA_HOME/kvchat/models/tiny-stories.gguf"
+if [ "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)" = "[1, 403, 407, 261, 378]" ]; then
+    ok "tokenize -m NAME looks in the models directory"
+else bad "tokenize -m NAME looks in the models directory" "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)"; fi
+rm -f "$XDG_DATA_HOME/kvchat/models/tiny-stories.gguf"
+
+# ---- issue 16 #5: config.ini warnings are shown in the chat, not on stderr after it --------------
+mkdir -p "$CH/config/kvchat"
+printf '[sampling]\ntemp = lots\n' >"$CH/config/kvchat/config.ini"
+chat_start 100 30 -- -t 1 --db "$DM/cfgw.db"
+if wait_idle 30 && grep -q 'config warning: ' "$CH/screen" && grep -q "config.ini:2: temp: 'lots'" "$CH/screen"; then
+    keys C-d
+    wait_for 'EXIT=' 15
+    if ! grep -q "lots" "$CH/err"; then ok "chat: a config.ini warning is shown in the chat (and not on stderr after it)"
+    else bad "chat: config warnings not on stderr after the chat" "$(cat "$CH/err")"; fi
+else
+    bad "chat: a config.ini warning is shown in the chat" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+rm -f "$CH/config/kvchat/config.ini"
+
+# ---- issue 16 #6: each reply keeps the name of the model that wrote it; names say more -----------
+MB=$SHARED/models/llama-2-tiny-random.gguf
+chat_start 110 30 -- -t 1 -n 12 --db "$DM/names.db"
+if wait_idle 30; then
+    keys "Once upon a time" Enter
+    wait_for ' 12 tokens' 30
+    wait_idle 20
+    if grep -q '^ stories260K *│' "$CH/screen" && grep -q 'kvchat │ stories260K' "$CH/screen"; then
+        ok "chat: a model whose general.name is only its architecture ('llama') is named by its file (stories260K)"
+    else bad "chat: the model is named by its file when general.name says less" "$(screen_dump)"; fi
+    keys C-d
+    wait_for 'EXIT=' 15
+    chat_start 110 30 -- -m "$MB" -t 1 -n 12 --resume last --db "$DM/names.db"
+    if wait_idle 30 && grep -q '^ stories260K *│' "$CH/screen" && grep -q 'kvchat │ LLaMA v2' "$CH/screen"; then
+        keys "Then" Enter
+        wait_for ' 12 tokens' 30
+        wait_idle 20
+        if grep -q '^ stories260K *│' "$CH/screen" && grep -q '^ LLaMA v2 *│' "$CH/screen"; then
+            ok "chat: resumed with another model, the old reply keeps its model's name and the new one has the new name"
+        else bad "chat: each reply keeps its model's name (after a new reply)" "$(screen_dump)"; fi
+    else
+        bad "chat: each reply keeps its model's name" "$(screen_dump; cat "$CH/err")"
+    fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 #4: TERM=dumb (the line-by-line session) has the slash commands and saves -----------
+chat_start 100 30 TERM=dumb -- -t 1 -n 16 --db "$DM/dumb.db"
+if wait_for 'Ctrl-C stops a reply' 20; then
+    keys "/set temp 0" Enter
+    r_set=0; wait_for '^temp = 0\.00' 10 && r_set=1
+    keys "/help" Enter
+    r_help=0; wait_for '/set NAME VALUE' 10 && r_help=1
+    keys "/set temp 7" Enter
+    r_bad=0; wait_for "/set temp: '7' is not a number from 0 to 2" 10 && r_bad=1
+    keys "Once upon a time" Enter
+    wait_for '^> $' 20
+    keys "/quit" Enter
+    r_quit=0; wait_for 'EXIT=0' 15 && r_quit=1
+    n_conv=$("$BIN" list --db "$DM/dumb.db" --ids 2>/dev/null | wc -l)
+    n_msg=$(sqlite3 "$DM/dumb.db" "SELECT count(*) FROM messages" 2>/dev/null)
+    if [ $r_set = 1 ] && [ $r_help = 1 ] && [ $r_bad = 1 ] && [ $r_quit = 1 ] && [ "$(sqlite3 "$DM/dumb.db" "SELECT count(*) FROM messages WHERE content LIKE '%set temp%'")" = 0 ] &&
+        [ "$n_conv" = 1 ] && [ "${n_msg:-0}" -ge 2 ]; then
+        ok "line mode (TERM=dumb): /set, /help and /quit work, a bad value is refused, and the session is saved"
+    else
+        bad "line mode (TERM=dumb): slash commands and saving" "set $r_set help $r_help bad $r_bad quit $r_quit convs $n_conv msgs $n_msg $(screen_dump)"
+    fi
+else
+    bad "line mode (TERM=dumb) starts" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# ---- issue 16 #7: /set while a reply streams says so in the status bar, not in the transcript -----
+chat_start 100 30 -- -t 1 -c 8192 --db "$DM/say.db"
+if wait_idle 30; then
+    keys "Once upon a time" Enter
+    if wait_for '● generating' 20; then
+        keys "/set temp 0.5" Enter
+        r_flash=0; wait_for 'temp = 0\.50 \(from the next token\)' 5 && r_flash=1
+        keys Escape
+        wait_idle 20
+        if [ $r_flash = 1 ] && ! pane_text <"$CH/screen" | grep -q 'temp = 0\.50'; then
+            ok "chat: /set during a reply confirms in the status bar, not between the message and its reply"
+        else bad "chat: /set during a reply stays out of the transcript" "flash $r_flash $(screen_dump)"; fi
+    else bad "chat: /set during a reply (a reply starts)" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 feature: /copy puts the last reply on the clipboard with OSC 52 (tmux receives it) ---
+chat_start 100 30 -- -t 1 -n 20 --temp 0 --db "$DM/copy.db"
+$TMC set -s set-clipboard on
+$TMC set-buffer -b sentinel "nothing yet"
+if wait_idle 30; then
+    keys "/copy" Enter
+    r_none=0; wait_for '/copy: there is no reply to copy yet' 10 && r_none=1
+    keys "Once upon a time" Enter
+    wait_for ' 20 tokens' 30
+    wait_idle 20
+    keys "/copy" Enter
+    r_flash=0; wait_for 'copied the last reply \([0-9]+ bytes\)' 10 && r_flash=1
+    want=$(sqlite3 "$DM/copy.db" "SELECT content FROM messages WHERE role = 'assistant' ORDER BY id DESC LIMIT 1")
+    got=$($TMC show-buffer 2>/dev/null)
+    if [ $r_none = 1 ] && [ $r_flash = 1 ] && [ -n "$want" ] && [ "$got" = "$want" ]; then
+        ok "chat: /copy sends the last reply as OSC 52; tmux's buffer holds it exactly (${#want} bytes)"
+    else bad "chat: /copy via OSC 52" "none $r_none flash $r_flash want '$want' got '$got'"; fi
+    keys "/copy 1" Enter
+    if wait_for '/copy 1: the replies have no code blocks' 10; then ok "chat: /copy N without code blocks says so"
+    else bad "chat: /copy N without code blocks says so" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+chat_start 100 30 TERM=linux -- -t 1 -n 8 --db "$DM/copy2.db"
+if wait_idle 30; then
+    keys "Hi" Enter
+    wait_for ' 8 tokens' 30
+    wait_idle 20
+    keys "/copy" Enter
+    if wait_for 'TERM=linux\) has no clipboard escape' 10; then ok "chat: /copy on a terminal without OSC 52 (TERM=linux) says so"
+    else bad "chat: /copy on TERM=linux says so" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 feature: /read FILE attaches a text file to the next message ---------------------
+printf 'The cat is named Whiskers.\nShe likes fish.\n' >"$DM/notes.txt"
+printf 'ab\000cd' >"$DM/bin.dat"
+head -c 3000000 /dev/zero | tr '\0' 'a' >"$DM/big.txt"
+chat_start 100 30 -- -t 1 -n 8 --db "$DM/read.db"
+if wait_idle 30; then
+    keys "/read $DM/bin.dat" Enter
+    r_bin=0; wait_for 'bin.dat: a binary file \(a NUL byte' 10 && r_bin=1
+    keys "/read $DM/big.txt" Enter
+    r_big=0; wait_for 'big.txt: larger than 1 MiB' 10 && r_big=1
+    keys "/read $DM/notes.txt" Enter
+    r_ok=0; wait_for 'attached notes.txt \(42 bytes, [0-9]+ tokens\)' 10 && r_ok=1
+    keys "What is the cat called?" Enter
+    wait_for ' 8 tokens' 30
+    wait_idle 20
+    stored=$(sqlite3 "$DM/read.db" "SELECT content FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT 1")
+    want=$(printf 'File notes.txt:\n\nThe cat is named Whiskers.\nShe likes fish.\n\nWhat is the cat called?')
+    if [ $r_bin = 1 ] && [ $r_big = 1 ] && [ $r_ok = 1 ] && [ "$stored" = "$want" ]; then
+        ok "chat: /read attaches a text file (size in tokens) to the next message; binary and too-large files are refused"
+    else bad "chat: /read FILE" "bin $r_bin big $r_big ok $r_ok stored '$stored' $(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 feature: Ctrl-X Ctrl-E edits the input in $EDITOR ---------------------------------
+cat >"$DM/editor.sh" <<'EOS'
+#!/bin/sh
+# a scripted editor: appends to what the input held, records that it ran
+printf '%s, edited in the editor\n' "$(cat "$1")" >"$1.new" && mv "$1.new" "$1"
+echo ran >>"${0%/*}/editor.ran"
+EOS
+chmod +x "$DM/editor.sh"
+rm -f "$DM/editor.ran"
+chat_start 100 30 EDITOR="$DM/editor.sh" VISUAL= -- -t 1 -n 8 --db "$DM/ed.db"
+if wait_idle 30; then
+    keys "a draft"
+    wait_for '^> a draft' 10
+    keys C-x C-e
+    if wait_for '^> a draft, edited in the editor' 15 && [ -s "$DM/editor.ran" ]; then
+        keys Enter
+        if wait_for '^ a draft, edited in the editor' 15; then ok "chat: Ctrl-X Ctrl-E edits the input in \$EDITOR and takes the result back"
+        else bad "chat: the edited input is sent" "$(screen_dump)"; fi
+    else bad "chat: Ctrl-X Ctrl-E runs \$EDITOR on the input" "$(screen_dump)"; fi
+    keys C-d
+fi
+chat_stop
+
+# ---- issue 16 feature: replies rendered as Markdown (md4c); /copy N copies code block N exactly ----
+# The reply is injected: a conversation exported as JSON, its reply replaced by Markdown, imported
+# and resumed.
+chat_start 100 40 -- -t 1 -n 4 --db "$DM/md.db"
+if wait_idle 30; then
+    keys "Show me" Enter
+    wait_for ' 4 tokens' 30
+    wait_idle 20
+    keys C-d
+    wait_for 'EXIT=' 15
+fi
+"$BIN" export last --db "$DM/md.db" --format json >"$DM/md.json" 2>/dev/null
+python3 - "$DM/md.json" <<'EOP'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+md = "# Greeting\n\nSome **bold** and *soft* words with `x = 1` inline.\n\n- first item\n- second item\n\n> a quote\n\n```python\nprint(\"hi\")  # exact\n    indented\n```\n\nSee [the docs](https://example.org)."
+def walk(o):
+    if isinstance(o, dict):
+        if o.get("role") == "assistant" and "content" in o: o["content"] = md
+        for v in o.values(): walk(v)
+    elif isinstance(o, list):
+        for v in o: walk(v)
+walk(d)
+json.dump(d, open(p, "w"))
+EOP
+"$BIN" import "$DM/md.json" --db "$DM/md.db" >/dev/null 2>&1
+chat_start 100 40 -- -t 1 -n 4 --resume last --db "$DM/md.db"
+$TMC set -s set-clipboard on
+if wait_idle 30 && wait_for '┌─ code 1 · python' 10; then
+    cap -e >"$DM/md.esc"
+    pane=$(pane_text <"$CH/screen")
+    r=""
+    echo "$pane" | grep -q '^ Greeting *$' || r="$r heading"
+    echo "$pane" | grep -q '# Greeting' && r="$r heading-marker"
+    echo "$pane" | grep -q 'Some bold and soft words with x = 1 inline\.' || r="$r emphasis"
+    echo "$pane" | grep -q '^ • first item' || r="$r list"
+    grep -q '^ │ a quote' "$CH/screen" || r="$r quote"
+    echo "$pane" | grep -q '^ print("hi")  # exact' || r="$r code"
+    echo "$pane" | grep -q '^     indented' || r="$r code-indent"
+    echo "$pane" | grep -q 'See the docs <https://example.org>\.' || r="$r link"
+    grep -q "$(printf '\033')\[1m[^ ]*bold" "$DM/md.esc" || r="$r bold-attr"
+    if [ -z "$r" ]; then ok "chat: a reply is rendered as Markdown: heading, emphasis, inline code, list, quote, link, a labelled code block"
+    else bad "chat: Markdown rendering" "missing:$r $(screen_dump)"; fi
+    keys "/copy 1" Enter
+    wait_for 'copied code block 1 of 1' 10
+    got=$($TMC show-buffer 2>/dev/null)
+    if [ "$got" = "$(printf 'print("hi")  # exact\n    indented')" ]; then ok "chat: /copy 1 copies the code block exactly"
+    else bad "chat: /copy 1 copies the code block exactly" "got '$got'"; fi
+    keys "/set markdown off" Enter
+    if wait_for '\*\*bold\*\*' 10 && wait_for '```python' 5; then ok "chat: /set markdown off shows the reply's text as it is"
+    else bad "chat: /set markdown off" "$(screen_dump)"; fi
+    keys C-d
+else
+    bad "chat: Markdown rendering (the injected reply is shown)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+chat_start 100 40 -- -t 1 -n 4 --resume last --no-markdown --db "$DM/md.db"
+if wait_idle 30 && wait_for '\*\*bold\*\*' 10 && ! grep -q '┌─ code' "$CH/screen"; then ok "chat: --no-markdown shows replies as plain text"
+else bad "chat: --no-markdown" "$(screen_dump)"; fi
+chat_stop
+
+# ---- issue 16 #7: the max-tokens slider is logarithmic with ∞ at its right end --------------------
+chat_start 100 30 -- -t 1 -c 2048 --db "$DM/slider.db"
+if wait_idle 30; then
+    keys Tab
+    for _ in 1 2 3 4 5; do keys Down; done
+    keys End
+    r_inf=0; wait_for '› max tokens +∞' 10 && r_inf=1
+    keys Left
+    r_max=0; wait_for '› max tokens +8192' 10 && r_max=1
+    keys Left
+    r_log=0; wait_for '› max tokens +66[0-9][0-9]' 10 && r_log=1
+    keys Home
+    r_min=0; wait_for '› max tokens +16' 10 && r_min=1
+    keys Right
+    r_step=0; wait_for '› max tokens +20' 10 && r_step=1
+    if [ $r_inf$r_max$r_log$r_min$r_step = 11111 ]; then
+        ok "chat: the max-tokens slider is logarithmic (16, 20 … 6600, 8192) with ∞ at its right end"
+    else bad "chat: the max-tokens slider is logarithmic with ∞ at the right" "∞ $r_inf 8192 $r_max log $r_log 16 $r_min 20 $r_step $(screen_dump)"; fi
+    keys Escape
+    keys C-d
+fi
+chat_stop
