@@ -73,11 +73,19 @@
 #define S_FINSC(s, sc32, sc16) _mm256_mullo_epi32((s), (sc32))
 #define S_SPLIT 0 /* VNNI sums never need splitting */
 #else
-#define S_STEP(s, u, x) _mm256_add_epi16((s), _mm256_maddubs_epi16((u), (x)))
+#define S_STEP(s, u, x) pin(_mm256_add_epi16((s), _mm256_maddubs_epi16((u), (x))))
 #define S_FIN1(s) _mm256_madd_epi16((s), _mm256_set1_epi16(1))
 #define S_FINSC(s, sc32, sc16) _mm256_madd_epi16((s), (sc16))
 #define S_SPLIT 1
 #endif
+
+/* Keeps a running sum a chain in a register: GCC otherwise re-associates the vpaddw chains of all
+ * tokens into trees, computing every vpmaddubsw first and spilling them. */
+AI __m256i pin(__m256i v)
+{
+    __asm__("" : "+x"(v));
+    return v;
+}
 
 AI __m256i bc32(const uint8_t *p)
 {
@@ -479,8 +487,8 @@ AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const ui
                 __m256i W = _mm256_loadu_si256((const __m256i *)(pq + 32 * k)), aw = _mm256_abs_epi8(W);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++)
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bc32(g[t] + xo + 4 * k), W)),
-                                                                          _mm256_set1_epi16(1)));
+                    isum[t] = pin(_mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bc32(g[t] + xo + 4 * k), W)),
+                                                                          _mm256_set1_epi16(1))));
             }
 #endif
         } else {
