@@ -265,56 +265,19 @@ static size_t panel_bytes(int wtype, int64_t n)
     return pb ? (size_t)(n / quant_traits_of(wtype)->block_size) * pb : 0;
 }
 
-/* The unsigned quants of one GGUF block in element order (Q8_0: the int8 bits); the element map
+/* The 6-bit quants of one Q6_K super-block in element order, unsigned (q + 32); the element map
  * is GGML's (engine/quant_ref.c). */
-static void block_quants(int wtype, const uint8_t *blk, uint8_t *u)
+static void q6_K_quants(const uint8_t *blk, uint8_t *u)
 {
-    switch (wtype) {
-    case GGML_TYPE_Q4_0: {
-        const uint8_t *qs = blk + 2;
-        for (int j = 0; j < 16; j++) {
-            u[j] = qs[j] & 15;
-            u[j + 16] = qs[j] >> 4;
+    const uint8_t *ql = blk + offsetof(block_q6_K, ql), *qh = blk + offsetof(block_q6_K, qh);
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            int e = 128 * h + l, hb = qh[32 * h + l];
+            u[e] = (uint8_t)((ql[64 * h + l] & 15) | (hb & 3) << 4);
+            u[e + 32] = (uint8_t)((ql[64 * h + 32 + l] & 15) | ((hb >> 2) & 3) << 4);
+            u[e + 64] = (uint8_t)((ql[64 * h + l] >> 4) | ((hb >> 4) & 3) << 4);
+            u[e + 96] = (uint8_t)((ql[64 * h + 32 + l] >> 4) | ((hb >> 6) & 3) << 4);
         }
-        break;
-    }
-    case GGML_TYPE_Q5_0: {
-        uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
-        const uint8_t *qs = blk + 6;
-        for (int j = 0; j < 16; j++) {
-            u[j] = (uint8_t)((qs[j] & 15) | ((qh >> j) & 1u) << 4);
-            u[j + 16] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4);
-        }
-        break;
-    }
-    case GGML_TYPE_Q8_0: memcpy(u, blk + 2, 32); break;
-    case GGML_TYPE_Q4_K: {
-        const uint8_t *qs = blk + offsetof(block_q4_K, qs);
-        for (int j = 0; j < 8; j++)
-            for (int l = 0; l < 32; l++) u[32 * j + l] = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 15;
-        break;
-    }
-    case GGML_TYPE_Q5_K: {
-        const uint8_t *qh = blk + offsetof(block_q5_K, qh), *qs = blk + offsetof(block_q5_K, qs);
-        for (int j = 0; j < 8; j++)
-            for (int l = 0; l < 32; l++)
-                u[32 * j + l] = (uint8_t)(((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 15) | ((qh[l] >> j) & 1) << 4);
-        break;
-    }
-    case GGML_TYPE_Q6_K: {
-        const uint8_t *ql = blk + offsetof(block_q6_K, ql), *qh = blk + offsetof(block_q6_K, qh);
-        for (int h = 0; h < 2; h++)
-            for (int l = 0; l < 32; l++) {
-                int e = 128 * h + l, hb = qh[32 * h + l];
-                u[e] = (uint8_t)((ql[64 * h + l] & 15) | (hb & 3) << 4);
-                u[e + 32] = (uint8_t)((ql[64 * h + 32 + l] & 15) | ((hb >> 2) & 3) << 4);
-                u[e + 64] = (uint8_t)((ql[64 * h + l] >> 4) | ((hb >> 4) & 3) << 4);
-                u[e + 96] = (uint8_t)((ql[64 * h + 32 + l] >> 4) | ((hb >> 6) & 3) << 4);
-            }
-        break;
-    }
-    default: break;
-    }
 }
 
 /* Q4_K / Q5_K 6-bit scales and mins of sub-blocks 0..7 from the 12-byte block (GGML's
@@ -334,68 +297,66 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
     const quant_traits *qt = quant_traits_of(wtype);
     const int64_t bs = qt->block_size, nb = n / bs;
     const size_t bb = qt->type_size, pb = pblock(wtype);
-    uint8_t u[PR][256];
     memset(dst, 0, (size_t)nb * pb);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = dst + (size_t)b * pb;
-        for (int r = 0; r < PR; r++) {
-            if (r < nrows) block_quants(wtype, w + (size_t)r * stride + (size_t)b * bb, u[r]);
-            else memset(u[r], 0, sizeof u[r]);
-        }
-        switch (wtype) {
-        case GGML_TYPE_Q4_0:
-        case GGML_TYPE_Q5_0:
-            for (int k = 0; k < 4; k++)
-                for (int r = 0; r < PR; r++)
-                    for (int i = 0; i < 4; i++)
-                        p[32 * k + 4 * r + i] = (uint8_t)((u[r][4 * k + i] & 15) | (u[r][16 + 4 * k + i] & 15) << 4);
-            if (wtype == GGML_TYPE_Q5_0)
-                for (int r = 0; r < PR; r++)
-                    for (int i = 0; i < 4; i++) {
-                        int h = 0;
-                        for (int v = 0; v < 8; v++) h |= ((u[r][v < 4 ? 4 * v + i : 16 + 4 * (v - 4) + i] >> 4) & 1) << v;
-                        p[128 + 4 * r + i] = (uint8_t)h;
-                    }
-            break;
-        case GGML_TYPE_Q8_0:
-            for (int k = 0; k < 8; k++)
-                for (int r = 0; r < PR; r++) memcpy(p + 32 * k + 4 * r, u[r] + 4 * k, 4);
-            break;
-        case GGML_TYPE_Q4_K:
-        case GGML_TYPE_Q5_K:
-            for (int c = 0; c < 4; c++)
-                for (int k = 0; k < 8; k++)
-                    for (int r = 0; r < PR; r++)
-                        for (int i = 0; i < 4; i++)
-                            p[32 * (8 * c + k) + 4 * r + i] =
-                                (uint8_t)((u[r][64 * c + 4 * k + i] & 15) | (u[r][64 * c + 32 + 4 * k + i] & 15) << 4);
-            if (wtype == GGML_TYPE_Q5_K)
+        /* quants: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K steps are the GGUF bytes themselves (a Q4_0 byte
+         * holds elements j and 16 + j, a Q4_K byte elements 64c + l and 64c + 32 + l) */
+        for (int r = 0; r < nrows; r++) {
+            const uint8_t *blk = w + (size_t)r * stride + (size_t)b * bb;
+            switch (wtype) {
+            case GGML_TYPE_Q4_0:
+                for (int k = 0; k < 4; k++) memcpy(p + 32 * k + 4 * r, blk + 2 + 4 * k, 4);
+                break;
+            case GGML_TYPE_Q5_0: {
+                uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+                for (int k = 0; k < 4; k++) memcpy(p + 32 * k + 4 * r, blk + 6 + 4 * k, 4);
+                for (int i = 0; i < 4; i++) {
+                    unsigned h = 0;
+                    for (int v = 0; v < 8; v++) h |= ((qh >> (v < 4 ? 4 * v + i : 16 + 4 * (v - 4) + i)) & 1u) << v;
+                    p[128 + 4 * r + i] = (uint8_t)h;
+                }
+                break;
+            }
+            case GGML_TYPE_Q8_0:
+                for (int k = 0; k < 8; k++) memcpy(p + 32 * k + 4 * r, blk + 2 + 4 * k, 4);
+                break;
+            case GGML_TYPE_Q4_K:
+            case GGML_TYPE_Q5_K: {
+                const uint8_t *qs = blk + (wtype == GGML_TYPE_Q5_K ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
                 for (int c = 0; c < 4; c++)
-                    for (int h = 0; h < 2; h++)
-                        for (int r = 0; r < PR; r++)
+                    for (int k = 0; k < 8; k++) memcpy(p + 32 * (8 * c + k) + 4 * r, qs + 32 * c + 4 * k, 4);
+                if (wtype == GGML_TYPE_Q5_K) { /* element 64c + 32h + l: bit 2c + h of qh[l] */
+                    const uint8_t *qh = blk + offsetof(block_q5_K, qh);
+                    for (int c = 0; c < 4; c++)
+                        for (int h = 0; h < 2; h++)
                             for (int i = 0; i < 4; i++) {
-                                int hb = 0;
-                                for (int k = 0; k < 8; k++) hb |= ((u[r][64 * c + 32 * h + 4 * k + i] >> 4) & 1) << k;
+                                unsigned hb = 0;
+                                for (int k = 0; k < 8; k++) hb |= ((qh[4 * k + i] >> (2 * c + h)) & 1u) << k;
                                 p[1024 + 64 * c + 32 * h + 4 * r + i] = (uint8_t)hb;
                             }
-            break;
-        case GGML_TYPE_Q6_K:
-            for (int pp = 0; pp < 8; pp++)
-                for (int k = 0; k < 4; k++)
-                    for (int r = 0; r < PR; r++)
+                }
+                break;
+            }
+            case GGML_TYPE_Q6_K: {
+                uint8_t u[256];
+                q6_K_quants(blk, u);
+                for (int pp = 0; pp < 8; pp++)
+                    for (int k = 0; k < 4; k++)
                         for (int i = 0; i < 4; i++)
                             p[32 * (4 * pp + k) + 4 * r + i] =
-                                (uint8_t)((u[r][32 * pp + 4 * k + i] & 15) | (u[r][32 * pp + 16 + 4 * k + i] & 15) << 4);
-            for (int q = 0; q < 4; q++)
-                for (int k = 0; k < 4; k++)
-                    for (int r = 0; r < PR; r++)
+                                (uint8_t)((u[32 * pp + 4 * k + i] & 15) | (u[32 * pp + 16 + 4 * k + i] & 15) << 4);
+                for (int q = 0; q < 4; q++)
+                    for (int k = 0; k < 4; k++)
                         for (int i = 0; i < 4; i++) {
-                            int hb = 0;
-                            for (int s = 0; s < 4; s++) hb |= (u[r][64 * q + 16 * s + 4 * k + i] >> 4) << (2 * s);
+                            unsigned hb = 0;
+                            for (int s4 = 0; s4 < 4; s4++) hb |= (unsigned)(u[64 * q + 16 * s4 + 4 * k + i] >> 4) << (2 * s4);
                             p[1024 + 32 * (4 * q + k) + 4 * r + i] = (uint8_t)hb;
                         }
-            break;
-        default: break;
+                break;
+            }
+            default: break;
+            }
         }
         /* scales */
         for (int r = 0; r < nrows; r++) {
@@ -691,7 +652,7 @@ AI void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1, const uin
 #define KC 1024
 
 #define PT(W, T) ptile(W, panel, e0, e1, act + (size_t)t * as, as, T, out + (size_t)t * os, os, rmask, full, e0 > 0)
-#define PRUN(name, wt)                                                                                      \
+#define PRUN(name, wt, TM)                                                                                  \
     static void name(const uint8_t *panel, int64_t n, const uint8_t *act, size_t as, int n_tokens, float *out, \
                      size_t os, __m256i rmask, int full)                                                    \
     {                                                                                                       \
@@ -699,21 +660,27 @@ AI void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1, const uin
         for (int64_t e0 = 0; e0 < n; e0 += kc) {                                                            \
             int64_t e1 = n - e0 < kc ? n : e0 + kc;                                                         \
             int t = 0;                                                                                      \
-            for (; t + TMAX <= n_tokens; t += TMAX) PT(wt, TMAX);                                           \
+            for (; t + (TM) <= n_tokens; t += (TM)) PT(wt, TM);                                             \
             switch (n_tokens - t) {                                                                         \
             case 1: PT(wt, 1); break;                                                                       \
-            case 2: PT(wt, 2); break;                                                                       \
-            case 3: PT(wt, 3); break;                                                                       \
+            case 2: if ((TM) > 2) PT(wt, (TM) > 2 ? 2 : 1); break;                                          \
+            case 3: if ((TM) > 3) PT(wt, (TM) > 3 ? 3 : 1); break;                                          \
             default: break;                                                                                 \
             }                                                                                               \
         }                                                                                                   \
     }
-PRUN(prun_q4_0, GGML_TYPE_Q4_0)
-PRUN(prun_q5_0, GGML_TYPE_Q5_0)
-PRUN(prun_q8_0, GGML_TYPE_Q8_0)
-PRUN(prun_q4_K, GGML_TYPE_Q4_K)
-PRUN(prun_q5_K, GGML_TYPE_Q5_K)
-PRUN(prun_q6_K, GGML_TYPE_Q6_K)
+#ifndef TM_Q6
+#define TM_Q6 4
+#endif
+#ifndef TM_K
+#define TM_K 4
+#endif
+PRUN(prun_q4_0, GGML_TYPE_Q4_0, 4)
+PRUN(prun_q5_0, GGML_TYPE_Q5_0, 4)
+PRUN(prun_q8_0, GGML_TYPE_Q8_0, 4)
+PRUN(prun_q4_K, GGML_TYPE_Q4_K, TM_K)
+PRUN(prun_q5_K, GGML_TYPE_Q5_K, TM_K)
+PRUN(prun_q6_K, GGML_TYPE_Q6_K, TM_Q6)
 
 static void gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
                         size_t act_stride, int n_tokens, float *out, size_t out_stride)
