@@ -23,14 +23,35 @@ BASEFLAGS = -std=c11 -D_GNU_SOURCE -pthread -I. $(WARN) \
             -DKVCHAT_VERSION='"$(VERSION)"'
 # where `make install` puts the shipped themes (the chat searches it after ~/.config/kvchat/themes)
 BASEFLAGS += -DKVCHAT_DATADIR='"$(PREFIX)/share/kvchat"'
-OPT      ?= -O2 -march=native
+# One binary for every CPU of its architecture: the program is built for the baseline ISA, and the
+# kernels of each level in engine/kernels/ get their own flags (KFLAGS_<file> below); the best level
+# the CPU has is chosen at run time (engine/kernels/kernels.c; KVCHAT_ISA forces a lower one).
+# `make NATIVE=1` builds everything for this machine's CPU instead (not portable).
+OPT      ?= -O2
+ifeq ($(NATIVE),1)
+OPT      += -march=native
+endif
 CFLAGS   ?=
+ARCH     := $(shell $(CC) -dumpmachine 2>/dev/null | cut -d- -f1)
+X86_AVX2 := -mavx2 -mfma -mf16c
+ifeq ($(ARCH),x86_64)
+KFLAGS_x86_avx2    := $(X86_AVX2)
+KFLAGS_gemm_avx2   := $(X86_AVX2)
+KFLAGS_x86_avxvnni := $(X86_AVX2) -mavxvnni
+KFLAGS_gemm_avxvnni := $(X86_AVX2) -mavxvnni
+KFLAGS_x86_avx512  := $(X86_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512vbmi
+endif
+ifeq ($(ARCH),aarch64)
+KFLAGS_arm_dotprod := -march=armv8.2-a+dotprod+fp16
+KFLAGS_arm_i8mm    := -march=armv8.6-a+dotprod+i8mm+fp16
+endif
+KFLAGS = $(KFLAGS_$(basename $(notdir $<)))
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
 TEST_LIBS  = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-ENGINE_SRC  := $(wildcard engine/*.c)
+ENGINE_SRC  := $(wildcard engine/*.c engine/kernels/*.c)
 STORAGE_SRC := $(wildcard storage/*.c)
 UI_SRC      := $(wildcard ui/*.c)
 APP_SRC     := $(wildcard app/*.c)
@@ -68,18 +89,18 @@ deps:
 # --- build ------------------------------------------------------------------------------
 $(BUILD)/rel/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(BASEFLAGS) $(OPT) $(KFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/asan/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g -march=native $(SAN) -MMD -MP -c $< -o $@
+	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g $(KFLAGS) $(SAN) -MMD -MP -c $< -o $@
 
 kvchat: $(OBJ) $(BUILD)/rel/app/main.o
 	$(CC) $(OPT) $(CFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/asan/tests/%: tests/%.c $(ASAN_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g -march=native $(SAN) -o $@ $< $(ASAN_OBJ) $(LDLIBS_ALL) $(TEST_LIBS)
+	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g $(SAN) -o $@ $< $(ASAN_OBJ) $(LDLIBS_ALL) $(TEST_LIBS)
 
 # --- run & test -------------------------------------------------------------------------
 run: kvchat

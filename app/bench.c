@@ -6,6 +6,12 @@
  * Each test runs once to warm up (page in the weights, settle the threads), then REPS timed
  * times; the table gives mean ± sd and the median. Model loading is never timed. The decode
  * bandwidth is the bytes of weights a token reads (model_weight_bytes) × tokens per second.
+ * -d N (depth, as llama-bench's -d): the cache first holds N prompt tokens (prefilled untimed in
+ *      chunks of 512), then ppN / tgN run from there, so decode at depth also reads N positions
+ *      of K and V per layer.
+ * The machine's read bandwidth is measured with the same threads (a STREAM-like pass, McCalpin
+ * 1995: each thread sums its share of a 512 MiB buffer, best of 5), and decode GB/s is printed as
+ * a fraction of it: the distance to the physical limit of a memory-bound decode.
  */
 #include <getopt.h>
 #include <math.h>
@@ -18,7 +24,8 @@
 
 #include "app/tools.h"
 #include "engine/model.h"
-#include "engine/quant.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/quant.h"
 
 #define MAX_LIST 16
 
@@ -27,12 +34,13 @@ typedef struct bench_opts {
     int pp[MAX_LIST], n_pp;
     int tg[MAX_LIST], n_tg;
     int th[MAX_LIST], n_th;
+    int depth[MAX_LIST], n_depth;
     int reps;
     int json;
 } bench_opts;
 
 typedef struct result {
-    int threads, is_pp, n;
+    int threads, is_pp, n, depth;
     double *samples;   /* tokens per second, reps entries */
     double mean, sd, median;
 } result;
@@ -116,7 +124,7 @@ static int parse_list(const char *s, const char *opt, int lo, int *out, int *n)
 static void bench_usage(FILE *out)
 {
     fprintf(out,
-            "Usage: kvchat bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r 5] [--json]\n"
+            "Usage: kvchat bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-d DEPTH] [-r 5] [--json]\n"
             "Measure prefill (ppN: N prompt tokens in one batch) and decode (tgN: N tokens one at a\n"
             "time) speed, from an empty KV cache, excluding model loading. -p, -n and -t take\n"
             "comma-separated lists; 0 skips the pp or tg tests.\n"
@@ -124,8 +132,17 @@ static void bench_usage(FILE *out)
             "  -p, --n-prompt N    prompt tokens (default 512)\n"
             "  -n, --n-gen N       generated tokens (default 128)\n"
             "  -t, --threads N     threads (default: all CPUs)\n"
+            "  -d, --n-depth N     tokens already in the KV cache before each test (default 0)\n"
             "  -r, --repetitions N timed runs per test after one warm-up run (default 5)\n"
             "      --json          print the results as JSON instead of a table\n");
+}
+
+/* The read bandwidth measured with `threads` threads. */
+static double bw_of(const bench_opts *o, const double *bw, int threads)
+{
+    for (int i = 0; i < o->n_th; i++)
+        if (o->th[i] == threads) return bw[i];
+    return 0;
 }
 
 static int argmax(const float *x, int n)
@@ -136,14 +153,69 @@ static int argmax(const float *x, int n)
     return b;
 }
 
-/* One timed test; returns tokens per second or a negative value on error. */
-static double run_once(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, float *logits, int32_t *toks,
-                       int is_pp, int n, kv_error *err)
+/* Read bandwidth of this machine with nth threads: the best of 5 passes in which every thread sums
+ * its share of a buffer much larger than the caches (bytes per second; 0 when the buffer cannot
+ * be had). */
+typedef struct bw_job {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sink[64];
+} bw_job;
+
+static void bw_worker(void *arg, int ith, int nth)
+{
+    bw_job *j = arg;
+    long lo, hi;
+    tpool_split((long)(j->n / 8), ith, nth, &lo, &hi);
+    const uint64_t *p = j->buf + (size_t)lo * 8;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    for (long i = lo; i < hi; i++, p += 8) {
+        a0 += p[0], a1 += p[1], a2 += p[2], a3 += p[3];
+        a4 += p[4], a5 += p[5], a6 += p[6], a7 += p[7];
+    }
+    j->sink[ith & 63] = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+}
+
+static double read_bandwidth(tpool *pool)
+{
+    const size_t bytes = (size_t)512 << 20;
+    bw_job j = {.n = bytes / 8};
+    uint64_t *buf = aligned_alloc(4096, bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < j.n; i++) buf[i] = i; /* touched: real pages, not the zero page */
+    j.buf = buf;
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_s();
+        tpool_run(pool, bw_worker, &j);
+        double bps = bytes / (now_s() - t0);
+        best = bps > best ? bps : best;
+    }
+    free(buf);
+    return best;
+}
+
+/* Fill the cache with depth prompt tokens (untimed), in batches the forward context takes. */
+static int fill_depth(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, float *logits,
+                      const int32_t *toks, int depth, kv_error *err)
 {
     kv_cache_truncate(kv, 0);
+    int nb = forward_ctx_n_batch(fc);
+    for (int p = 0; p < depth; p += nb) {
+        int n = depth - p < nb ? depth - p : nb;
+        if (model_forward(m, fc, kv, pool, toks + p, n, logits, 0, err)) return -1;
+    }
+    return 0;
+}
+
+/* One timed test after `depth` tokens; returns tokens per second or a negative value on error. */
+static double run_once(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, float *logits, int32_t *toks,
+                       int is_pp, int n, int depth, kv_error *err)
+{
+    if (fill_depth(m, fc, kv, pool, logits, toks, depth, err)) return -1;
     double t0 = now_s();
     if (is_pp) {
-        if (model_forward(m, fc, kv, pool, toks, n, logits, 0, err)) return -1;
+        if (model_forward(m, fc, kv, pool, toks + depth, n, logits, 0, err)) return -1;
     } else {
         int32_t tok = toks[0];
         for (int i = 0; i < n; i++) {
@@ -161,9 +233,10 @@ int bench_main(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"n-prompt", required_argument, 0, 'p'},
         {"n-gen", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
         {"repetitions", required_argument, 0, 'r'}, {"json", no_argument, 0, 'j'},
+        {"n-depth", required_argument, 0, 'd'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    bench_opts o = {.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .reps = 5};
+    bench_opts o = {.pp = {512}, .n_pp = 1, .tg = {128}, .n_tg = 1, .depth = {0}, .n_depth = 1, .reps = 5};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.th[0] = ncpu > 0 ? (int)ncpu : 1;
     o.n_th = 1;
@@ -171,12 +244,13 @@ int bench_main(int argc, char **argv)
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":m:p:n:t:r:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":m:p:n:t:d:r:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o.model = optarg; break;
         case 'p': if (parse_list(optarg, "-p", 0, o.pp, &o.n_pp)) return 2; break;
         case 'n': if (parse_list(optarg, "-n", 0, o.tg, &o.n_tg)) return 2; break;
         case 't': if (parse_list(optarg, "-t", 1, o.th, &o.n_th)) return 2; break;
+        case 'd': if (parse_list(optarg, "-d", 0, o.depth, &o.n_depth)) return 2; break;
         case 'r': {
             int n, v[MAX_LIST];
             if (parse_list(optarg, "-r", 1, v, &n) || n != 1) return 2;
@@ -204,25 +278,28 @@ int bench_main(int argc, char **argv)
         fprintf(stderr, "kvchat bench: %s\n", err.msg);
         return err.code == KV_ERR_NOMEM ? 1 : 3;
     }
-    int max_pp = 1, max_tg = 1;
+    int max_pp = 1, max_tg = 1, max_d = 0;
     for (int i = 0; i < o.n_pp; i++) max_pp = o.pp[i] > max_pp ? o.pp[i] : max_pp;
     for (int i = 0; i < o.n_tg; i++) max_tg = o.tg[i] > max_tg ? o.tg[i] : max_tg;
-    int n_ctx = (max_pp > max_tg ? max_pp : max_tg) + 1;
+    for (int i = 0; i < o.n_depth; i++) max_d = o.depth[i] > max_d ? o.depth[i] : max_d;
+    int n_ctx = max_d + (max_pp > max_tg ? max_pp : max_tg) + 1;
+    int n_batch = max_d > 0 && max_pp < 512 ? 512 : max_pp;
     kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, n_ctx, GGML_TYPE_F16, &err);
-    forward_ctx *fc = kv ? forward_ctx_create(m, max_pp, n_ctx, &err) : NULL;
+    forward_ctx *fc = kv ? forward_ctx_create(m, n_batch, n_ctx, &err) : NULL;
     float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_pp);
-    int n_res = o.n_th * (o.n_pp + o.n_tg);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_d + max_pp));
+    int n_res = o.n_th * o.n_depth * (o.n_pp + o.n_tg);
+    double *bw = calloc((size_t)o.n_th, sizeof(double)); /* read bandwidth per thread count, bytes/s */
     result *res = calloc((size_t)n_res, sizeof *res);
     double *samples = calloc((size_t)n_res * (size_t)o.reps, sizeof(double));
     int rc = 0;
-    if (!kv || !fc || !logits || !toks || !res || !samples) {
+    if (!kv || !fc || !logits || !toks || !res || !samples || !bw) {
         fprintf(stderr, "kvchat bench: %s\n", err.msg[0] ? err.msg : "out of memory");
         rc = 1;
         goto done;
     }
     /* the prompt llamacpp-bench.mjs uses: ordinary token ids 100 + (7i mod 200) */
-    for (int i = 0; i < max_pp; i++) toks[i] = (100 + (i * 7) % 200) % m->hp.n_vocab;
+    for (int i = 0; i < max_d + max_pp; i++) toks[i] = (100 + (i * 7) % 200) % m->hp.n_vocab;
 
     int k = 0;
     for (int ti = 0; ti < o.n_th && !rc; ti++) {
@@ -232,28 +309,30 @@ int bench_main(int argc, char **argv)
             rc = 1;
             break;
         }
-        for (int pass = 0; pass < 2 && !rc; pass++) {
-            int cnt = pass == 0 ? o.n_pp : o.n_tg;
-            for (int i = 0; i < cnt && !rc; i++) {
-                int n = pass == 0 ? o.pp[i] : o.tg[i];
-                if (n == 0) continue;
-                result *r = &res[k++];
-                r->threads = o.th[ti];
-                r->is_pp = pass == 0;
-                r->n = n;
-                r->samples = samples + (size_t)(k - 1) * o.reps;
-                for (int rep = -1; rep < o.reps; rep++) {
-                    double tps = run_once(m, fc, kv, pool, logits, toks, r->is_pp, n, &err);
-                    if (tps < 0) {
-                        fprintf(stderr, "kvchat bench: %s\n", err.msg);
-                        rc = 1;
-                        break;
+        for (int di = 0; di < o.n_depth && !rc; di++)
+            for (int pass = 0; pass < 2 && !rc; pass++) {
+                int cnt = pass == 0 ? o.n_pp : o.n_tg;
+                for (int i = 0; i < cnt && !rc; i++) {
+                    int n = pass == 0 ? o.pp[i] : o.tg[i];
+                    if (n == 0) continue;
+                    result *r = &res[k++];
+                    r->threads = o.th[ti];
+                    r->is_pp = pass == 0;
+                    r->n = n;
+                    r->depth = o.depth[di];
+                    r->samples = samples + (size_t)(k - 1) * o.reps;
+                    for (int rep = -1; rep < o.reps; rep++) {
+                        double tps = run_once(m, fc, kv, pool, logits, toks, r->is_pp, n, r->depth, &err);
+                        if (tps < 0) {
+                            fprintf(stderr, "kvchat bench: %s\n", err.msg);
+                            rc = 1;
+                            break;
+                        }
+                        if (rep >= 0) r->samples[rep] = tps;
                     }
-                    if (rep >= 0) r->samples[rep] = tps;
+                    if (!rc) summarize(r, o.reps);
                 }
-                if (!rc) summarize(r, o.reps);
             }
-        }
         tpool_free(pool);
     }
     n_res = k;
@@ -273,6 +352,12 @@ int bench_main(int argc, char **argv)
         kv_cache_get_stats(kv, &ks);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
+        /* after the peak RSS is read: the bandwidth pass's buffer is not the model's memory */
+        for (int ti = 0; ti < o.n_th; ti++) {
+            tpool *pool = tpool_create(o.th[ti]);
+            if (pool) bw[ti] = read_bandwidth(pool);
+            tpool_free(pool);
+        }
         double rss_mib = ru.ru_maxrss / 1024.0, file_mib = m->gguf->size / 1048576.0,
                kv_mib = ks.bytes_reserved / 1048576.0;
         char sz[32], np[32], desc[96];
@@ -283,36 +368,46 @@ int bench_main(int argc, char **argv)
             printf("[\n");
             for (int i = 0; i < n_res; i++) {
                 const result *r = &res[i];
+                double gbps = r->is_pp ? 0.0 : wbytes * r->median / 1e9, peak = bw_of(&o, bw, r->threads) / 1e9;
                 printf("  {\"model\": \"%s\", \"file\": \"%s\", \"type\": \"%s\", \"size\": %llu, \"params\": %llu, "
-                       "\"threads\": %d, \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.4f, "
-                       "\"stddev_ts\": %.4f, \"median_ts\": %.4f, \"weight_bytes_per_token\": %llu, "
-                       "\"decode_gbps\": %.4f, \"samples_ts\": [",
+                       "\"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, "
+                       "\"n_depth\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"median_ts\": %.4f, "
+                       "\"weight_bytes_per_token\": %llu, \"decode_gbps\": %.4f, \"read_gbps\": %.4f, "
+                       "\"decode_bw_fraction\": %.4f, \"samples_ts\": [",
                        m->arch_name, base, tname, (unsigned long long)size, (unsigned long long)m->n_params,
-                       r->threads, r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0, r->is_pp ? 0 : r->n, r->mean,
-                       r->sd, r->median, (unsigned long long)wbytes, r->is_pp ? 0.0 : wbytes * r->median / 1e9);
+                       r->threads, kern_isa_name(kern()->isa), r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0,
+                       r->is_pp ? 0 : r->n, r->depth, r->mean, r->sd, r->median, (unsigned long long)wbytes, gbps,
+                       peak, !r->is_pp && peak > 0 ? gbps / peak : 0.0);
                 for (int j = 0; j < o.reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
                 printf("], \"peak_rss_mib\": %.1f, \"file_mib\": %.1f, \"kv_mib\": %.1f}%s\n", rss_mib, file_mib,
                        kv_mib, i + 1 < n_res ? "," : "");
             }
             printf("]\n");
         } else {
-            printf("| model | size | params | type | threads | test | t/s | median t/s | decode GB/s |\n");
-            printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+            printf("| model | size | params | type | threads | test | t/s | median t/s | decode GB/s | of read BW |\n");
+            printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
             for (int i = 0; i < n_res; i++) {
                 const result *r = &res[i];
-                char test[16], gbps[16] = "";
-                snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n);
+                char test[32], gbps[16] = "", frac[16] = "";
+                int l = snprintf(test, sizeof test, "%s%d", r->is_pp ? "pp" : "tg", r->n);
+                if (r->depth) snprintf(test + l, sizeof test - (size_t)l, " @ d%d", r->depth);
+                double peak = bw_of(&o, bw, r->threads);
                 if (!r->is_pp) snprintf(gbps, sizeof gbps, "%.1f", wbytes * r->median / 1e9);
-                printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f | %s |\n", base, sz, np, desc,
-                       r->threads, test, r->mean, r->sd, r->median, gbps);
+                if (!r->is_pp && peak > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * wbytes * r->median / peak);
+                printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f | %s | %s |\n", base, sz, np, desc,
+                       r->threads, test, r->mean, r->sd, r->median, gbps, frac);
             }
             printf("\ndecode reads %.1f MiB of weights per token (decode GB/s = that × median t/s); "
                    "peak RSS %.1f MiB = file %.1f MiB + KV cache %.1f MiB %s %.1f MiB\n",
                    wbytes / 1048576.0, rss_mib, file_mib, kv_mib, rss_mib >= file_mib + kv_mib ? "+" : "-",
                    fabs(rss_mib - file_mib - kv_mib));
+            printf("kernels %s; read bandwidth measured here (STREAM-like sum, best of 5):", kern_isa_name(kern()->isa));
+            for (int ti = 0; ti < o.n_th; ti++) printf(" %.1f GB/s with %d thread%s", bw[ti] / 1e9, o.th[ti], o.th[ti] > 1 ? "s" : "");
+            printf("\n");
         }
     }
 done:
+    free(bw);
     free(samples);
     free(res);
     free(toks);

@@ -19,7 +19,7 @@
 
 #include "engine/chat_template.h"
 #include "engine/gguf.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "engine/stop.h"
 #include "engine/worker.h"
 #include "chatstore.h"

@@ -14,7 +14,7 @@
 
 #include "app/util.h"
 #include "engine/kv_cache.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 #define N_NOTES 4
 

@@ -15,7 +15,7 @@
 #include "app/chatstore.h"
 #include "app/util.h"
 #include "engine/chat_template.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 enum cfg_type {
     T_PATH,     /* a file path; "~/" expanded */

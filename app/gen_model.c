@@ -21,7 +21,7 @@
 #include "app/tools.h"
 #include "engine/gguf.h"
 #include "engine/gguf_writer.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 typedef struct shape {
     const char *name, *arch, *title;

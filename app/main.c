@@ -24,7 +24,8 @@
 #include "engine/chat_template.h"
 #include "engine/generate.h"
 #include "engine/stop.h"
-#include "engine/quant.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/quant.h"
 
 #ifndef KVCHAT_DATADIR
 #define KVCHAT_DATADIR "/usr/local/share/kvchat"
@@ -559,6 +560,8 @@ static int run_interactive(engine *e, sampler *s, const cli *c)
 
 int main(int argc, char **argv)
 {
+    /* a KVCHAT_ISA the kernels cannot honour is said once, before anything runs */
+    if (kern_warning() && !(argc > 1 && !strcmp(argv[1], "--version"))) fprintf(stderr, "kvchat: %s\n", kern_warning());
     /* subcommands: speed measurement and synthetic benchmark models (app/bench.c, app/gen_model.c) */
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "gen-model")) return gen_model_main(argc - 1, argv + 1);

@@ -10,7 +10,7 @@
 
 #include "app/output.h"
 #include "engine/gguf.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "ui/theme.h"
 
 int models_dir(char *buf, size_t cap)

@@ -1,4 +1,4 @@
-/* version: `kvchat --version` — the version, build options, libraries, and the SIMD level compiled in and in use on this CPU. */
+/* version: `kvchat --version` — the version, build options, libraries, and the kernel level in use on this CPU. */
 #include "app/version.h"
 
 #include <cblas.h>
@@ -7,6 +7,8 @@
 #include <sqlite3.h>
 #include <string.h>
 
+#include "engine/kernels/kernels.h"
+
 #ifndef KVCHAT_VERSION
 #define KVCHAT_VERSION "unknown"
 #endif
@@ -14,84 +16,19 @@
 #define KVCHAT_DATADIR "/usr/local/share/kvchat"
 #endif
 
-/* What the dot-product kernels (engine/quant_simd.c) were compiled for: the same macros pick
- * them there. */
-static const char *compiled_level(void)
-{
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__) && defined(__F16C__)
-    return "AVX-512";
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    return "AVX2";
-#else
-    return "scalar";
-#endif
-}
-
-typedef struct feature {
-    const char *name;
-    int compiled;
-    int cpu;
-} feature;
-
-#if defined(__x86_64__) || defined(__i386__)
-#define CPU(x) __builtin_cpu_supports(x)
-#else
-#define CPU(x) 0
-#endif
-
-static int features(feature *f)
-{
-    int n = 0;
-#define F(label, macro_on, cpu_name) f[n++] = (feature){label, macro_on, CPU(cpu_name)}
-#ifdef __AVX2__
-    F("AVX2", 1, "avx2");
-#else
-    F("AVX2", 0, "avx2");
-#endif
-#ifdef __FMA__
-    F("FMA", 1, "fma");
-#else
-    F("FMA", 0, "fma");
-#endif
-#ifdef __F16C__
-    F("F16C", 1, "f16c");
-#else
-    F("F16C", 0, "f16c");
-#endif
-#ifdef __AVX512F__
-    F("AVX512F", 1, "avx512f");
-#else
-    F("AVX512F", 0, "avx512f");
-#endif
-#ifdef __AVX512BW__
-    F("AVX512BW", 1, "avx512bw");
-#else
-    F("AVX512BW", 0, "avx512bw");
-#endif
-#ifdef __AVX512VL__
-    F("AVX512VL", 1, "avx512vl");
-#else
-    F("AVX512VL", 0, "avx512vl");
-#endif
-#ifdef __AVX512VNNI__
-    F("AVX512-VNNI", 1, "avx512vnni");
-#else
-    F("AVX512-VNNI", 0, "avx512vnni");
-#endif
-#ifdef __AVX512BF16__
-    F("AVX512-BF16", 1, "avx512bf16");
-#else
-    F("AVX512-BF16", 0, "avx512bf16");
-#endif
-#undef F
-    return n;
-}
+/* What each kernel level is, for the line that lists them. */
+static const char *const level_text[KERN_ISA_COUNT] = {
+    [KERN_PORTABLE] = "portable C",
+    [KERN_AVX2] = "x86-64 AVX2 + FMA + F16C",
+    [KERN_AVXVNNI] = "x86-64 AVX2 + AVX-VNNI",
+    [KERN_AVX512] = "x86-64 AVX-512 F/BW/VL/DQ/VNNI/VBMI",
+    [KERN_NEON] = "aarch64 NEON",
+    [KERN_NEON_DOTPROD] = "aarch64 NEON + dotprod",
+    [KERN_NEON_I8MM] = "aarch64 NEON + dotprod + i8mm",
+};
 
 void version_print(FILE *out)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-#endif
     fprintf(out, "kvchat %s\n", KVCHAT_VERSION);
     fprintf(out, "build: C11");
 #if defined(__clang__)
@@ -111,30 +48,13 @@ void version_print(FILE *out)
     const char *blas = openblas_get_config();
     fprintf(out, "libraries: %s, SQLite %s, %s, readline %s\n", blas ? blas : "OpenBLAS", sqlite3_libversion(),
             curses_version(), rl_library_version ? rl_library_version : "?");
-    feature f[16];
-    int n = features(f);
-    fprintf(out, "SIMD compiled in:");
-    int any = 0;
-    for (int i = 0; i < n; i++)
-        if (f[i].compiled) fprintf(out, " %s", f[i].name), any = 1;
-    fprintf(out, "%s\nthis CPU has:", any ? "" : " none");
-    any = 0;
-    for (int i = 0; i < n; i++)
-        if (f[i].cpu) fprintf(out, " %s", f[i].name), any = 1;
-    fprintf(out, "%s\n", any ? "" : " none of these");
-    int missing = 0;
-    for (int i = 0; i < n; i++) missing |= f[i].compiled && !f[i].cpu;
-    const char *lvl = compiled_level();
-    if (missing) {
-        fprintf(out, "SIMD in use: %s kernels, but this CPU lacks:", lvl);
-        for (int i = 0; i < n; i++)
-            if (f[i].compiled && !f[i].cpu) fprintf(out, " %s", f[i].name);
-        fprintf(out, " (rebuild here: make clean && make)\n");
-    } else {
-        fprintf(out, "SIMD in use: %s kernels for the quantized dot products", lvl);
-        int unused = 0;
-        for (int i = 0; i < n; i++) unused |= !f[i].compiled && f[i].cpu;
-        if (unused && strcmp(lvl, "AVX-512")) fprintf(out, " (the CPU could do more: build with -march=native)");
-        fprintf(out, "\n");
-    }
+    const kern_ops *k = kern();
+    fprintf(out, "kernels: %s (%s)", kern_isa_name(k->isa), level_text[k->isa]);
+    if (k->isa != kern_best()) fprintf(out, ", forced by KVCHAT_ISA; best on this CPU: %s", kern_isa_name(kern_best()));
+    fprintf(out, "\nkernel levels this CPU can run:");
+    for (int i = 0; i < KERN_ISA_COUNT; i++)
+        if (kern_supported((kern_isa)i)) fprintf(out, " %s", kern_isa_name((kern_isa)i));
+    fprintf(out, " (KVCHAT_ISA=LEVEL forces one)\n");
+    const char *w = kern_warning();
+    if (w) fprintf(out, "warning: %s\n", w);
 }

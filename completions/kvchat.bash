@@ -93,7 +93,7 @@ _kvchat()
         import)
             if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W '--db --help' -- "$cur"))
             else COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; fi ;;
-        bench) COMPREPLY=($(compgen -W '-m --model -p --n-prompt -n --n-gen -t --threads -r --repetitions --json --help' -- "$cur")) ;;
+        bench) COMPREPLY=($(compgen -W '-m --model -p --n-prompt -n --n-gen -t --threads -d --n-depth -r --repetitions --json --help' -- "$cur")) ;;
         gen-model) COMPREPLY=($(compgen -W '--shape --type -o --layers --seed --help' -- "$cur")) ;;
         tokenize) COMPREPLY=($(compgen -W '-m --model --ids --no-bos --parse-special --help' -- "$cur")) ;;
     esac

@@ -103,6 +103,7 @@ complete -c kvchat -n '__fish_seen_subcommand_from bench tokenize' -s m -l model
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s p -l n-prompt -x -d 'Prompt tokens'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s n -l n-gen -x -d 'Generated tokens'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s t -l threads -x -d 'Threads'
+complete -c kvchat -n '__fish_seen_subcommand_from bench' -s d -l n-depth -x -d 'Tokens in the KV cache before each test'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s r -l repetitions -x -d 'Timed runs per test'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -l json -d 'JSON output'
 complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l shape -x -a 'tinyllama llama3.2-1b qwen2.5-0.5b tiny' -d 'Model shape'

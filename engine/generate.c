@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 #define DEFAULT_N_BATCH 512
 #define MIN_N_KEEP 4          /* attention sinks (StreamingLLM, Xiao et al. 2023) */

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 #define DEFAULT_ALIGNMENT 32u
 #define MAX_NAME_LEN 64       /* spec: tensor names are at most 64 bytes */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 #define BS KV_BLOCK_SIZE
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 /* ---- loading ------------------------------------------------------------------------- */
 

@@ -8,7 +8,7 @@
 #include "gguf.h"
 #include "kv_cache.h"
 #include "kv_error.h"
-#include "threadpool.h"
+#include "kernels/threadpool.h"
 
 enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2 = 1 };
 

@@ -1,4 +1,4 @@
-/* ops: numeric kernels of the forward pass — norms, RoPE, matmul (threads, weight packing), attention; the per-type loops live in quant*.c. */
+/* ops: the forward pass's operations on model tensors — norms, RoPE, matmul scheduling and weight packing, attention tiling; the arithmetic lives in engine/kernels/. */
 #include "ops.h"
 
 #include <math.h>
@@ -8,7 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 void op_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
@@ -75,18 +76,7 @@ void op_rope_shift(float *vec, int n_head, int head_dim, int n_rot, int delta, f
     op_rope(vec, n_head, head_dim, n_rot, cs, neox);
 }
 
-void op_softmax(float *x, int n)
-{
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++) x[i] *= inv;
-}
+void op_softmax(float *x, int n) { kern_softmax(x, n); }
 
 void op_swiglu(float *gate, const float *up, int n)
 {
@@ -293,202 +283,35 @@ void op_weights_free(gguf_file *f, void *arena)
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-#if defined(__AVX512F__) && defined(__FMA__)
-#define OPS_AVX512 1
-#include <immintrin.h>
-
-#include "simd_util.h"
-
-/* exp of 8 doubles: n = round(x·log2 e), r = x − n·ln2 (|r| <= 0.35), Taylor to r^12
- * (relative error < 1e-14), scaled by 2^n. */
-static inline __m512d exp8d(__m512d x)
-{
-    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
-    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
-    static const double c[] = {1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
-                               1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
-    __m512d p = _mm512_set1_pd(c[0]);
-    for (int i = 1; i < 13; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
-    return _mm512_scalef_pd(p, n);
-}
-
-/* expf of 16 lanes, computed in double and rounded once: equal to a correctly rounded expf
- * (as glibc's) except in vanishingly rare near-ties, so softmax matches the scalar libm path
- * and the reference bit for bit in practice. Inputs are <= 0 here (x − max). */
-static inline __m512 exp16(__m512 x, __m512d *sum)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    __m512d lo = exp8d(_mm512_cvtps_pd(_mm512_castps512_ps256(x)));
-    __m512d hi = exp8d(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-    __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-    /* the sum in double of the rounded floats, as the scalar softmax does */
-    *sum = _mm512_add_pd(*sum, _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
-                                             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)))));
-    return e;
-}
-
-static inline __mmask16 mask16(int n)
-{
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
-#endif
-
 typedef struct attn_job {
-    const float *q, *K, *V;
-    float *out;
-    int n_tokens, pos0, n_head, n_head_kv, hd, tq, n_tiles;
-    float scale;
+    kern_attn a;     /* the operands, as the tile kernels read them */
+    int tq, n_tiles; /* queries per tile, tiles per kv head */
     tpool *pool;
 } attn_job;
 
-/* Scores, softmax and weighted values for the queries of one kv head g and tokens [t0, t1):
- * rows i = (t - t0) * G + h (h < G, head g*G + h). S is [rows][ldS]. */
-static void attn_tile(const attn_job *j, int g, int t0, int t1, float *S, int ldS, float *KT)
-{
-    const int hd = j->hd, G = j->n_head / j->n_head_kv, E = j->n_head * hd, EKV = j->n_head_kv * hd;
-    const int nrows = (t1 - t0) * G;
-#define QROW(i) (j->q + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
-#define OROW(i) (j->out + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
-#define LEN(i) (j->pos0 + t0 + (i) / G + 1)
-#if defined(OPS_AVX512)
-    const int n_kv = j->pos0 + t1;
-    /* S = scale · Q Kᵀ, 16 positions at a time: the K rows are transposed so each dimension of
-     * the 16 positions is one vector, and every query row takes hd multiply-adds with a broadcast
-     * q[d]. Products and sums are rounded separately and summed in the scalar loop's order
-     * (dimension by dimension, position by position for P·V), and exp is correctly rounded:
-     * the results equal the plain C loops (tests/test_ops.c) but where glibc's expf is an ulp
-     * off, which keeps quantized models on the reference's activation roundings. */
-    const int nch = (hd + 15) / 16;
-    for (int p0 = 0; p0 < n_kv; p0 += 16) {
-        int np = n_kv - p0 < 16 ? n_kv - p0 : 16;
-        for (int c = 0; c < nch; c++) {
-            __m512 v[16];
-            __mmask16 m = mask16(hd - 16 * c);
-            for (int r = 0; r < 16; r++)
-                v[r] = r < np ? _mm512_maskz_loadu_ps(m, j->K + (size_t)(p0 + r) * EKV + g * hd + 16 * c)
-                              : _mm512_setzero_ps();
-            simd_transpose16x16(v);
-            int nd = hd - 16 * c < 16 ? hd - 16 * c : 16;
-            for (int d = 0; d < nd; d++) _mm512_store_ps(KT + (size_t)(16 * c + d) * 16, v[d]);
-        }
-        const __m512 sc = _mm512_set1_ps(j->scale);
-        int i = 0;
-        for (; i + 4 <= nrows; i += 4) {
-            const float *q0 = QROW(i), *q1 = QROW(i + 1), *q2 = QROW(i + 2), *q3 = QROW(i + 3);
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd; d++) {
-                __m512 kt = _mm512_load_ps(KT + (size_t)d * 16);
-                a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_set1_ps(q0[d]), kt));
-                a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_set1_ps(q1[d]), kt));
-                a2 = _mm512_add_ps(a2, _mm512_mul_ps(_mm512_set1_ps(q2[d]), kt));
-                a3 = _mm512_add_ps(a3, _mm512_mul_ps(_mm512_set1_ps(q3[d]), kt));
-            }
-            _mm512_storeu_ps(S + (size_t)i * ldS + p0, _mm512_mul_ps(a0, sc));
-            _mm512_storeu_ps(S + (size_t)(i + 1) * ldS + p0, _mm512_mul_ps(a1, sc));
-            _mm512_storeu_ps(S + (size_t)(i + 2) * ldS + p0, _mm512_mul_ps(a2, sc));
-            _mm512_storeu_ps(S + (size_t)(i + 3) * ldS + p0, _mm512_mul_ps(a3, sc));
-        }
-        for (; i < nrows; i++) {
-            const float *q0 = QROW(i);
-            __m512 a0 = _mm512_setzero_ps();
-            for (int d = 0; d < hd; d++)
-                a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_set1_ps(q0[d]), _mm512_load_ps(KT + (size_t)d * 16)));
-            _mm512_storeu_ps(S + (size_t)i * ldS + p0, _mm512_mul_ps(a0, sc));
-        }
-    }
-    /* softmax of each row over its causal length; the rest of the row is zeroed so the
-     * value pass can run every row of a block to the same length */
-    for (int i = 0; i < nrows; i++) {
-        float *s = S + (size_t)i * ldS;
-        int len = LEN(i);
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int p = 0; p < len; p += 16) mx = _mm512_mask_max_ps(mx, mask16(len - p), mx, _mm512_loadu_ps(s + p));
-        __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-        __m512d sum = _mm512_setzero_pd();
-        for (int p = 0; p < len; p += 16) {
-            __mmask16 m = mask16(len - p);
-            /* lanes past len hold -104 - max at worst: exp underflows to 0 there, masked anyway */
-            __m512 xs = _mm512_maskz_sub_ps(m, _mm512_loadu_ps(s + p), vmax);
-            __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_mask_mov_ps(_mm512_set1_ps(-104.0f), m, xs), &sum));
-            _mm512_storeu_ps(s + p, e);
-        }
-        __m512 inv = _mm512_set1_ps((float)(1.0 / _mm512_reduce_add_pd(sum)));
-        for (int p = 0; p < len; p += 16) _mm512_storeu_ps(s + p, _mm512_mul_ps(_mm512_loadu_ps(s + p), inv));
-        for (int p = (len + 15) & ~15; p < n_kv; p += 16) _mm512_storeu_ps(s + p, _mm512_setzero_ps());
-    }
-    /* O = P V: blocks of up to 4 rows keep their hd outputs in registers while the V rows pass */
-    const __mmask16 mlast = mask16(hd - 16 * (nch - 1));
-    for (int i = 0; i < nrows; i += 4) {
-        int nr = nrows - i < 4 ? nrows - i : 4, len = LEN(i + nr - 1);
-        for (int c0 = 0; c0 < nch; c0 += 4) {
-            int nc = nch - c0 < 4 ? nch - c0 : 4;
-            __m512 acc[4][4];
-            for (int r = 0; r < 4; r++)
-                for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
-            for (int p = 0; p < len; p++) {
-                const float *vrow = j->V + (size_t)p * EKV + g * hd + 16 * c0;
-                __m512 vv[4];
-                for (int c = 0; c < nc; c++)
-                    vv[c] = _mm512_maskz_loadu_ps(c0 + c == nch - 1 ? mlast : (__mmask16)0xffff, vrow + 16 * c);
-                for (int r = 0; r < nr; r++) {
-                    __m512 a = _mm512_set1_ps(S[(size_t)(i + r) * ldS + p]);
-                    for (int c = 0; c < nc; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(a, vv[c]));
-                }
-            }
-            for (int r = 0; r < nr; r++)
-                for (int c = 0; c < nc; c++)
-                    _mm512_mask_storeu_ps(OROW(i + r) + 16 * (c0 + c), c0 + c == nch - 1 ? mlast : (__mmask16)0xffff,
-                                          acc[r][c]);
-        }
-    }
-#else
-    (void)KT;
-    for (int i = 0; i < nrows; i++) {
-        const float *q = QROW(i);
-        float *s = S + (size_t)i * ldS, *o = OROW(i);
-        int len = LEN(i);
-        for (int p = 0; p < len; p++) {
-            const float *k = j->K + (size_t)p * EKV + g * hd;
-            float acc = 0.0f;
-            for (int d = 0; d < hd; d++) acc += q[d] * k[d];
-            s[p] = acc * j->scale;
-        }
-        op_softmax(s, len);
-        memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int p = 0; p < len; p++) {
-            const float *v = j->V + (size_t)p * EKV + g * hd;
-            for (int d = 0; d < hd; d++) o[d] += s[p] * v[d];
-        }
-    }
-#endif
-#undef QROW
-#undef OROW
-#undef LEN
-}
-
 static size_t attn_scratch_floats(const attn_job *j)
 {
-    int G = j->n_head / j->n_head_kv, ld = ((j->pos0 + j->n_tokens + 15) & ~15);
-    return (size_t)G * j->tq * ld + (size_t)(j->hd + 15) * 16 + 16;
+    const kern_attn *a = &j->a;
+    int G = a->n_head / a->n_head_kv, ld = ((a->pos0 + a->n_tokens + 15) & ~15);
+    return (size_t)G * j->tq * ld + (size_t)(a->hd + 15) * 16 + 16;
 }
 
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
-    int n_jobs = j->n_head_kv * j->n_tiles;
+    const kern_attn *a = &j->a;
+    const kern_ops *k = kern();
+    int n_jobs = a->n_head_kv * j->n_tiles;
     float *S = tpool_scratch(j->pool, ith, sizeof(float) * attn_scratch_floats(j)), *own = NULL;
     if (!S && !(S = own = aligned_alloc(64, sizeof(float) * attn_scratch_floats(j) + 64))) return;
-    int ld = (j->pos0 + j->n_tokens + 15) & ~15, G = j->n_head / j->n_head_kv;
+    int ld = (a->pos0 + a->n_tokens + 15) & ~15, G = a->n_head / a->n_head_kv;
     float *KT = S + (size_t)G * j->tq * ld;
     KT = (float *)(((uintptr_t)KT + 63) & ~(uintptr_t)63);
     /* interleaved so that the long (late) query tiles of the causal mask spread over threads */
     for (int jb = ith; jb < n_jobs; jb += nth) {
-        int g = jb % j->n_head_kv, tile = jb / j->n_head_kv;
-        int t0 = tile * j->tq, t1 = t0 + j->tq < j->n_tokens ? t0 + j->tq : j->n_tokens;
-        attn_tile(j, g, t0, t1, S, ld, KT);
+        int g = jb % a->n_head_kv, tile = jb / a->n_head_kv;
+        int t0 = tile * j->tq, t1 = t0 + j->tq < a->n_tokens ? t0 + j->tq : a->n_tokens;
+        k->attn_tile(a, g, t0, t1, S, ld, KT);
     }
     free(own);
 }
@@ -497,8 +320,9 @@ void op_attention(const float *q, const float *K, const float *V, float *out, in
                   int n_head_kv, int head_dim, tpool *pool)
 {
     attn_job j = {
-        .q = q, .K = K, .V = V, .out = out, .n_tokens = n_tokens, .pos0 = pos0, .n_head = n_head,
-        .n_head_kv = n_head_kv, .hd = head_dim, .scale = 1.0f / sqrtf((float)head_dim), .pool = pool,
+        .a = {.q = q, .K = K, .V = V, .out = out, .n_tokens = n_tokens, .pos0 = pos0, .n_head = n_head,
+              .n_head_kv = n_head_kv, .hd = head_dim, .scale = 1.0f / sqrtf((float)head_dim)},
+        .pool = pool,
     };
     /* query tiles small enough that a tile's scores (G·tq rows of the context) stay in L2 */
     int G = n_head / n_head_kv, n_kv = pos0 + n_tokens;

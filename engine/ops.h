@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "gguf.h"
-#include "threadpool.h"
+#include "kernels/threadpool.h"
 
 /* RMSNorm (Zhang & Sennrich 2019): out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], n elements.
  * out may alias x. */

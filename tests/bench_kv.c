@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "engine/generate.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "tests/support/testutil.h"
 
 /* Usage: bench_kv MODEL [N_CONV=1500] [N_CTX=2048] [THREADS=1] [KV_TYPE=f16] */

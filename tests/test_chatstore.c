@@ -16,7 +16,7 @@
 #include "app/chatstore.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "engine/worker.h"
 #include "storage/store.h"
 #include "tests/support/testcheck.h"

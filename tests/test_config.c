@@ -13,7 +13,7 @@
 
 #include "app/config.h"
 #include "app/models.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "tests/support/testutil.h"
 
 static const char *write_file(const char *name, const char *text)

@@ -16,7 +16,7 @@
 
 #include "engine/gguf.h"
 #include "engine/gguf_writer.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "tests/support/testcheck.h"
 #include "tests/support/testutil.h"
 

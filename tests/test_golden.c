@@ -10,8 +10,10 @@
 
 #include <cmocka.h>
 
+#include "tests/support/testisa.h"
+
 #include "engine/model.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "engine/tokenizer.h"
 #include "tests/support/testutil.h"
 
@@ -202,5 +204,5 @@ int main(void)
         snprintf(names[i], sizeof names[i], "%s t%d b%d", cases[i].golden, cases[i].n_threads, cases[i].n_batch);
         tests[i] = (struct CMUnitTest){names[i], run_case, NULL, NULL, &cases[i]};
     }
-    return _cmocka_run_group_tests("golden", tests, n, NULL, NULL);
+    return tu_run_every_isa("golden", tests, n, NULL, NULL);
 }

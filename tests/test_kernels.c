@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "engine/kernels/kernels.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -269,13 +269,17 @@ static void run_sweep(sweep *s, int extreme) {
     free(out);
 }
 
-static void test_level(kern_isa isa, void (*fill)(kern_ops *)) {
+/* The level's table as engine/kernels/kernels.c builds it: portable, the level's dot products,
+ * then its matmul group. */
+static void test_level(kern_isa isa, void (*fill_dots)(kern_ops *), void (*fill)(kern_ops *)) {
     if (!kern_supported(isa)) {
         print_message("%s: not supported by this CPU / build, skipped\n", kern_isa_name(isa));
         skip();
     }
     kern_ops o;
     memset(&o, 0, sizeof o);
+    kern_fill_portable(&o);
+    fill_dots(&o);
     fill(&o);
     assert_non_null(o.act_row_size);
     assert_non_null(o.act_prepare);
@@ -316,12 +320,12 @@ static void test_level(kern_isa isa, void (*fill)(kern_ops *)) {
 
 static void test_avx2(void **state) {
     (void)state;
-    test_level(KERN_AVX2, kern_fill_gemm_avx2);
+    test_level(KERN_AVX2, kern_fill_x86_avx2, kern_fill_gemm_avx2);
 }
 
 static void test_avxvnni(void **state) {
     (void)state;
-    test_level(KERN_AVXVNNI, kern_fill_gemm_avxvnni);
+    test_level(KERN_AVXVNNI, kern_fill_x86_avxvnni, kern_fill_gemm_avxvnni);
 }
 
 int main(void) {

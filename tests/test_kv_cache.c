@@ -14,7 +14,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/ops.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "tests/support/testutil.h"
 
 #define BS KV_BLOCK_SIZE

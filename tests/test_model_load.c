@@ -15,7 +15,7 @@
 
 #include "engine/gguf_writer.h"
 #include "engine/model.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "tests/support/testcheck.h"
 #include "tests/support/testutil.h"
 

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/support/testisa.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 #include "app/tools.h"
 #include "engine/model.h"
 #include "engine/ops.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
 static uint64_t rng_u64(void) {
@@ -210,5 +212,5 @@ int main(void) {
         cmocka_unit_test(test_matmul_threads),
         cmocka_unit_test(test_gen_model),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_every_isa("ops", tests, sizeof tests / sizeof *tests, NULL, NULL);
 }

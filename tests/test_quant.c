@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/support/testisa.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +17,7 @@
 #endif
 
 #include "engine/gguf.h"
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 #include "tests/support/testutil.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -1258,7 +1260,7 @@ static void test_gemm_packed(void **state) {
             int64_t n = lens[li];
             if (n % tr->block_size) continue;
             size_t ps = quant_pack_size(type, n, ROWS);
-            if (!ps) { print_message("%s: no packed layout in this build\n", tname(type)); continue; }
+            if (!ps) { print_message("%s: no packed layout at this kernel level\n", tname(type)); continue; }
             size_t rs = quant_row_size(type, n), as = quant_act_row_size(type, n);
             uint8_t *w = malloc(rs * ROWS);
             for (int r = 0; r < ROWS; r++) random_bytes_row(type, w + (size_t)r * rs, n);
@@ -1314,7 +1316,7 @@ static void test_gemm_packed_extremes(void **state) {
     for (size_t ti = 0; ti < N_PACKED; ti++) {
         int type = PACKED[ti];
         size_t rs = quant_row_size(type, N), as = quant_act_row_size(type, N), ps = quant_pack_size(type, N, ROWS);
-        if (!ps) { print_message("%s: no packed layout in this build\n", tname(type)); continue; }
+        if (!ps) { print_message("%s: no packed layout at this kernel level\n", tname(type)); continue; }
         uint8_t *w = malloc(rs * ROWS), *act = aligned_alloc(64, as * T);
         void *packed = aligned_alloc(64, (ps + 63) & ~(size_t)63);
         for (int pattern = 0; pattern < 4; pattern++) {
@@ -1424,5 +1426,5 @@ int main(void) {
         cmocka_unit_test(test_real_gguf_llama),
         cmocka_unit_test(test_real_gguf_qwen2),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_run_every_isa("quant", tests, sizeof tests / sizeof *tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* gemm_avx2: the matmul group for AVX2 + FMA + F16C (and, built with -DKERN_VNNI -mavxvnni, AVX-VNNI) — prepared activations, 8-row weight panels, GEMV / GEMM. */
+/* gemm_avx2: the matmul group for AVX2 + FMA + F16C (and, included by gemm_avxvnni.c with KERN_VNNI, for AVX-VNNI) — prepared activations, 8-row weight panels, GEMV / GEMM. */
 /*
  * The design follows engine/quant_gemm.c (the AVX-512 kernels) with 256-bit vectors:
  *
@@ -57,9 +57,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 #define AI static inline __attribute__((always_inline))
+
+/* The level's table before this file's entries (dot products, quantizers of x86_avx2.c): the
+ * Q8_K quantizer and the vec_dot_rows fallback for types without kernels here. */
+static kern_ops base;
 #define ROUND64(x) (((x) + 63) & ~(size_t)63)
 #define PR 8 /* rows per panel */
 
@@ -201,7 +205,7 @@ static void prep_k(const float *x, int64_t n, uint8_t *act)
     block_q8_K blk;
     for (int64_t b = 0; b < n / 256; b++) {
         uint8_t *g = act + b * KG;
-        quant_quantize_row(GGML_TYPE_Q8_K, x + 256 * b, &blk, 256);
+        base.quantize_row(GGML_TYPE_Q8_K, x + 256 * b, &blk, 256);
         memcpy(g, blk.qs, 256);
         memcpy(g + 256, &blk.d, 4);
         int16_t s32[8];
@@ -231,7 +235,7 @@ static void act_prepare(int wtype, const float *x, int64_t n, void *act)
     case ACT_K: prep_k(x, n, act); return;
     default:
         if (qt->vec_dot_type == GGML_TYPE_F32) memcpy(act, x, (size_t)n * 4);
-        else quant_quantize_row(qt->vec_dot_type, x, act, n);
+        else base.quantize_row(qt->vec_dot_type, x, act, n);
         return;
     }
 }
@@ -843,8 +847,8 @@ static void gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
         return;
     default:
         for (int t = 0; t < n_tokens; t++)
-            quant_vec_dot_rows(wtype, n, nrows, w, w_stride, (const uint8_t *)act + (size_t)t * act_stride,
-                               out + (size_t)t * out_stride);
+            base.vec_dot_rows(wtype, n, nrows, w, w_stride, (const uint8_t *)act + (size_t)t * act_stride,
+                              out + (size_t)t * out_stride);
         return;
     }
 }
@@ -860,6 +864,9 @@ void kern_fill_gemm_avxvnni(kern_ops *o)
 void kern_fill_gemm_avx2(kern_ops *o)
 #endif
 {
+    base = *o;
+    if (!base.quantize_row) base.quantize_row = quant_quantize_row;
+    if (!base.vec_dot_rows) base.vec_dot_rows = quant_vec_dot_rows;
     o->act_row_size = act_row_size;
     o->act_prepare = act_prepare;
     o->gemv = gemv;

@@ -89,9 +89,13 @@ int kern_isa_parse(const char *name);
  * (the level used instead is named), else NULL. The app prints it; kernels never print. */
 const char *kern_warning(void);
 
+/* Numerically stable softmax in place over n floats: x - max, expf, the sum in double, times its
+ * reciprocal (the order op_attention's kernels and the reference share). */
+void kern_softmax(float *x, int n);
+
 /* Fill functions, one per source file and level (each a no-op in a build for another
  * architecture): they override the entries of *o that the file implements. */
-void kern_fill_portable(kern_ops *o);
+void kern_fill_portable(kern_ops *o);        /* engine/kernels/portable.c: every entry */
 void kern_fill_x86_avx2(kern_ops *o);      /* engine/kernels/x86_avx2.c: dot products, conversions */
 void kern_fill_x86_avxvnni(kern_ops *o);   /* the same file built with AVX-VNNI */
 void kern_fill_gemm_avx2(kern_ops *o);     /* engine/kernels/gemm_avx2.c: matmul group, attention */

@@ -11,7 +11,7 @@
  *   Q6_K:       element e = 128h + 32k + l: low 4 bits from ql[64h + l + 32(k&1)] (low nibble
  *               for k<2, high for k>=2), high 2 bits = bits 2k..2k+1 of qh[32h+l]; scale = e/16
  */
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 #include <math.h>
 #include <string.h>
@@ -625,7 +625,7 @@ static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *x, int64_t nb) {
         int sumi = 0;
         for (int j = 0; j < 16; j++)
             sumi += ((w[i].qs[j] & 0x0f) - 8) * x[i].qs[j] + ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
-        s += H2F(w[i].d) * H2F(x[i].d) * (float)sumi;
+        s = fmaf(H2F(w[i].d) * H2F(x[i].d), (float)sumi, s); /* one rounding, as every SIMD level */
     }
     return s;
 }
@@ -651,7 +651,7 @@ static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *x, int64_t nb) {
             int hi = ((w[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16;
             sumi += lo * x[i].qs[j] + hi * x[i].qs[j + 16];
         }
-        s += H2F(w[i].d) * H2F(x[i].d) * (float)sumi;
+        s = fmaf(H2F(w[i].d) * H2F(x[i].d), (float)sumi, s); /* one rounding, as every SIMD level */
     }
     return s;
 }
@@ -676,7 +676,7 @@ static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         int sumi = 0;
         for (int j = 0; j < 32; j++) sumi += w[i].qs[j] * x[i].qs[j];
-        s += H2F(w[i].d) * H2F(x[i].d) * (float)sumi;
+        s = fmaf(H2F(w[i].d) * H2F(x[i].d), (float)sumi, s); /* one rounding, as every SIMD level */
     }
     return s;
 }

@@ -1,5 +1,5 @@
 /* quant.c: the GGML type table (names, block sizes, bytes), row sizes and fp16/bf16 scalar conversions. */
-#include "engine/quant.h"
+#include "engine/kernels/quant.h"
 
 #include <assert.h>
 #include <string.h>

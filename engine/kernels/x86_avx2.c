@@ -1,12 +1,15 @@
-/* quant_simd.c: the fast entry points (vec_dot, quantize, dequantize) — AVX2/FMA/F16C/AVX-512/VNNI kernels with scalar fallback. */
+/* x86_avx2: AVX2/FMA/F16C dot products, activation quantizers and conversions (built twice: AVX2, and AVX-VNNI). */
 /*
  * Every kernel here computes exactly what its scalar twin in quant_ref.c computes: the
  * integer parts of the block dot products bit for bit, the float parts up to summation order.
  * Block layouts: GGML ggml-common.h / GGUF spec (see the element map at the top of
- * quant_ref.c). Kernels are chosen at compile time (the build uses -march=native); without
- * AVX2+FMA+F16C everything falls through to the references.
+ * quant_ref.c). The Makefile compiles this file with -mavx2 -mfma -mf16c (kern_fill_x86_avx2),
+ * and x86_avxvnni.c includes it with -mavxvnni added (kern_fill_x86_avxvnni: vpdpbusd in place
+ * of vpmaddubsw + vpmaddwd). The dispatcher (kernels.c) installs it only on CPUs that have the
+ * features; the rest of the program is built for baseline x86-64.
  */
-#include "engine/quant.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/quant.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -40,10 +43,7 @@ static inline int hsum_epi32(__m256i v) {
 /* acc + Σ over groups of 4 of u8 × s8 (vpdpbusd), and acc + Σ pairs of s16 × s16 (vpdpwssd).
  * The non-VNNI fallbacks go through vpmaddubsw, which saturates at ±32767 per pair: every
  * caller keeps |u·s| pairs below that (u <= 128, s in -127..127, or u <= 63). */
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
-#define DPWSSD(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
-#elif defined(__AVXVNNI__)
+#if defined(__AVXVNNI__)
 #define DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
 #define DPWSSD(acc, a, b) _mm256_dpwssd_avx_epi32((acc), (a), (b))
 #else
@@ -75,27 +75,9 @@ static inline __m256i bit5_32(const uint8_t *qh) {
 
 /* ---- F32 / F16 / BF16 ------------------------------------------------------------------- */
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define QUANT_AVX512 1
-#endif
 
 static float vd_f32(const float *w, const float *x, int64_t n) {
     int64_t i = 0;
-#if defined(QUANT_AVX512)
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#else
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 32 <= n; i += 32) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
@@ -107,30 +89,10 @@ static float vd_f32(const float *w, const float *x, int64_t n) {
     float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) s += w[i] * x[i];
     return s;
-#endif
 }
 
 static float vd_f16(const uint16_t *w, const uint16_t *x, int64_t n) {
     int64_t i = 0;
-#if defined(QUANT_AVX512)
-#define LH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(LH(w + i), LH(x + i), a0);
-        a1 = _mm512_fmadd_ps(LH(w + i + 16), LH(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(LH(w + i + 32), LH(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(LH(w + i + 48), LH(x + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(LH(w + i), LH(x + i), a0);
-#undef LH
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i));
-        __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
-        a1 = _mm512_fmadd_ps(wv, xv, a1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#else
 #define LH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 32 <= n; i += 32) {
@@ -144,24 +106,11 @@ static float vd_f16(const uint16_t *w, const uint16_t *x, int64_t n) {
     float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) s += h2f(w[i]) * h2f(x[i]);
     return s;
-#endif
 }
 
 static float vd_bf16(const uint16_t *w, const uint16_t *x, int64_t n) {
     int64_t i = 0;
     float s = 0.0f;
-#if defined(QUANT_AVX512) && defined(__AVX512BF16__)
-    /* vdpbf16ps: pairs of exact bf16 products added into fp32 lanes */
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + i), (__m512bh)_mm512_loadu_si512(x + i));
-        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + i + 32),
-                              (__m512bh)_mm512_loadu_si512(x + i + 32));
-    }
-    for (; i + 32 <= n; i += 32)
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + i), (__m512bh)_mm512_loadu_si512(x + i));
-    s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-#else
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     const __m256i z = _mm256_setzero_si256();
     for (; i + 16 <= n; i += 16) {
@@ -174,7 +123,6 @@ static float vd_bf16(const uint16_t *w, const uint16_t *x, int64_t n) {
                              _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, xv)), a1);
     }
     s = hsum_ps(_mm256_add_ps(a0, a1));
-#endif
     for (; i < n; i++) s += bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]);
     return s;
 }
@@ -697,16 +645,13 @@ static void vd8_q8_0(int64_t nb, const uint8_t *w, size_t stride, const block_q8
     _mm256_storeu_ps(out, acc);
 }
 
-#endif /* QUANT_X86 */
-
-/* ---- public entry points ---------------------------------------------------------------- */
+/* ---- entry points (the kern_ops entries) ------------------------------------------------ */
 
 /* Length checks without a division: n must be a non-negative multiple of 32 / 256. */
 #define OK32(n) ((n) >= 0 && ((n) & 31) == 0)
 #define OK256(n) ((n) >= 0 && ((n) & 255) == 0)
 
-float quant_vec_dot(int type, int64_t n, const void *w, const void *x) {
-#if defined(QUANT_X86)
+static float x_vec_dot(int type, int64_t n, const void *w, const void *x) {
     switch (type) {
     case GGML_TYPE_F32: if (n >= 0) return vd_f32(w, x, n); break;
     case GGML_TYPE_F16: if (n >= 0) return vd_f16(w, x, n); break;
@@ -723,12 +668,10 @@ float quant_vec_dot(int type, int64_t n, const void *w, const void *x) {
     case GGML_TYPE_Q6_K: if (OK256(n)) return vd_q6_K(w, x, n >> 8); break;
     default: break;
     }
-#endif
     return quant_vec_dot_ref(type, n, w, x); /* also the NaN answer for bad type / n */
 }
 
-void quant_quantize_row(int type, const float *src, void *dst, int64_t n) {
-#if defined(QUANT_X86)
+static void x_quantize_row(int type, const float *src, void *dst, int64_t n) {
     switch (type) {
     case GGML_TYPE_Q8_0: if (OK32(n)) { qz_q8_0(src, dst, n >> 5); return; } break;
     case GGML_TYPE_Q8_1: if (OK32(n)) { qz_q8_1(src, dst, n >> 5); return; } break;
@@ -737,45 +680,45 @@ void quant_quantize_row(int type, const float *src, void *dst, int64_t n) {
     case GGML_TYPE_BF16: if (n >= 0) { cvt_f32_bf16(src, dst, n); return; } break;
     default: break;
     }
-#endif
     quant_quantize_row_ref(type, src, dst, n);
 }
 
-void quant_dequantize_row(int type, const void *src, float *dst, int64_t n) {
-#if defined(QUANT_X86)
+static void x_dequantize_row(int type, const void *src, float *dst, int64_t n) {
     if (type == GGML_TYPE_F16 && n >= 0) {
         cvt_f16_f32(src, dst, n);
         return;
     }
-#endif
     quant_dequantize_row_ref(type, src, dst, n);
 }
 
-void quant_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
-#if defined(QUANT_X86)
-    cvt_f16_f32(src, dst, n);
-#else
-    for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(src[i]);
-#endif
-}
-
-void quant_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) {
-#if defined(QUANT_X86)
-    cvt_f32_f16(src, dst, n);
-#else
-    for (int64_t i = 0; i < n; i++) dst[i] = fp32_to_fp16(src[i]);
-#endif
-}
-
-void quant_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, size_t row_stride, const void *x_act,
-                        float *out) {
+static void x_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, size_t row_stride, const void *x_act,
+                           float *out) {
     int64_t r = 0;
     const uint8_t *wb = w;
-#if defined(QUANT_X86)
     if (type == GGML_TYPE_Q4_0 && OK32(n))
         for (; r + 8 <= nrows; r += 8) vd8_q4_0(n >> 5, wb + (size_t)r * row_stride, row_stride, x_act, out + r);
     else if (type == GGML_TYPE_Q8_0 && OK32(n))
         for (; r + 8 <= nrows; r += 8) vd8_q8_0(n >> 5, wb + (size_t)r * row_stride, row_stride, x_act, out + r);
+    for (; r < nrows; r++) out[r] = x_vec_dot(type, n, wb + (size_t)r * row_stride, x_act);
+}
+
+#endif /* QUANT_X86 */
+
+#if defined(__AVXVNNI__)
+#define FILL_NAME kern_fill_x86_avxvnni
+#else
+#define FILL_NAME kern_fill_x86_avx2
 #endif
-    for (; r < nrows; r++) out[r] = quant_vec_dot(type, n, wb + (size_t)r * row_stride, x_act);
+
+void FILL_NAME(kern_ops *o) {
+#if defined(QUANT_X86)
+    o->vec_dot = x_vec_dot;
+    o->vec_dot_rows = x_vec_dot_rows;
+    o->quantize_row = x_quantize_row;
+    o->dequantize_row = x_dequantize_row;
+    o->fp16_to_fp32_row = cvt_f16_f32;
+    o->fp32_to_fp16_row = cvt_f32_f16;
+#else
+    (void)o;
+#endif
 }

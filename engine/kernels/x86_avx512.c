@@ -37,7 +37,8 @@
  * this project's machines); without them quant_pack_size is 0, every type uses the vec_dot_type
  * row and quant_vec_dot_rows, and the API is the same.
  */
-#include "engine/quant.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/quant.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -49,8 +50,13 @@
 #define QG_AVX512 1
 #include <immintrin.h>
 
-#include "engine/simd_util.h"
+#include "engine/kernels/simd_util.h"
 #endif
+
+/* The level below (AVX-VNNI or AVX2), for the types and operations this file leaves to it. */
+static kern_ops base;
+static void g_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
+                          size_t act_stride, int n_tokens, float *out, size_t out_stride);
 
 /* Activation layouts (see the table above). */
 enum act_kind { ACT_STD, ACT_F32, ACT_F16R, ACT_Q4_0, ACT_Q5_0, ACT_Q8_0, ACT_K4, ACT_K6 };
@@ -82,7 +88,7 @@ static int act_kind(int wtype)
 #define KG_BYTES 384    /* 256 elements: x[256], d (f32) at 256, Σq per 32 (K4, 8 × i16) or per 16 (K6,
                            16 × i16) at 260; at 320 K4: Σq per 32 as f32[8], K6: −32·Σq per 16 as i32[16] */
 
-size_t quant_act_row_size(int wtype, int64_t n)
+static size_t g_act_row_size(int wtype, int64_t n)
 {
     const quant_traits *qt = quant_traits_of(wtype);
     if (!qt || n < 0 || n % qt->block_size) return 0;
@@ -153,7 +159,7 @@ static void prep_k(const float *x, int64_t n, uint8_t *act, int k6)
     block_q8_K blk;
     for (int64_t b = 0; b < n / 256; b++) {
         uint8_t *g = act + b * KG_BYTES;
-        quant_quantize_row(GGML_TYPE_Q8_K, x + 256 * b, &blk, 256);
+        base.quantize_row(GGML_TYPE_Q8_K, x + 256 * b, &blk, 256);
         memcpy(g + 256, &blk.d, 4);
         int16_t *bs = (int16_t *)(g + 260);
         if (k6) {
@@ -878,7 +884,7 @@ static void gemm_dot_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, 
 
 /* ---- public entry points ----------------------------------------------------------------- */
 
-void quant_act_prepare(int wtype, const float *x, int64_t n, void *act)
+static void g_act_prepare(int wtype, const float *x, int64_t n, void *act)
 {
     const quant_traits *qt = quant_traits_of(wtype);
     if (!qt || n < 0 || n % qt->block_size) return;
@@ -894,16 +900,16 @@ void quant_act_prepare(int wtype, const float *x, int64_t n, void *act)
 #endif
     default:
         if (qt->vec_dot_type == GGML_TYPE_F32) memcpy(act, x, (size_t)n * 4);
-        else quant_quantize_row(qt->vec_dot_type, x, act, n);
+        else base.quantize_row(qt->vec_dot_type, x, act, n);
         return;
     }
 }
 
-void quant_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t stride, const void *act, float *out)
+static void g_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t stride, const void *act, float *out)
 {
     int kind = act_kind(wtype);
     if (kind == ACT_STD) {
-        quant_vec_dot_rows(wtype, n, nrows, w, stride, act, out);
+        base.vec_dot_rows(wtype, n, nrows, w, stride, act, out);
         return;
     }
 #if defined(QG_AVX512)
@@ -926,7 +932,7 @@ void quant_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t strid
         for (int64_t r = 0; r < nrows; r += QUANT_PANEL_ROWS) {
             int nr = nrows - r < QUANT_PANEL_ROWS ? (int)(nrows - r) : QUANT_PANEL_ROWS;
             pack_panel(wtype, wb + (size_t)r * stride, stride, nr, n, panel);
-            quant_gemm_packed(wtype, n, 0, nr, panel, act, 0, 1, out + r, 0);
+            g_gemm_packed(wtype, n, 0, nr, panel, act, 0, 1, out + r, 0);
         }
         free(panel);
         return;
@@ -944,7 +950,7 @@ void quant_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t strid
 }
 
 
-size_t quant_pack_size(int wtype, int64_t n, int64_t nrows)
+static size_t g_pack_size(int wtype, int64_t n, int64_t nrows)
 {
 #if defined(QG_AVX512)
     const quant_traits *qt = quant_traits_of(wtype);
@@ -958,11 +964,11 @@ size_t quant_pack_size(int wtype, int64_t n, int64_t nrows)
 #endif
 }
 
-void quant_pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, void *dst)
+static void g_pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, void *dst)
 {
 #if defined(QG_AVX512)
     size_t pb = panel_bytes(wtype, n);
-    if (!quant_pack_size(wtype, n, nrows)) return;
+    if (!g_pack_size(wtype, n, nrows)) return;
     for (int64_t r0 = 0; r0 < nrows; r0 += QUANT_PANEL_ROWS) {
         int nr = nrows - r0 < QUANT_PANEL_ROWS ? (int)(nrows - r0) : QUANT_PANEL_ROWS;
         pack_panel(wtype, (const uint8_t *)w + (size_t)r0 * w_stride, w_stride, nr, n,
@@ -978,7 +984,7 @@ void quant_pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_str
 #endif
 }
 
-void quant_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
+static void g_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
                        size_t act_stride, int n_tokens, float *out, size_t out_stride)
 {
 #if defined(QG_AVX512)
@@ -1012,7 +1018,7 @@ void quant_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const 
 #endif
 }
 
-void quant_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
+static void g_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
                 size_t act_stride, int n_tokens, float *out, size_t out_stride)
 {
     const uint8_t *ab = act;
@@ -1023,5 +1029,254 @@ void quant_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_str
     }
 #endif
     for (int t = 0; t < n_tokens; t++)
-        quant_gemv(wtype, n, nrows, w, w_stride, ab + (size_t)t * act_stride, out + (size_t)t * out_stride);
+        g_gemv(wtype, n, nrows, w, w_stride, ab + (size_t)t * act_stride, out + (size_t)t * out_stride);
+}
+
+/* ---- F32 / F16 / BF16 dot products ------------------------------------------------------- */
+
+#if defined(QG_AVX512)
+
+static int has_bf16; /* AVX512-BF16 (vdpbf16ps): Zen 4, Sapphire Rapids; not Ice Lake */
+
+static float vd_f32(const float *w, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+static float vd_f16(const uint16_t *w, const uint16_t *x, int64_t n)
+{
+    int64_t i = 0;
+#define LH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(LH(w + i), LH(x + i), a0);
+        a1 = _mm512_fmadd_ps(LH(w + i + 16), LH(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(LH(w + i + 32), LH(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(LH(w + i + 48), LH(x + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(LH(w + i), LH(x + i), a0);
+#undef LH
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i));
+        __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
+        a1 = _mm512_fmadd_ps(wv, xv, a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+__attribute__((target("avx512bf16"))) static float vd_bf16(const uint16_t *w, const uint16_t *x, int64_t n)
+{
+    int64_t i = 0;
+    float s = 0.0f;
+    /* vdpbf16ps: pairs of exact bf16 products added into fp32 lanes */
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + i), (__m512bh)_mm512_loadu_si512(x + i));
+        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + i + 32),
+                              (__m512bh)_mm512_loadu_si512(x + i + 32));
+    }
+    for (; i + 32 <= n; i += 32)
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + i), (__m512bh)_mm512_loadu_si512(x + i));
+    s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; i < n; i++) s += bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]);
+    return s;
+}
+
+static float x_vec_dot(int type, int64_t n, const void *w, const void *x)
+{
+    if (n >= 0) switch (type) {
+        case GGML_TYPE_F32: return vd_f32(w, x, n);
+        case GGML_TYPE_F16: return vd_f16(w, x, n);
+        case GGML_TYPE_BF16: if (has_bf16) return vd_bf16(w, x, n); break;
+        default: break;
+        }
+    return base.vec_dot(type, n, w, x);
+}
+
+static void x_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, size_t row_stride, const void *x_act,
+                           float *out)
+{
+    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && (type != GGML_TYPE_BF16 || !has_bf16)) {
+        base.vec_dot_rows(type, n, nrows, w, row_stride, x_act, out);
+        return;
+    }
+    for (int64_t r = 0; r < nrows; r++) out[r] = x_vec_dot(type, n, (const uint8_t *)w + (size_t)r * row_stride, x_act);
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+/* exp of 8 doubles: n = round(x·log2 e), r = x − n·ln2 (|r| <= 0.35), Taylor to r^12
+ * (relative error < 1e-14), scaled by 2^n. */
+static inline __m512d exp8d(__m512d x)
+{
+    __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    static const double c[] = {1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
+                               1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int i = 1; i < 13; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    return _mm512_scalef_pd(p, n);
+}
+
+/* expf of 16 lanes, computed in double and rounded once: equal to a correctly rounded expf
+ * (as glibc's) except in vanishingly rare near-ties, so softmax matches the scalar libm path
+ * and the reference bit for bit in practice. Inputs are <= 0 here (x − max). */
+static inline __m512 exp16(__m512 x, __m512d *sum)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    __m512d lo = exp8d(_mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+    __m512d hi = exp8d(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+    __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+    /* the sum in double of the rounded floats, as the scalar softmax does */
+    *sum = _mm512_add_pd(*sum, _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
+                                             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)))));
+    return e;
+}
+
+static inline __mmask16 mask16(int n)
+{
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+
+/* kern_ops.attn_tile: rows i = (t - t0)·G + h of kv head g. */
+static void g_attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int ldS, float *KT)
+{
+    const int hd = j->hd, G = j->n_head / j->n_head_kv, E = j->n_head * hd, EKV = j->n_head_kv * hd;
+    const int nrows = (t1 - t0) * G;
+#define QROW(i) (j->q + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
+#define OROW(i) (j->out + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
+#define LEN(i) (j->pos0 + t0 + (i) / G + 1)
+    const int n_kv = j->pos0 + t1;
+    /* S = scale · Q Kᵀ, 16 positions at a time: the K rows are transposed so each dimension of
+     * the 16 positions is one vector, and every query row takes hd multiply-adds with a broadcast
+     * q[d]. Products and sums are rounded separately and summed in the scalar loop's order
+     * (dimension by dimension, position by position for P·V), and exp is correctly rounded:
+     * the results equal the plain C loops (tests/test_ops.c) but where glibc's expf is an ulp
+     * off, which keeps quantized models on the reference's activation roundings. */
+    const int nch = (hd + 15) / 16;
+    for (int p0 = 0; p0 < n_kv; p0 += 16) {
+        int np = n_kv - p0 < 16 ? n_kv - p0 : 16;
+        for (int c = 0; c < nch; c++) {
+            __m512 v[16];
+            __mmask16 m = mask16(hd - 16 * c);
+            for (int r = 0; r < 16; r++)
+                v[r] = r < np ? _mm512_maskz_loadu_ps(m, j->K + (size_t)(p0 + r) * EKV + g * hd + 16 * c)
+                              : _mm512_setzero_ps();
+            simd_transpose16x16(v);
+            int nd = hd - 16 * c < 16 ? hd - 16 * c : 16;
+            for (int d = 0; d < nd; d++) _mm512_store_ps(KT + (size_t)(16 * c + d) * 16, v[d]);
+        }
+        const __m512 sc = _mm512_set1_ps(j->scale);
+        int i = 0;
+        for (; i + 4 <= nrows; i += 4) {
+            const float *q0 = QROW(i), *q1 = QROW(i + 1), *q2 = QROW(i + 2), *q3 = QROW(i + 3);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < hd; d++) {
+                __m512 kt = _mm512_load_ps(KT + (size_t)d * 16);
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_set1_ps(q0[d]), kt));
+                a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_set1_ps(q1[d]), kt));
+                a2 = _mm512_add_ps(a2, _mm512_mul_ps(_mm512_set1_ps(q2[d]), kt));
+                a3 = _mm512_add_ps(a3, _mm512_mul_ps(_mm512_set1_ps(q3[d]), kt));
+            }
+            _mm512_storeu_ps(S + (size_t)i * ldS + p0, _mm512_mul_ps(a0, sc));
+            _mm512_storeu_ps(S + (size_t)(i + 1) * ldS + p0, _mm512_mul_ps(a1, sc));
+            _mm512_storeu_ps(S + (size_t)(i + 2) * ldS + p0, _mm512_mul_ps(a2, sc));
+            _mm512_storeu_ps(S + (size_t)(i + 3) * ldS + p0, _mm512_mul_ps(a3, sc));
+        }
+        for (; i < nrows; i++) {
+            const float *q0 = QROW(i);
+            __m512 a0 = _mm512_setzero_ps();
+            for (int d = 0; d < hd; d++)
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_set1_ps(q0[d]), _mm512_load_ps(KT + (size_t)d * 16)));
+            _mm512_storeu_ps(S + (size_t)i * ldS + p0, _mm512_mul_ps(a0, sc));
+        }
+    }
+    /* softmax of each row over its causal length; the rest of the row is zeroed so the
+     * value pass can run every row of a block to the same length */
+    for (int i = 0; i < nrows; i++) {
+        float *s = S + (size_t)i * ldS;
+        int len = LEN(i);
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int p = 0; p < len; p += 16) mx = _mm512_mask_max_ps(mx, mask16(len - p), mx, _mm512_loadu_ps(s + p));
+        __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        __m512d sum = _mm512_setzero_pd();
+        for (int p = 0; p < len; p += 16) {
+            __mmask16 m = mask16(len - p);
+            /* lanes past len hold -104 - max at worst: exp underflows to 0 there, masked anyway */
+            __m512 xs = _mm512_maskz_sub_ps(m, _mm512_loadu_ps(s + p), vmax);
+            __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_mask_mov_ps(_mm512_set1_ps(-104.0f), m, xs), &sum));
+            _mm512_storeu_ps(s + p, e);
+        }
+        __m512 inv = _mm512_set1_ps((float)(1.0 / _mm512_reduce_add_pd(sum)));
+        for (int p = 0; p < len; p += 16) _mm512_storeu_ps(s + p, _mm512_mul_ps(_mm512_loadu_ps(s + p), inv));
+        for (int p = (len + 15) & ~15; p < n_kv; p += 16) _mm512_storeu_ps(s + p, _mm512_setzero_ps());
+    }
+    /* O = P V: blocks of up to 4 rows keep their hd outputs in registers while the V rows pass */
+    const __mmask16 mlast = mask16(hd - 16 * (nch - 1));
+    for (int i = 0; i < nrows; i += 4) {
+        int nr = nrows - i < 4 ? nrows - i : 4, len = LEN(i + nr - 1);
+        for (int c0 = 0; c0 < nch; c0 += 4) {
+            int nc = nch - c0 < 4 ? nch - c0 : 4;
+            __m512 acc[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+            for (int p = 0; p < len; p++) {
+                const float *vrow = j->V + (size_t)p * EKV + g * hd + 16 * c0;
+                __m512 vv[4];
+                for (int c = 0; c < nc; c++)
+                    vv[c] = _mm512_maskz_loadu_ps(c0 + c == nch - 1 ? mlast : (__mmask16)0xffff, vrow + 16 * c);
+                for (int r = 0; r < nr; r++) {
+                    __m512 a = _mm512_set1_ps(S[(size_t)(i + r) * ldS + p]);
+                    for (int c = 0; c < nc; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(a, vv[c]));
+                }
+            }
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < nc; c++)
+                    _mm512_mask_storeu_ps(OROW(i + r) + 16 * (c0 + c), c0 + c == nch - 1 ? mlast : (__mmask16)0xffff,
+                                          acc[r][c]);
+        }
+    }
+#undef QROW
+#undef OROW
+#undef LEN
+}
+
+
+#endif /* QG_AVX512 */
+
+void kern_fill_x86_avx512(kern_ops *o)
+{
+#if defined(QG_AVX512)
+    base = *o;
+    has_bf16 = __builtin_cpu_supports("avx512bf16");
+    o->vec_dot = x_vec_dot;
+    o->vec_dot_rows = x_vec_dot_rows;
+    o->act_row_size = g_act_row_size;
+    o->act_prepare = g_act_prepare;
+    o->gemv = g_gemv;
+    o->gemm = g_gemm;
+    o->pack_size = g_pack_size;
+    o->pack = g_pack;
+    o->gemm_packed = g_gemm_packed;
+    o->attn_tile = g_attn_tile;
+#else
+    (void)o;
+#endif
 }
