@@ -42,7 +42,8 @@
  * Q8_0 acc = fma(d_w·d_x, Σ_block, acc) block after block; Q4_K acc = fma(d_x, fma(d_w, Σ,
  * −dmin_w·Σm), acc); Q5_K acc += d_x·(d_w·Σ − dmin_w·Σm) (each operation rounded: the scalar
  * reference); Q6_K acc = fma(d_w·d_x, Σ, acc) — whatever the number of tokens or threads.
- * F32 / F16: inner products of 3 rows × 4 tokens (8 partial sums per pair, reduced at the end).
+ * F32 / F16: inner products of 3 rows × 4 tokens (8 partial sums per pair, reduced at the end);
+ * decode streams one row at a time with 4 accumulators (another float order than a batch's).
  */
 #include "engine/kernels/kernels.h"
 
@@ -764,6 +765,23 @@ AI void dot_tile(int f16, const uint8_t *w, size_t ws, const float *x, size_t xs
         }
 }
 
+/* One row · one token (decode): one sequential stream, 4 accumulators of 8 partial sums. */
+AI float dot_row1(int f16, const uint8_t *row, const float *x, int64_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        a0 = _mm256_fmadd_ps(ldw(f16, row, k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(ldw(f16, row, k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(ldw(f16, row, k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(ldw(f16, row, k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    }
+    for (; k + 8 <= n; k += 8) a0 = _mm256_fmadd_ps(ldw(f16, row, k), _mm256_loadu_ps(x + k), a0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < n; k++) s += wval(f16, row, k) * x[k];
+    return s;
+}
+
 #define DOT_T(R)                                                                \
     switch (T) {                                                                \
     case 1: dot_tile(f16, w, ws, x, xs, n, R, 1, out, os); break;               \
@@ -789,6 +807,11 @@ AI void dot_tile_any(int f16, const uint8_t *w, size_t ws, const float *x, size_
 static void gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as, int n_tokens,
                        int64_t n, float *out, size_t os)
 {
+    if (n_tokens == 1) { /* decode: another summation order than the tiles' (as engine/quant_gemm.c's) */
+        for (int64_t r = 0; r < nrows; r++)
+            out[r] = f16 ? dot_row1(1, w + (size_t)r * ws, (const float *)act, n) : dot_row1(0, w + (size_t)r * ws, (const float *)act, n);
+        return;
+    }
     for (int64_t r = 0; r < nrows; r += FR) {
         int R = nrows - r < FR ? (int)(nrows - r) : FR;
         for (int t = 0; t < n_tokens; t += FT) {
