@@ -34,7 +34,7 @@
  *   others              the vec_dot_type row of quant_quantize_row (quant_vec_dot_rows does the work)
  *
  * Decode (1 token) streams each panel from memory once (prefetching ahead); prefill runs up to
- * 4 tokens per pass over a 1024-element slice of a panel (it stays in L1 while the tokens pass).
+ * 6 (Q4_0, Q5_0, Q8_0) or 4 (K-quants) tokens per pass over a 1024-element slice of a panel (it stays in L1 while the tokens pass).
  *
  * Arithmetic: the same as engine/quant_gemm.c, bit for bit. Integer parts are exact (every
  * int16 partial sum of vpmaddubsw is bounded: Q4_0 / Q4_K 8 steps ≤ 16·15·127, Q5_0 / Q5_K 4
@@ -415,7 +415,7 @@ static void pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
 /* Decode prefetch distances (as engine/quant_gemm.c: about 4 KiB, or two super-blocks, ahead). */
 #define PF_Q8BLK 4096
 #define PF_K(pb) (2 * (pb))
-#define TMAX 4
+#define TMAX 6 /* most tokens per pass (array bound; each type has its own, TM_* below) */
 
 /* Q4_0 (kind 0) / Q5_0 (1) / Q8_0 (2): one panel · T tokens, blocks [b0, b1). */
 AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const uint8_t *act, size_t as, int T,
@@ -431,7 +431,7 @@ AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const ui
             for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)pq + PF_Q8BLK + l, _MM_HINT_T0);
         const uint8_t *g[TMAX];
         __m256i isum[TMAX];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             g[t] = act + (size_t)t * as + (b >> 2) * XG;
             isum[t] = bc32(g[t] + 144 + 4 * bq);
@@ -442,16 +442,16 @@ AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const ui
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 __m256i W = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(pq + 32 * k)), _mm256_set1_epi8((char)0x80));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                 for (int t = 0; t < T; t++) isum[t] = _mm256_dpbusd_avx_epi32(isum[t], W, bc32(g[t] + xo + 4 * k));
             }
 #else
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < T; t++) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 __m256i W = _mm256_loadu_si256((const __m256i *)(pq + 32 * k)), aw = _mm256_abs_epi8(W);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                 for (int t = 0; t < T; t++)
                     isum[t] = pin(_mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bc32(g[t] + xo + 4 * k), W)),
                                                                           _mm256_set1_epi16(1))));
@@ -464,9 +464,9 @@ AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const ui
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 if (h == 0 || kind == 1 || !S_SPLIT)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                     for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                 for (int k = 0; k < 4; k++) {
                     __m256i V = _mm256_loadu_si256((const __m256i *)(pq + 32 * k)), u;
                     if (h == 0) {
@@ -476,16 +476,16 @@ AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const ui
                         u = _mm256_and_si256(_mm256_srli_epi16(V, 4), m4);
                         if (kind == 1) u = _mm256_or_si256(u, _mm256_and_si256(_mm256_srli_epi16(H, k), m10));
                     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                     for (int t = 0; t < T; t++) s[t] = S_STEP(s[t], u, bc32(g[t] + xo + 16 * h + 4 * k));
                 }
                 if (h == 1 || kind == 1 || !S_SPLIT)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                     for (int t = 0; t < T; t++) isum[t] = _mm256_add_epi32(isum[t], S_FIN1(s[t]));
             }
         }
         const __m256 S = ld_ph8(pq + doff);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             __m256 dx = _mm256_set1_ps(ldf(g[t] + 128 + 4 * bq));
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(S, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
@@ -511,7 +511,7 @@ AI void k_k45(int q5, const uint8_t *panel, int64_t b0, int64_t b1, const uint8_
         __m256i A[TMAX], B[TMAX];
         if (T == 1)
             for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)sb + PF_K(pb) + l, _MM_HINT_T0);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             g[t] = act + (size_t)t * as + b * KG;
             A[t] = B[t] = _mm256_setzero_si256();
@@ -524,34 +524,34 @@ AI void k_k45(int q5, const uint8_t *panel, int64_t b0, int64_t b1, const uint8_
             (void)sc32;
             __m256i H = q5 ? _mm256_loadu_si256((const __m256i *)(sb + 1024 + 64 * c + 32 * h)) : _mm256_setzero_si256();
             __m256i s[TMAX];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 __m256i P = _mm256_loadu_si256((const __m256i *)(sb + 32 * (8 * c + k)));
                 __m256i u = h ? _mm256_and_si256(_mm256_srli_epi16(P, 4), m4) : _mm256_and_si256(P, m4);
                 if (q5) u = _mm256_or_si256(u, _mm256_and_si256(bit4_of(H, k), m10));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                 for (int t = 0; t < T; t++) s[t] = S_STEP(s[t], u, bc32(g[t] + 64 * c + 32 * h + 4 * k));
                 if (q5 && S_SPLIT && k == 3)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                     for (int t = 0; t < T; t++) {
                         A[t] = _mm256_add_epi32(A[t], S_FINSC(s[t], sc32, sc16));
                         s[t] = _mm256_setzero_si256();
                     }
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < T; t++) A[t] = _mm256_add_epi32(A[t], S_FINSC(s[t], sc32, sc16));
         }
         /* Σ_j m_j·Σq_x(sub-block j): (m_2i, m_2i+1) int16 pairs per row · the activation's pairs */
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int i = 0; i < 4; i++) {
             __m256i M = _mm256_or_si256(ld_u8x8(sb + so + 64 + 16 * i), _mm256_slli_epi32(ld_u8x8(sb + so + 64 + 16 * i + 8), 16));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < T; t++) B[t] = _mm256_add_epi32(B[t], _mm256_madd_epi16(M, bc32(g[t] + 260 + 4 * i)));
         }
         const __m256 D = ld_ph8(sb + so + 128), Dm = ld_ph8(sb + so + 144);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             __m256 dx = _mm256_set1_ps(ldf(g[t] + 256));
             if (q5) {
@@ -575,7 +575,7 @@ AI void k_q6_K(const uint8_t *panel, int64_t b0, int64_t b1, const uint8_t *act,
         __m256i A[TMAX], B[TMAX];
         if (T == 1)
             for (int l = 0; l < PB_Q6_K; l += 64) _mm_prefetch((const char *)sb + PF_K(PB_Q6_K) + l, _MM_HINT_T0);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             g[t] = act + (size_t)t * as + b * KG;
             A[t] = B[t] = _mm256_setzero_si256();
@@ -587,25 +587,25 @@ AI void k_q6_K(const uint8_t *panel, int64_t b0, int64_t b1, const uint8_t *act,
             (void)sc16;
             (void)sc32;
             __m256i s[TMAX];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int k = 0; k < 4; k++) {
                 __m256i L = _mm256_loadu_si256((const __m256i *)(sb + 32 * (4 * (2 * q + s4 / 2) + k)));
                 __m256i H = _mm256_loadu_si256((const __m256i *)(sb + 1024 + 32 * (4 * q + k)));
                 __m256i lo = s4 & 1 ? _mm256_and_si256(_mm256_srli_epi16(L, 4), m4) : _mm256_and_si256(L, m4);
                 __m256i hi = s4 == 0 ? _mm256_slli_epi16(H, 4) : s4 == 1 ? _mm256_slli_epi16(H, 2) : s4 == 2 ? H : _mm256_srli_epi16(H, 2);
                 __m256i u = _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                 for (int t = 0; t < T; t++) s[t] = S_STEP(s[t], u, bc32(g[t] + 16 * j + 4 * k));
                 if (S_SPLIT && k == 1)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
                     for (int t = 0; t < T; t++) {
                         A[t] = _mm256_add_epi32(A[t], S_FINSC(s[t], sc32, sc16));
                         s[t] = _mm256_setzero_si256();
                     }
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < T; t++) A[t] = _mm256_add_epi32(A[t], S_FINSC(s[t], sc32, sc16));
         }
         /* Σ_j sc_j·Σq_x(j): (sc_2i, sc_2i+1) int16 pairs per row · the activation's Σ per 16 pairs */
@@ -613,11 +613,11 @@ AI void k_q6_K(const uint8_t *panel, int64_t b0, int64_t b1, const uint8_t *act,
         for (int i = 0; i < 8; i++) {
             __m256i SC = _mm256_or_si256(_mm256_and_si256(ld_i8x8(sb + 1536 + 16 * i), _mm256_set1_epi32(0xffff)),
                                          _mm256_slli_epi32(ld_i8x8(sb + 1536 + 16 * i + 8), 16));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < T; t++) B[t] = _mm256_add_epi32(B[t], _mm256_madd_epi16(SC, bc32(g[t] + 276 + 4 * i)));
         }
         const __m256 D = ld_ph8(sb + 1664);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             __m256 dx = _mm256_set1_ps(ldf(g[t] + 256));
             __m256i tot = _mm256_sub_epi32(A[t], _mm256_slli_epi32(B[t], 5));
@@ -632,7 +632,7 @@ AI void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1, const uin
               size_t os, __m256i rmask, int full, int accumulate)
 {
     __m256 acc[TMAX];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < T; t++)
         acc[t] = !accumulate ? _mm256_setzero_ps()
                  : full      ? _mm256_loadu_ps(out + (size_t)t * os)
@@ -646,7 +646,7 @@ AI void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1, const uin
     case GGML_TYPE_Q6_K: k_q6_K(panel, e0 / 256, e1 / 256, act, as, T, acc); break;
     default: break;
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < T; t++) {
         if (full) _mm256_storeu_ps(out + (size_t)t * os, acc[t]);
         else _mm256_maskstore_ps(out + (size_t)t * os, rmask, acc[t]);
@@ -670,6 +670,8 @@ AI void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1, const uin
             case 1: PT(wt, 1); break;                                                                       \
             case 2: if ((TM) > 2) PT(wt, (TM) > 2 ? 2 : 1); break;                                          \
             case 3: if ((TM) > 3) PT(wt, (TM) > 3 ? 3 : 1); break;                                          \
+            case 4: if ((TM) > 4) PT(wt, (TM) > 4 ? 4 : 1); break;                                          \
+            case 5: if ((TM) > 5) PT(wt, (TM) > 5 ? 5 : 1); break;                                          \
             default: break;                                                                                 \
             }                                                                                               \
         }                                                                                                   \
@@ -680,9 +682,15 @@ AI void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1, const uin
 #ifndef TM_K
 #define TM_K 4
 #endif
-PRUN(prun_q4_0, GGML_TYPE_Q4_0, 4)
-PRUN(prun_q5_0, GGML_TYPE_Q5_0, 4)
-PRUN(prun_q8_0, GGML_TYPE_Q8_0, 4)
+#ifndef TM_Q4
+#define TM_Q4 6
+#endif
+#ifndef TM_Q8
+#define TM_Q8 6
+#endif
+PRUN(prun_q4_0, GGML_TYPE_Q4_0, TM_Q4)
+PRUN(prun_q5_0, GGML_TYPE_Q5_0, TM_Q4)
+PRUN(prun_q8_0, GGML_TYPE_Q8_0, TM_Q8)
 PRUN(prun_q4_K, GGML_TYPE_Q4_K, TM_K)
 PRUN(prun_q5_K, GGML_TYPE_Q5_K, TM_K)
 PRUN(prun_q6_K, GGML_TYPE_Q6_K, TM_Q6)
@@ -741,21 +749,21 @@ AI void dot_tile(int f16, const uint8_t *w, size_t ws, const float *x, size_t xs
     __m256 acc[FR][FT];
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
         __m256 wv[FR];
 #pragma GCC unroll 3
         for (int r = 0; r < R; r++) wv[r] = ldw(f16, w + (size_t)r * ws, k);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + k);
 #pragma GCC unroll 3
             for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < T; t++)
 #pragma GCC unroll 3
         for (int r = 0; r < R; r++) {
