@@ -1,4 +1,4 @@
-/* test_kernels: the matmul group of every x86 kernel level below AVX-512 (AVX2, AVX-VNNI) against the scalar reference, entry by entry. */
+/* test_kernels: the matmul group of every x86 kernel level below AVX-512 (AVX2, AVX-VNNI) against the scalar reference, entry by entry, and against the AVX-512 level's bits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -191,6 +191,7 @@ typedef struct sweep {
     float ref[TOK][ROWS];
     double tol[TOK][ROWS];
     const char *isa;
+    const kern_ops *o512; /* the AVX-512 level's table when this CPU has it, else NULL */
 } sweep;
 
 static void check(sweep *s, const char *what, int ntok, int t, int r, float v) {
@@ -262,6 +263,21 @@ static void run_sweep(sweep *s, int extreme) {
                 for (int t = 0; t < T; t++)
                     for (int r = 0; r < nrows; r++) check(s, "gemm_packed", T, t, row0 + r, out[(size_t)t * nrows + r]);
             }
+        /* the AVX-512 level's panels give the same bits (its own packing and activation layout) */
+        if (s->o512) {
+            const kern_ops *z = s->o512;
+            size_t zps = z->pack_size(type, n, ROWS), zas = z->act_row_size(type, n);
+            if (zps) {
+                uint8_t *zp = aligned_alloc(64, (zps + 63) & ~(size_t)63), *za = aligned_alloc(64, zas * TOK);
+                z->pack(type, n, ROWS, s->w, s->rs, zp);
+                for (int t = 0; t < TOK; t++) z->act_prepare(type, s->x + (size_t)t * n, n, za + (size_t)t * zas);
+                z->gemm_packed(type, n, 0, ROWS, zp, za, zas, TOK, out, ROWS);
+                for (int t = 0; t < TOK; t++)
+                    for (int r = 0; r < ROWS; r++) check(s, "avx512 gemm_packed (same bits)", TOK, t, r, out[(size_t)t * ROWS + r]);
+                free(zp);
+                free(za);
+            }
+        }
         free(p);
         free(q);
     } else {
@@ -292,6 +308,14 @@ static void test_level(kern_isa isa, void (*fill_dots)(kern_ops *), void (*fill)
     static const int64_t lens[] = {32, 256, 32 * 9, 1024 + 256, 2048 + 5, 4864};
     enum { NMAX = 4864 };
     sweep s = {.o = &o, .isa = kern_isa_name(isa)};
+    kern_ops z;
+    if (kern_supported(KERN_AVX512)) {
+        memset(&z, 0, sizeof z);
+        kern_fill_portable(&z);
+        kern_fill_x86_avx2(&z);
+        kern_fill_x86_avx512(&z);
+        s.o512 = &z;
+    }
     s.x = malloc(sizeof(float) * NMAX * TOK);
     s.want = malloc(sizeof(float) * TOK * ROWS);
     s.want1 = malloc(sizeof(float) * TOK * ROWS);

@@ -1,6 +1,6 @@
 /* gemm_avx2: the matmul group for AVX2 + FMA + F16C (and, included by gemm_avxvnni.c with KERN_VNNI, for AVX-VNNI) — prepared activations, 8-row weight panels, GEMV / GEMM. */
 /*
- * The design follows engine/quant_gemm.c (the AVX-512 kernels) with 256-bit vectors:
+ * The design follows engine/kernels/x86_avx512.c (the AVX-512 kernels) with 256-bit vectors:
  *
  * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices are packed once at load (pack) into
  * panels of 8 rows (two per QUANT_PANEL_ROWS chunk of the matmul scheduler). One 32-byte vector
@@ -34,9 +34,10 @@
  *   others              the vec_dot_type row of quant_quantize_row (quant_vec_dot_rows does the work)
  *
  * Decode (1 token) streams each panel from memory once (prefetching ahead); prefill runs up to
- * 6 (Q4_0, Q5_0, Q8_0) or 4 (K-quants) tokens per pass over a 1024-element slice of a panel (it stays in L1 while the tokens pass).
+ * 6 (Q4_0, Q5_0, Q8_0) or 4 (K-quants) tokens per pass over a 1024-element slice of a panel (it
+ * stays in L1 while the tokens pass).
  *
- * Arithmetic: the same as engine/quant_gemm.c, bit for bit. Integer parts are exact (every
+ * Arithmetic: the same as engine/kernels/x86_avx512.c, bit for bit (tests/test_kernels.c checks it). Integer parts are exact (every
  * int16 partial sum of vpmaddubsw is bounded: Q4_0 / Q4_K 8 steps ≤ 16·15·127, Q5_0 / Q5_K 4
  * steps ≤ 8·31·127, Q6_K 2 steps ≤ 4·63·127, Q8_0 1 step ≤ 2·128·127). Per row: Q4_0 / Q5_0 /
  * Q8_0 acc = fma(d_w·d_x, Σ_block, acc) block after block; Q4_K acc = fma(d_x, fma(d_w, Σ,
@@ -412,7 +413,7 @@ static void pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
 
 /* ---- panel kernels ---------------------------------------------------------------------------- */
 
-/* Decode prefetch distances (as engine/quant_gemm.c: about 4 KiB, or two super-blocks, ahead). */
+/* Decode prefetch distances (as x86_avx512.c: about 4 KiB, or two super-blocks, ahead). */
 #define PF_Q8BLK 4096
 #define PF_K(pb) (2 * (pb))
 #define TMAX 6 /* most tokens per pass (array bound; each type has its own, TM_* below) */
@@ -815,7 +816,7 @@ AI void dot_tile_any(int f16, const uint8_t *w, size_t ws, const float *x, size_
 static void gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as, int n_tokens,
                        int64_t n, float *out, size_t os)
 {
-    if (n_tokens == 1) { /* decode: another summation order than the tiles' (as engine/quant_gemm.c's) */
+    if (n_tokens == 1) { /* decode: another summation order than the tiles' (as x86_avx512.c's) */
         for (int64_t r = 0; r < nrows; r++)
             out[r] = f16 ? dot_row1(1, w + (size_t)r * ws, (const float *)act, n) : dot_row1(0, w + (size_t)r * ws, (const float *)act, n);
         return;
