@@ -41,9 +41,11 @@ KFLAGS_x86_avxvnni := $(X86_AVX2) -mavxvnni
 KFLAGS_gemm_avxvnni := $(X86_AVX2) -mavxvnni
 KFLAGS_x86_avx512  := $(X86_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512vbmi
 endif
+ARM_DOTPROD := -march=armv8.2-a+dotprod+fp16
+ARM_I8MM    := -march=armv8.6-a+dotprod+i8mm+fp16
 ifeq ($(ARCH),aarch64)
-KFLAGS_arm_dotprod := -march=armv8.2-a+dotprod+fp16
-KFLAGS_arm_i8mm    := -march=armv8.6-a+dotprod+i8mm+fp16
+KFLAGS_arm_dotprod := $(ARM_DOTPROD)
+KFLAGS_arm_i8mm    := $(ARM_I8MM)
 endif
 KFLAGS = $(KFLAGS_$(basename $(notdir $<)))
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
@@ -108,7 +110,7 @@ run: kvchat
 
 # Unit and golden tests (cmocka), all under AddressSanitizer + UBSan, then end-to-end tests
 # that drive the real binary.
-test: unit e2e lint-man
+test: unit e2e lint-man test-aarch64
 
 unit: $(TESTS)
 	@export KVCHAT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
@@ -123,9 +125,10 @@ e2e: kvchat
 	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat bash tests/e2e/run.sh
 
 # Speed against llama.cpp, not a test: writes TinyLlama-shaped synthetic models to
-# /tmp/kvchat-models when missing (kvchat gen-model), then runs kvchat bench and
-# ../shared/bench/llamacpp-bench.sh back to back and prints medians and ratios (tests/bench.sh;
-# BENCH_ROUNDS, BENCH_TYPES, BENCH_THREADS … tune it).
+# /tmp/kvchat-models when missing (kvchat gen-model), builds llama.cpp's llama-bench natively
+# (../shared/bench/build-llamacpp.sh, once), runs both back to back and prints medians, ratios and
+# the decode bandwidth as a share of the measured read bandwidth (tests/bench.sh; BENCH_ROUNDS,
+# BENCH_TYPES, BENCH_THREADS, BENCH_DEPTHS, BENCH_LLAMA_BIN … tune it; KVCHAT_ISA picks kernels).
 bench: kvchat
 	@SHARED=$(SHARED) KVCHAT=./kvchat sh tests/bench.sh
 
@@ -193,5 +196,64 @@ uninstall:
 	      $(addprefix $(THEMEDIR)/,$(notdir $(wildcard themes/*.theme))) \
 	      $(BASHCOMPDIR)/kvchat $(ZSHCOMPDIR)/_kvchat $(FISHCOMPDIR)/kvchat.fish
 	-rmdir $(THEMEDIR) $(DESTDIR)$(PREFIX)/share/kvchat 2>/dev/null || true
+
+# --- aarch64 under qemu -----------------------------------------------------------------
+# `make test-aarch64` (part of `make test`): cross-compiles the engine, its kernels and the
+# kernel / ops / golden tests with Debian's gcc-aarch64-linux-gnu into build/aarch64/ (no UI,
+# storage or sanitizers; the arm64 multiarch -dev packages give OpenBLAS, PCRE2, cmocka and cJSON)
+# and runs every test at every aarch64 kernel level under qemu-aarch64 -cpu max, which has
+# dotprod and i8mm (tests/aarch64.sh; A64_JOBS runs in parallel, default 2). On an aarch64 host
+# `make unit` already covers the levels the CPU has and this target does nothing.
+A64_CC    := aarch64-linux-gnu-gcc
+A64       := $(BUILD)/aarch64
+A64_PC    := PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig pkg-config
+A64_PKGS  := openblas libpcre2-8 cmocka libcjson
+A64_DEB   := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libopenblas-dev:arm64 \
+             libpcre2-dev:arm64 libcmocka-dev:arm64 libcjson-dev:arm64
+A64_SRC   := $(wildcard engine/*.c engine/kernels/*.c) app/gen_model.c tests/support/testutil.c \
+             tests/support/testisa.c
+A64_OBJ   := $(A64_SRC:%.c=$(A64)/%.o)
+A64_TESTS := $(A64)/tests/test_quant $(A64)/tests/test_ops $(A64)/tests/test_golden
+A64_FLAGS  = -std=c11 -D_GNU_SOURCE -pthread -I. $(WARN) $(shell $(A64_PC) --cflags $(A64_PKGS) 2>/dev/null)
+A64_LIBS   = $(shell $(A64_PC) --libs $(A64_PKGS) 2>/dev/null) -lm -pthread
+A64_DEPS_OK := $(A64)/.deps-ok
+A64_JOBS  ?= 2
+
+.PHONY: test-aarch64 deps-aarch64
+.SECONDARY: $(A64_OBJ)
+$(A64_DEPS_OK): Makefile
+	@$(MAKE) --no-print-directory deps-aarch64
+	@mkdir -p $(A64) && touch $@
+
+deps-aarch64:
+	@missing=""; \
+	for c in $(A64_CC) qemu-aarch64; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	for p in $(A64_PKGS); do $(A64_PC) --exists $$p 2>/dev/null || missing="$$missing $$p:arm64"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "kvchat: missing for the aarch64 tests:$$missing — installing Debian packages"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO dpkg --add-architecture arm64 && $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(A64_DEB); \
+	else echo "kvchat: aarch64 cross toolchain, qemu-user and arm64 libraries present"; fi
+
+# engine and kernels -O2, with each kernel level's own -march (as a native aarch64 build)
+$(A64)/%.o: %.c | $(A64_DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(A64_CC) $(A64_FLAGS) -O2 $(A64_KFLAGS_$(basename $(notdir $<))) -MMD -MP -c $< -o $@
+A64_KFLAGS_arm_dotprod := $(ARM_DOTPROD)
+A64_KFLAGS_arm_i8mm    := $(ARM_I8MM)
+
+# the tests at -O1 (gcc 12's aarch64 vectorizer crashes on test_quant.c at -O2)
+$(A64)/tests/%: tests/%.c $(A64_OBJ) | $(A64_DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(A64_CC) $(A64_FLAGS) -O1 -g -o $@ $< $(A64_OBJ) $(A64_LIBS)
+
+ifeq ($(ARCH),aarch64)
+test-aarch64:
+	@echo "test-aarch64: this is an aarch64 host; make unit runs the tests at its kernel levels"
+else
+test-aarch64: $(A64_TESTS)
+	@KVCHAT_SHARED=$(SHARED) A64_JOBS=$(A64_JOBS) sh tests/aarch64.sh $(A64) $(notdir $(A64_TESTS))
+endif
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

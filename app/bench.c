@@ -208,11 +208,12 @@ static int fill_depth(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool
     return 0;
 }
 
-/* One timed test after `depth` tokens; returns tokens per second or a negative value on error. */
+/* One timed test after the `depth` tokens already in the cache (fill_depth; the test's own
+ * positions are dropped first); returns tokens per second or a negative value on error. */
 static double run_once(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, float *logits, int32_t *toks,
                        int is_pp, int n, int depth, kv_error *err)
 {
-    if (fill_depth(m, fc, kv, pool, logits, toks, depth, err)) return -1;
+    kv_cache_truncate(kv, depth);
     double t0 = now_s();
     if (is_pp) {
         if (model_forward(m, fc, kv, pool, toks + depth, n, logits, 0, err)) return -1;
@@ -321,6 +322,11 @@ int bench_main(int argc, char **argv)
                     r->n = n;
                     r->depth = o.depth[di];
                     r->samples = samples + (size_t)(k - 1) * o.reps;
+                    if (fill_depth(m, fc, kv, pool, logits, toks, r->depth, &err)) {
+                        fprintf(stderr, "kvchat bench: %s\n", err.msg);
+                        rc = 1;
+                        break;
+                    }
                     for (int rep = -1; rep < o.reps; rep++) {
                         double tps = run_once(m, fc, kv, pool, logits, toks, r->is_pp, n, r->depth, &err);
                         if (tps < 0) {

@@ -42,11 +42,11 @@ static const model_shape SHAPES[] = {
 const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", NULL};
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
-enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M };
+enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K };
 static const struct { const char *name, *title; int file_type; } FTYPES[] = {
     [FT_F16] = {"f16", "F16", 1}, [FT_Q8_0] = {"q8_0", "Q8_0", 7},
     [FT_Q4_0] = {"q4_0", "Q4_0", 2}, [FT_Q4_K_M] = {"q4_k_m", "Q4_K_M", 15},
-    [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", 17},
+    [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", 17}, [FT_Q6_K] = {"q6_k", "Q6_K", 18},
 };
 
 /* ---- random numbers: splitmix64 ------------------------------------------------------------ */
@@ -82,6 +82,7 @@ static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64
     case FT_F16: return GGML_TYPE_F16;
     case FT_Q8_0: return GGML_TYPE_Q8_0;
     case FT_Q4_0: return GGML_TYPE_Q4_0;
+    case FT_Q6_K: return ne0 % QUANT_QK_K ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K; /* llama-quantize's fallback */
     default: break;
     }
     /* Q4_K_M / Q5_K_M (llama_tensor_get_type): the base K type; Q6_K for the output (or the
@@ -253,7 +254,7 @@ int gen_model_write(const char *path, const char *shape_name, const char *type_n
     for (int i = 0; i < (int)(sizeof FTYPES / sizeof *FTYPES); i++)
         if (!strcmp(FTYPES[i].name, type_name)) ft = i;
     if (ft < 0)
-        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q4_k_m, q5_k_m)", type_name);
+        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m)", type_name);
     int n_layer = n_layer_override > 0 ? n_layer_override : sh->n_layer;
     const int E = sh->n_embd, head_dim = E / sh->n_head, EKV = head_dim * sh->n_head_kv;
     const char *a = sh->arch;
@@ -352,7 +353,7 @@ static void gen_usage(FILE *out)
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--seed N]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests)\n"
-            "  --type TYPE     f16, q8_0, q4_0 (every matrix in that type), q4_k_m or q5_k_m\n"
+            "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
             "                  attn_v / ffn_down)\n"
             "  -o FILE         output path (files are large: TinyLlama F16 is 2.1 GiB)\n"

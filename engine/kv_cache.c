@@ -662,6 +662,14 @@ static const float *view(const kv_cache *c, int seq, int layer, int kv, int n, f
 }
 
 const float *kv_cache_k(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 0, n, tmp); }
+
+void kv_cache_blocks(const kv_cache *c, int seq, int layer, int kind, int n, const uint8_t **out)
+{
+    const kv_seq *s = &c->seq[seq];
+    for (int bi = 0; bi * BS < n; bi++) out[bi] = row_ptr(c, s->blocks[bi], layer, kind, 0);
+}
+
+size_t kv_cache_row_bytes(const kv_cache *c) { return c->row_bytes; }
 const float *kv_cache_v(const kv_cache *c, int seq, int layer, int n, float *tmp) { return view(c, seq, layer, 1, n, tmp); }
 
 /* ---- context shift --------------------------------------------------------------------- */

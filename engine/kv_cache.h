@@ -154,6 +154,11 @@ void kv_seq_commit(kv_cache *c, int seq, const int32_t *tokens, int n);
 /* f32 view of K or V rows [0, n) of a layer of seq: [n][n_embd_kv] in tmp (n * n_embd_kv
  * floats), gathered block by block; returns tmp. */
 const float *kv_cache_k(const kv_cache *c, int seq, int layer, int n, float *tmp);
+/* Where the K (kind 0) or V (kind 1) rows [0, n) of a layer of seq are stored, without a copy:
+ * out[b] (b < ceil(n / KV_BLOCK_SIZE)) is block b's first row; rows are kv_cache_row_bytes apart
+ * inside a block, in the cache type. Valid until the sequence changes. */
+void kv_cache_blocks(const kv_cache *c, int seq, int layer, int kind, int n, const uint8_t **out);
+size_t kv_cache_row_bytes(const kv_cache *c);
 const float *kv_cache_v(const kv_cache *c, int seq, int layer, int n, float *tmp);
 
 /* ---- context shift ---- */

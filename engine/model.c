@@ -270,7 +270,8 @@ struct forward_ctx {
     float *att;     /* [n_batch][n_embd] attention output */
     float *hb, *hb2;/* [n_batch][n_ff] */
     float *rope_cs; /* [n_batch][n_rot] */
-    float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv] when the cache is not F32 */
+    float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv]: f32 copies of a Q8_0 cache's rows (untouched otherwise) */
+    const uint8_t **kblk, **vblk; /* [n_ctx / KV_BLOCK_SIZE + 1]: where an F16 / F32 cache keeps them */
     void *act;      /* activation conversion scratch */
 };
 
@@ -304,7 +305,9 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
         !(fc->hb2 = malloc(sizeof(float) * B * hp->n_ff)) ||
         !(fc->rope_cs = malloc(sizeof(float) * B * hp->n_rot)) ||
         !(fc->k_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) ||
-        !(fc->v_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) || !(fc->act = malloc(act ? act : 1)))
+        !(fc->v_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) || !(fc->act = malloc(act ? act : 1)) ||
+        !(fc->kblk = malloc(sizeof *fc->kblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))) ||
+        !(fc->vblk = malloc(sizeof *fc->vblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))))
         goto nomem;
     return fc;
 nomem:
@@ -317,7 +320,7 @@ void forward_ctx_free(forward_ctx *fc)
 {
     if (!fc) return;
     free(fc->x); free(fc->xb); free(fc->xb2); free(fc->q); free(fc->k); free(fc->v); free(fc->att);
-    free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->k_tmp); free(fc->v_tmp);
+    free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->k_tmp); free(fc->v_tmp); free(fc->kblk); free(fc->vblk);
     free(fc->act);
     free(fc);
 }
@@ -375,8 +378,16 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
             kv_cache_store(kv, seq, il, pos0 + t, fc->k + (size_t)t * EKV, fc->v + (size_t)t * EKV);
         }
         int n_kv = pos0 + n_tokens;
-        const float *K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), *V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp);
-        op_attention(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, hp->head_dim, pool);
+        if (kv_cache_type(kv) == GGML_TYPE_F16 || kv_cache_type(kv) == GGML_TYPE_F32) {
+            /* read in place, block by block: decode at depth copies nothing */
+            kv_cache_blocks(kv, seq, il, 0, n_kv, fc->kblk);
+            kv_cache_blocks(kv, seq, il, 1, n_kv, fc->vblk);
+            op_attention_paged(fc->q, fc->kblk, fc->vblk, KV_BLOCK_SIZE, kv_cache_row_bytes(kv), kv_cache_type(kv),
+                               fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, hp->head_dim, pool);
+        } else {
+            const float *K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), *V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp);
+            op_attention(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, hp->head_dim, pool);
+        }
         op_matmul(L->wo, fc->att, n_tokens, fc->xb2, fc->act, pool);
         for (size_t i = 0; i < (size_t)n_tokens * E; i++) fc->x[i] += fc->xb2[i];
 

@@ -319,9 +319,19 @@ static void attn_worker(void *arg, int ith, int nth)
 void op_attention(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0, int n_head,
                   int n_head_kv, int head_dim, tpool *pool)
 {
+    const uint8_t *kb = (const uint8_t *)K, *vb = (const uint8_t *)V; /* one block of contiguous rows */
+    op_attention_paged(q, &kb, &vb, pos0 + n_tokens, sizeof(float) * (size_t)n_head_kv * head_dim, GGML_TYPE_F32, out,
+                       n_tokens, pos0, n_head, n_head_kv, head_dim, pool);
+}
+
+void op_attention_paged(const float *q, const uint8_t *const *kb, const uint8_t *const *vb, int bs, size_t row_bytes,
+                        int kv_type, float *out, int n_tokens, int pos0, int n_head, int n_head_kv, int head_dim,
+                        tpool *pool)
+{
     attn_job j = {
-        .a = {.q = q, .K = K, .V = V, .out = out, .n_tokens = n_tokens, .pos0 = pos0, .n_head = n_head,
-              .n_head_kv = n_head_kv, .hd = head_dim, .scale = 1.0f / sqrtf((float)head_dim)},
+        .a = {.q = q, .out = out, .kb = kb, .vb = vb, .bs = bs, .row_bytes = row_bytes, .kv_type = kv_type,
+              .n_tokens = n_tokens, .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv, .hd = head_dim,
+              .scale = 1.0f / sqrtf((float)head_dim)},
         .pool = pool,
     };
     /* query tiles small enough that a tile's scores (G·tq rows of the context) stay in L2 */

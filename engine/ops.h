@@ -57,6 +57,14 @@ void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, voi
 void op_attention(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0, int n_head,
                   int n_head_kv, int head_dim, tpool *pool);
 
+/* op_attention on K and V where a paged KV cache stores them: the row of position p (n_head_kv·
+ * head_dim values of kv_type, GGML_TYPE_F32 or GGML_TYPE_F16) starts at kb[p / bs] +
+ * (p % bs)·row_bytes (V: vb), so decode reads each stored K and V value once, with no f32 copy of
+ * the history. Same results as op_attention on the widened rows (f16 widens exactly). */
+void op_attention_paged(const float *q, const uint8_t *const *kb, const uint8_t *const *vb, int bs, size_t row_bytes,
+                        int kv_type, float *out, int n_tokens, int pos0, int n_head, int n_head_kv, int head_dim,
+                        tpool *pool);
+
 /* Repack the model's matrices once, at load, into one arena (2 MiB pages where the kernel gives
  * them): types with a panel layout are packed for the panel kernels (quant_pack), other matrices
  * of 1 MiB or more are copied as they are (they stream faster from anonymous memory than from the

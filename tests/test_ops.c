@@ -117,6 +117,48 @@ static void test_attention(void **state) {
     }
 }
 
+/* op_attention_paged on F16 rows kept in scattered blocks of 16 positions (a paged KV cache, rows
+ * padded apart) gives the bits op_attention gives on the same values widened to contiguous f32
+ * rows: decode and prefill read the cache in place without changing a result. */
+static void test_attention_paged_f16(void **state) {
+    (void)state;
+    static const int cfg[][5] = {
+        {32, 4, 64, 700, 1}, {8, 4, 8, 33, 1}, {14, 2, 64, 3, 21}, {2, 1, 24, 17, 5}, {4, 4, 80, 40, 1},
+    };
+    enum { BS = 16 };
+    for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++) {
+        int H = cfg[c][0], HKV = cfg[c][1], hd = cfg[c][2], pos0 = cfg[c][3], T = cfg[c][4], n = pos0 + T;
+        int EKV = HKV * hd, nblk = (n + BS - 1) / BS;
+        size_t qn = (size_t)T * H * hd, kn = (size_t)n * EKV, row_bytes = (size_t)EKV * 2 + 32;
+        float *q = malloc(sizeof(float) * qn), *K = malloc(sizeof(float) * kn), *V = malloc(sizeof(float) * kn);
+        float *ref = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn);
+        const uint8_t **kb = malloc(sizeof *kb * (size_t)nblk), **vb = malloc(sizeof *vb * (size_t)nblk);
+        uint8_t **mem = malloc(sizeof *mem * (size_t)nblk * 2);
+        for (size_t i = 0; i < qn; i++) q[i] = rng_gauss();
+        for (int b = 0; b < nblk; b++) {
+            mem[2 * b] = malloc(row_bytes * BS);
+            mem[2 * b + 1] = malloc(row_bytes * BS);
+            kb[b] = mem[2 * b];
+            vb[b] = mem[2 * b + 1];
+        }
+        for (int p = 0; p < n; p++)
+            for (int i = 0; i < EKV; i++) {
+                uint16_t hk = fp32_to_fp16(rng_gauss()), hv = fp32_to_fp16(rng_gauss());
+                K[(size_t)p * EKV + i] = fp16_to_fp32(hk);
+                V[(size_t)p * EKV + i] = fp16_to_fp32(hv);
+                memcpy(mem[2 * (p / BS)] + (size_t)(p % BS) * row_bytes + 2 * i, &hk, 2);
+                memcpy(mem[2 * (p / BS) + 1] + (size_t)(p % BS) * row_bytes + 2 * i, &hv, 2);
+            }
+        tpool *pool = tpool_create(2);
+        op_attention(q, K, V, ref, T, pos0, H, HKV, hd, pool);
+        op_attention_paged(q, kb, vb, BS, row_bytes, GGML_TYPE_F16, out, T, pos0, H, HKV, hd, pool);
+        assert_memory_equal(ref, out, sizeof(float) * qn);
+        tpool_free(pool);
+        for (int b = 0; b < 2 * nblk; b++) free(mem[b]);
+        free(mem); free(kb); free(vb); free(q); free(K); free(V); free(ref); free(out);
+    }
+}
+
 /* op_matmul on a packed Q4_0 matrix whose row count is not a multiple of the panel height: the
  * same bits for 1 to 3 threads and for a batch as for single tokens (work sharing and panel
  * boundaries never change a result). */
@@ -209,6 +251,7 @@ static void test_gen_model(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_paged_f16),
         cmocka_unit_test(test_matmul_threads),
         cmocka_unit_test(test_gen_model),
     };

@@ -41,7 +41,7 @@ static uint32_t f32_as_u32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static const int SUPPORTED[] = {
     GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-    GGML_TYPE_Q6_K,
+    GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
 };
 #define N_SUPPORTED (int)(sizeof(SUPPORTED) / sizeof(SUPPORTED[0]))
 
@@ -90,6 +90,8 @@ static void random_bytes_row(int type, void *row, int64_t n) {
             ((block_q5_K *)row)[i].dmin = rand_half(0.0001f, 0.01f, 0);
             break;
         case GGML_TYPE_Q6_K: ((block_q6_K *)row)[i].d = rand_half(0.0001f, 0.01f, 1); break;
+        case GGML_TYPE_IQ4_NL: ((block_iq4_nl *)row)[i].d = rand_half(0.0001f, 0.001f, 1); break;
+        case GGML_TYPE_IQ4_XS: ((block_iq4_xs *)row)[i].d = rand_half(0.00001f, 0.0001f, 1); break;
         default: fail_msg("random_bytes_row: type %d", type);
         }
     }
@@ -258,10 +260,10 @@ static void test_traits(void **state) {
         {GGML_TYPE_IQ2_XS, "IQ2_XS", 256, 74, 0, GGML_TYPE_Q8_K},
         {GGML_TYPE_IQ3_XXS, "IQ3_XXS", 256, 98, 0, GGML_TYPE_Q8_K},
         {GGML_TYPE_IQ1_S, "IQ1_S", 256, 50, 0, GGML_TYPE_Q8_K},
-        {GGML_TYPE_IQ4_NL, "IQ4_NL", 32, 18, 0, GGML_TYPE_Q8_0},
+        {GGML_TYPE_IQ4_NL, "IQ4_NL", 32, 18, 1, GGML_TYPE_Q8_0},
         {GGML_TYPE_IQ3_S, "IQ3_S", 256, 110, 0, GGML_TYPE_Q8_K},
         {GGML_TYPE_IQ2_S, "IQ2_S", 256, 82, 0, GGML_TYPE_Q8_K},
-        {GGML_TYPE_IQ4_XS, "IQ4_XS", 256, 136, 0, GGML_TYPE_Q8_K},
+        {GGML_TYPE_IQ4_XS, "IQ4_XS", 256, 136, 1, GGML_TYPE_Q8_K},
         {GGML_TYPE_I8, "I8", 1, 1, 0, -1},
         {GGML_TYPE_I16, "I16", 1, 2, 0, -1},
         {GGML_TYPE_I32, "I32", 1, 4, 0, -1},
@@ -307,6 +309,39 @@ static void deq_both(int type, const void *blk, float *out, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (f32_as_u32(tmp[i]) != f32_as_u32(out[i]))
             fail_msg("%s element %lld: dispatch %g vs ref %g", tname(type), (long long)i, (double)tmp[i], (double)out[i]);
+}
+
+/* IQ4_NL: the nibble indexes GGML's non-linear grid (kvalues_iq4nl), low nibbles elements 0..15,
+ * high ones 16..31; IQ4_XS: 6-bit sub-block scales split over scales_l (low 4 bits) and scales_h
+ * (high 2), biased by 32, each times the super-block d. */
+static void test_block_iq4(void **state) {
+    (void)state;
+    block_iq4_nl b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3800;   /* 0.5 */
+    b.qs[0] = 0xF0; /* element 0: index 0 (-127), element 16: index 15 (113) */
+    b.qs[3] = 0x78; /* element 3: index 8 (1), element 19: index 7 (-10) */
+    float y[256];
+    deq_both(GGML_TYPE_IQ4_NL, &b, y, 32);
+    assert_float_equal(y[0], -127 * 0.5, 0);
+    assert_float_equal(y[16], 113 * 0.5, 0);
+    assert_float_equal(y[3], 1 * 0.5, 0);
+    assert_float_equal(y[19], -10 * 0.5, 0);
+    assert_float_equal(y[1], -127 * 0.5, 0);
+    block_iq4_xs x;
+    memset(&x, 0, sizeof x);
+    x.d = 0x3c00;                 /* 1.0 */
+    x.scales_l[0] = 0x21;         /* sub-block 0: low bits 1, sub-block 1: low bits 2 */
+    x.scales_l[3] = 0xf0;         /* sub-block 7: low bits 15 */
+    x.scales_h = 0x2 | (0x3 << 14); /* sub-block 0: high bits 2 (ls 33), 7: high bits 3 (ls 63) */
+    x.qs[0] = 0x0f;               /* element 0: index 15 */
+    x.qs[16] = 0x0f;              /* element 32 (sub-block 1, ls 2): index 15 */
+    x.qs[16 * 7 + 15] = 0x80;     /* element 224 + 31: index 8 */
+    deq_both(GGML_TYPE_IQ4_XS, &x, y, 256);
+    assert_float_equal(y[0], (33 - 32) * 113.0, 0);
+    assert_float_equal(y[32], (2 - 32) * 113.0, 0);
+    assert_float_equal(y[224 + 31], (63 - 32) * 1.0, 0);
+    assert_float_equal(y[224], (63 - 32) * -127.0, 0);
 }
 
 static void test_block_q4_0(void **state) {
@@ -688,7 +723,8 @@ static void test_roundtrip_weights(void **state) {
         {GGML_TYPE_F32, 0.0}, {GGML_TYPE_F16, 3e-4}, {GGML_TYPE_BF16, 2.2e-3}, {GGML_TYPE_Q8_0, 7e-3},
         {GGML_TYPE_Q8_1, 7e-3}, {GGML_TYPE_Q8_K, 9e-3}, {GGML_TYPE_Q6_K, 0.022}, {GGML_TYPE_Q5_K, 0.046},
         {GGML_TYPE_Q5_1, 0.048}, {GGML_TYPE_Q5_0, 0.054}, {GGML_TYPE_Q4_K, 0.092}, {GGML_TYPE_Q4_1, 0.098},
-        {GGML_TYPE_Q4_0, 0.108}, {GGML_TYPE_Q3_K, 0.18}, {GGML_TYPE_Q2_K, 0.34},
+        {GGML_TYPE_Q4_0, 0.108}, {GGML_TYPE_Q3_K, 0.18}, {GGML_TYPE_Q2_K, 0.34}, {GGML_TYPE_IQ4_NL, 0.11},
+        {GGML_TYPE_IQ4_XS, 0.12},
     };
     for (size_t t = 0; t < sizeof(bounds) / sizeof(bounds[0]); t++) {
         int type = bounds[t].type;
@@ -970,7 +1006,7 @@ static void test_unsupported_types(void **state) {
     assert_true(isnan(quant_vec_dot(GGML_TYPE_Q4_K, 100, blk, blk))); /* not a block multiple */
     memset(blk, 0xAB, sizeof blk);
     float x[256] = {0};
-    quant_quantize_row(GGML_TYPE_IQ4_XS, x, blk, 256); /* untouched */
+    quant_quantize_row(GGML_TYPE_IQ2_XXS, x, blk, 256); /* untouched */
     assert_int_equal(blk[0], 0xAB);
     assert_int_equal(blk[135], 0xAB);
 }
@@ -1400,6 +1436,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_known_values),
         cmocka_unit_test(test_traits),
         cmocka_unit_test(test_block_q4_0),
+        cmocka_unit_test(test_block_iq4),
         cmocka_unit_test(test_block_q4_1),
         cmocka_unit_test(test_block_q5_0),
         cmocka_unit_test(test_block_q5_1),

@@ -26,11 +26,18 @@ typedef enum kern_isa {
     KERN_ISA_COUNT
 } kern_isa;
 
-/* Arguments of one attention tile (see kern_ops.attn_tile). q and out are [n_tokens][n_head·hd];
- * K and V are f32 rows [pos0 + n_tokens][n_head_kv·hd]. */
+/* Arguments of one attention tile (see kern_ops.attn_tile). q and out are [n_tokens][n_head·hd]
+ * f32. K and V are read where they are stored, block by block (a paged KV cache, or one block of
+ * contiguous rows): the row of position p (n_head_kv·hd values of kv_type, F32 or F16) starts at
+ * kb[p / bs] + (p % bs)·row_bytes (V: vb). F16 values are widened exactly on load, so the results
+ * do not depend on the storage type's layout, only on its values. */
 typedef struct kern_attn {
-    const float *q, *K, *V;
+    const float *q;
     float *out;
+    const uint8_t *const *kb, *const *vb;
+    int bs;           /* positions per block (> 0) */
+    size_t row_bytes; /* bytes of one row */
+    int kv_type;      /* GGML_TYPE_F32 or GGML_TYPE_F16 */
     int n_tokens, pos0, n_head, n_head_kv, hd;
     float scale;
 } kern_attn;

@@ -89,27 +89,31 @@ void kern_softmax(float *x, int n)
 
 /* Scaled dot-product attention of one tile, as plain loops (Vaswani et al. 2017): per query row,
  * scores over its causal length, softmax, weighted sum of the values. */
+/* Element i of the K (or V) row of position p. */
+static inline float kv_at(const kern_attn *a, const uint8_t *const *blk, int p, int i)
+{
+    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    return a->kv_type == GGML_TYPE_F16 ? fp16_to_fp32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
 static void p_attn_tile(const kern_attn *a, int g, int t0, int t1, float *S, int ldS, float *KT)
 {
     (void)KT;
-    const int hd = a->hd, G = a->n_head / a->n_head_kv, E = a->n_head * hd, EKV = a->n_head_kv * hd;
+    const int hd = a->hd, G = a->n_head / a->n_head_kv, E = a->n_head * hd;
     const int nrows = (t1 - t0) * G;
     for (int i = 0; i < nrows; i++) {
         const float *q = a->q + (size_t)(t0 + i / G) * E + (size_t)(g * G + i % G) * hd;
         float *s = S + (size_t)i * ldS, *o = a->out + (size_t)(t0 + i / G) * E + (size_t)(g * G + i % G) * hd;
         int len = a->pos0 + t0 + i / G + 1;
         for (int p = 0; p < len; p++) {
-            const float *k = a->K + (size_t)p * EKV + g * hd;
             float acc = 0.0f;
-            for (int d = 0; d < hd; d++) acc += q[d] * k[d];
+            for (int d = 0; d < hd; d++) acc += q[d] * kv_at(a, a->kb, p, g * hd + d);
             s[p] = acc * a->scale;
         }
         kern_softmax(s, len);
         memset(o, 0, sizeof(float) * (size_t)hd);
-        for (int p = 0; p < len; p++) {
-            const float *v = a->V + (size_t)p * EKV + g * hd;
-            for (int d = 0; d < hd; d++) o[d] += s[p] * v[d];
-        }
+        for (int p = 0; p < len; p++)
+            for (int d = 0; d < hd; d++) o[d] += s[p] * kv_at(a, a->vb, p, g * hd + d);
     }
 }
 

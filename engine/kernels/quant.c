@@ -16,6 +16,8 @@ _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 
 #define QK QUANT_QK_K
 
@@ -40,10 +42,10 @@ static const quant_traits TRAITS[GGML_TYPE_COUNT] = {
     [GGML_TYPE_IQ2_XS]  = {"IQ2_XS", QK, 2 + QK / 4 + QK / 32, 0, GGML_TYPE_Q8_K},
     [GGML_TYPE_IQ3_XXS] = {"IQ3_XXS", QK, 2 + 3 * QK / 8, 0, GGML_TYPE_Q8_K},
     [GGML_TYPE_IQ1_S]   = {"IQ1_S", QK, 2 + QK / 8 + QK / 16, 0, GGML_TYPE_Q8_K},
-    [GGML_TYPE_IQ4_NL]  = {"IQ4_NL", 32, 2 + 16, 0, GGML_TYPE_Q8_0},
+    [GGML_TYPE_IQ4_NL]  = {"IQ4_NL", 32, sizeof(block_iq4_nl), 1, GGML_TYPE_Q8_0},
     [GGML_TYPE_IQ3_S]   = {"IQ3_S", QK, 2 + QK / 4 + QK / 32 + QK / 8 + QK / 64, 0, GGML_TYPE_Q8_K},
     [GGML_TYPE_IQ2_S]   = {"IQ2_S", QK, 2 + QK / 4 + QK / 32 + QK / 32, 0, GGML_TYPE_Q8_K},
-    [GGML_TYPE_IQ4_XS]  = {"IQ4_XS", QK, 2 + 2 + QK / 64 + QK / 2, 0, GGML_TYPE_Q8_K},
+    [GGML_TYPE_IQ4_XS]  = {"IQ4_XS", QK, sizeof(block_iq4_xs), 1, GGML_TYPE_Q8_K},
     [GGML_TYPE_I8]   = {"I8", 1, 1, 0, -1},
     [GGML_TYPE_I16]  = {"I16", 1, 2, 0, -1},
     [GGML_TYPE_I32]  = {"I32", 1, 4, 0, -1},
@@ -79,7 +81,7 @@ int quant_can_quantize(int type) {
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
     case GGML_TYPE_Q8_0: case GGML_TYPE_Q8_1:
     case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K: case GGML_TYPE_Q8_K:
+    case GGML_TYPE_Q6_K: case GGML_TYPE_Q8_K: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
         return 1;
     default:
         return 0;

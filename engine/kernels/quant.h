@@ -94,6 +94,17 @@ typedef struct {                                                           /* 29
     int8_t qs[256];
     int16_t bsums[16];    /* sum of qs over each 16 elements */
 } block_q8_K;
+typedef struct { uint16_t d; uint8_t qs[16]; } block_iq4_nl;               /* 18 B / 32 */
+typedef struct {                                                           /* 136 B / 256 */
+    uint16_t d;
+    uint16_t scales_h;    /* high 2 bits of the 8 6-bit sub-block scales */
+    uint8_t scales_l[4];  /* low 4 bits, two per byte */
+    uint8_t qs[128];      /* 4-bit indices into the IQ4 value table */
+} block_iq4_xs;
+
+/* The 16 values a 4-bit IQ4_NL / IQ4_XS index stands for (GGML's kvalues_iq4nl: a non-linear
+ * grid fitted to the distribution of LLM weights, Kawrakow 2024, llama.cpp PR 5590). */
+extern const int8_t quant_iq4nl_values[16];
 
 typedef struct quant_traits {
     const char *name;        /* "Q4_K" … as GGML/GGUF name them */

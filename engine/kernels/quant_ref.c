@@ -10,6 +10,9 @@
  *               Q5_K's 5th bit of those is bit 2c / 2c+1 of qh[l]; scale/min index = e/32
  *   Q6_K:       element e = 128h + 32k + l: low 4 bits from ql[64h + l + 32(k&1)] (low nibble
  *               for k<2, high for k>=2), high 2 bits = bits 2k..2k+1 of qh[32h+l]; scale = e/16
+ *   IQ4_NL:     as Q4_0, the nibble an index into quant_iq4nl_values (no offset)
+ *   IQ4_XS:     sub-block b = e/32 (b < 8) is IQ4_NL-ordered in qs[16b..16b+16); its scale is
+ *               d · (ls − 32), ls = low nibble b%2 of scales_l[b/2] | bits 2b..2b+1 of scales_h << 4
  */
 #include "engine/kernels/quant.h"
 
@@ -114,6 +117,37 @@ static void deq_q4_0(const block_q4_0 *x, float *y, int64_t nb) {
         for (int j = 0; j < 16; j++) {
             y[j] = d * (float)((x[i].qs[j] & 0x0f) - 8);
             y[j + 16] = d * (float)((x[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void deq_iq4_nl(const block_iq4_nl *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = H2F(x[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)quant_iq4nl_values[x[i].qs[j] & 0x0f];
+            y[j + 16] = d * (float)quant_iq4nl_values[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+/* IQ4_XS sub-block scale b (0..7), biased: 0..63. */
+static inline int iq4xs_scale(const block_iq4_xs *x, int b) {
+    return ((x->scales_l[b / 2] >> (4 * (b % 2))) & 0x0f) | (((x->scales_h >> (2 * b)) & 3) << 4);
+}
+
+static void deq_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        float d = H2F(x[i].d);
+        for (int b = 0; b < 8; b++, y += 32) {
+            float dl = d * (float)(iq4xs_scale(&x[i], b) - 32);
+            const uint8_t *qs = x[i].qs + 16 * b;
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)quant_iq4nl_values[qs[j] & 0x0f];
+                y[j + 16] = dl * (float)quant_iq4nl_values[qs[j] >> 4];
+            }
         }
     }
 }
@@ -258,6 +292,8 @@ void quant_dequantize_row_ref(int type, const void *src, float *dst, int64_t n) 
     case GGML_TYPE_Q5_K: deq_q5_K(src, dst, nb); break;
     case GGML_TYPE_Q6_K: deq_q6_K(src, dst, nb); break;
     case GGML_TYPE_Q8_K: deq_q8_K(src, dst, nb); break;
+    case GGML_TYPE_IQ4_NL: deq_iq4_nl(src, dst, nb); break;
+    case GGML_TYPE_IQ4_XS: deq_iq4_xs(src, dst, nb); break;
     default: break;
     }
 }
@@ -336,6 +372,58 @@ static void q_q4_0(const float *x, block_q4_0 *y, int64_t nb) {
             int a = clampi(nearest_int(x[j] * id) + 8, 0, 15);
             int b = clampi(nearest_int(x[j + 16] * id) + 8, 0, 15);
             y[i].qs[j] = (uint8_t)(a | (b << 4));
+        }
+    }
+}
+
+/* Index of the IQ4 grid value nearest to v (ties to the lower one). */
+static int iq4_nearest(float v) {
+    int best = 0;
+    float bd = fabsf(v - (float)quant_iq4nl_values[0]);
+    for (int k = 1; k < 16; k++) {
+        float dk = fabsf(v - (float)quant_iq4nl_values[k]);
+        if (dk < bd) bd = dk, best = k;
+    }
+    return best;
+}
+
+/* 32 values at scale d (a sub-block) into IQ4_NL-ordered nibbles. */
+static void iq4_encode32(const float *x, float d, uint8_t qs[16]) {
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 16; j++)
+        qs[j] = (uint8_t)(iq4_nearest(x[j] * id) | (iq4_nearest(x[j + 16] * id) << 4));
+}
+
+/* Our IQ4_NL quantizer: the element of largest magnitude maps to the grid's end of its sign
+ * (−127 or 113), every element to its nearest grid value (decodes with GGML's layout; bytes need
+ * not equal llama-quantize's, which searches the scale). */
+static void q_iq4_nl(const float *x, block_iq4_nl *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float max = signed_absmax(x, 32);
+        y[i].d = F2H(max < 0 ? max / -127.0f : max / 113.0f);
+        iq4_encode32(x, H2F(y[i].d), y[i].qs);
+    }
+}
+
+/* IQ4_XS: per sub-block the same scale choice, as a 6-bit multiple (ls − 32 in −32..31) of one
+ * super-block d = max |sub-block scale| / 31. */
+static void q_iq4_xs(const float *x, block_iq4_xs *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += 256) {
+        float sc[8], amax = 0.0f;
+        for (int b = 0; b < 8; b++) {
+            float max = signed_absmax(x + 32 * b, 32);
+            sc[b] = max < 0 ? max / -127.0f : max / 113.0f;
+            amax = fmaxf(amax, sc[b]);
+        }
+        y[i].d = F2H(amax / 31.0f);
+        float d = H2F(y[i].d), id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].scales_h = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int b = 0; b < 8; b++) {
+            int ls = clampi(nearest_int(sc[b] * id), -32, 31) + 32;
+            y[i].scales_l[b / 2] |= (uint8_t)((ls & 0x0f) << (4 * (b % 2)));
+            y[i].scales_h |= (uint16_t)((ls >> 4) << (2 * b));
+            iq4_encode32(x + 32 * b, d * (float)(ls - 32), y[i].qs + 16 * b);
         }
     }
 }
@@ -597,6 +685,8 @@ void quant_quantize_row_ref(int type, const float *src, void *dst, int64_t n) {
     case GGML_TYPE_Q5_K: q_k45(src, dst, nb, 5); break;
     case GGML_TYPE_Q6_K: q_q6_K(src, dst, nb); break;
     case GGML_TYPE_Q8_K: q_q8_K(src, dst, nb); break;
+    case GGML_TYPE_IQ4_NL: q_iq4_nl(src, dst, nb); break;
+    case GGML_TYPE_IQ4_XS: q_iq4_xs(src, dst, nb); break;
     default: break;
     }
 }
@@ -677,6 +767,35 @@ static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int64_t nb) {
         int sumi = 0;
         for (int j = 0; j < 32; j++) sumi += w[i].qs[j] * x[i].qs[j];
         s = fmaf(H2F(w[i].d) * H2F(x[i].d), (float)sumi, s); /* one rounding, as every SIMD level */
+    }
+    return s;
+}
+
+static float dot_iq4_nl(const block_iq4_nl *w, const block_q8_0 *x, int64_t nb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += quant_iq4nl_values[w[i].qs[j] & 0x0f] * x[i].qs[j] + quant_iq4nl_values[w[i].qs[j] >> 4] * x[i].qs[j + 16];
+        s = fmaf(H2F(w[i].d) * H2F(x[i].d), (float)sumi, s); /* one rounding, as every SIMD level */
+    }
+    return s;
+}
+
+/* Σ over a super-block exactly in integers (scales times sub-block sums), then scaled. */
+static float dot_iq4_xs(const block_iq4_xs *w, const block_q8_K *x, int64_t nb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int b = 0; b < 8; b++) {
+            const uint8_t *qs = w[i].qs + 16 * b;
+            const int8_t *q8 = x[i].qs + 32 * b;
+            int t = 0;
+            for (int j = 0; j < 16; j++)
+                t += quant_iq4nl_values[qs[j] & 0x0f] * q8[j] + quant_iq4nl_values[qs[j] >> 4] * q8[j + 16];
+            sumi += (iq4xs_scale(&w[i], b) - 32) * t;
+        }
+        s += x[i].d * H2F(w[i].d) * (float)sumi;
     }
     return s;
 }
@@ -784,6 +903,8 @@ float quant_vec_dot_ref(int type, int64_t n, const void *w, const void *x) {
     case GGML_TYPE_Q4_K: return dot_q4_K(w, x, nb);
     case GGML_TYPE_Q5_K: return dot_q5_K(w, x, nb);
     case GGML_TYPE_Q6_K: return dot_q6_K(w, x, nb);
+    case GGML_TYPE_IQ4_NL: return dot_iq4_nl(w, x, nb);
+    case GGML_TYPE_IQ4_XS: return dot_iq4_xs(w, x, nb);
     default: return NAN;
     }
 }

@@ -160,6 +160,41 @@ static float vd_q8_0(const block_q8_0 *w, const block_q8_0 *x, int64_t nb) {
     return hsum_ps(_mm256_add_ps(a0, a1));
 }
 
+/* ---- IQ4_NL / IQ4_XS: a 16-entry table lookup (vpshufb) turns the nibbles into int8 values ---- */
+
+static inline __m256i iq4_values32(const uint8_t *qs) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_iq4nl_values));
+    return _mm256_shuffle_epi8(lut, nibbles32(qs));
+}
+
+/* Σ w·x over 32 int8 pairs as 8 int32 lanes (|w| <= 127: the u8·s8 pairs never saturate). */
+static inline __m256i dot32_s8(__m256i w, __m256i x) {
+    return DPBUSD(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+static float vd_iq4_nl(const block_iq4_nl *w, const block_q8_0 *x, int64_t nb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i p = dot32_s8(iq4_values32(w[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        s = fmaf(h2f(w[i].d) * h2f(x[i].d), (float)hsum_epi32(p), s); /* the reference's order */
+    }
+    return s;
+}
+
+static float vd_iq4_xs(const block_iq4_xs *w, const block_q8_K *x, int64_t nb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int b = 0; b < 8; b++) {
+            int ls = ((w[i].scales_l[b / 2] >> (4 * (b % 2))) & 0x0f) | (((w[i].scales_h >> (2 * b)) & 3) << 4);
+            __m256i p = dot32_s8(iq4_values32(w[i].qs + 16 * b), _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * b)));
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, _mm256_set1_epi32(ls - 32)));
+        }
+        s += x[i].d * h2f(w[i].d) * (float)hsum_epi32(acc);
+    }
+    return s;
+}
+
 /* Horizontal sums of eight int32 vectors, returned as one vector [Σp0, …, Σp7]. */
 static inline __m256i reduce8_epi32(const __m256i p[8]) {
     __m256i a0 = _mm256_hadd_epi32(p[0], p[1]), a1 = _mm256_hadd_epi32(p[2], p[3]);
@@ -645,6 +680,154 @@ static void vd8_q8_0(int64_t nb, const uint8_t *w, size_t stride, const block_q8
     _mm256_storeu_ps(out, acc);
 }
 
+
+/* ---- attention tile ---------------------------------------------------------------------- */
+
+/* exp of 4 doubles: n = round(x·log2 e), r = x − n·ln2 (|r| <= 0.35, ln2 in two parts), Taylor to
+ * r^12 (relative error < 1e-14), times 2^n built in the exponent bits (x >= -104 here, so n is far
+ * inside the double range). */
+static inline __m256d exp4d(__m256d x) {
+    __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93147180369123816490e-01), x);
+    r = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.90821492927058770002e-10), r);
+    static const double c[] = {1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
+                               1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
+    __m256d p = _mm256_set1_pd(c[0]);
+    for (int i = 1; i < 13; i++) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c[i]));
+    const __m256d magic = _mm256_set1_pd(6755399441055744.0); /* 2^52 + 2^51: n in the low bits */
+    __m256i ni = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)), _mm256_castpd_si256(magic));
+    __m256d scale = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(ni, _mm256_set1_epi64x(1023)), 52));
+    return _mm256_mul_pd(p, scale);
+}
+
+/* expf of 8 lanes computed in double and rounded once (a correctly rounded expf but in vanishingly
+ * rare near-ties, as the AVX-512 tile). */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-104.0f));
+    __m128 lo = _mm256_cvtpd_ps(exp4d(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+    __m128 hi = _mm256_cvtpd_ps(exp4d(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+    return _mm256_set_m128(hi, lo);
+}
+
+/* Lanes [0, n) set (n <= 8), as a blend mask. */
+static inline __m256i lanes8(int n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
+}
+
+/* K or V value i of the row of position p, widened to f32. */
+static inline float kv_at(const kern_attn *a, const uint8_t *const *blk, int p, int i) {
+    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    return a->kv_type == GGML_TYPE_F16 ? h2f(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+/* 8 values from element off of the row of position p (off + 8 <= the row's length). */
+static inline __m256 kv_load8(const kern_attn *a, const uint8_t *const *blk, int p, int off) {
+    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    if (a->kv_type == GGML_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + off)));
+    return _mm256_loadu_ps((const float *)row + off);
+}
+
+/* kern_ops.attn_tile with 8-lane vectors. Same arithmetic as the portable tile: q·k summed
+ * dimension by dimension with products and sums rounded separately (8 positions per vector, K
+ * laid out as KT[d][8] for them), softmax with a correctly rounded exp and a double sum, P·V
+ * position by position; so results equal the portable tile's but where glibc's expf is an ulp
+ * off. */
+static void x_attn_tile(const kern_attn *a, int g, int t0, int t1, float *S, int ldS, float *KT) {
+    const int hd = a->hd, G = a->n_head / a->n_head_kv, E = a->n_head * hd;
+    const int nrows = (t1 - t0) * G, n_kv = a->pos0 + t1;
+#define QROW(i) (a->q + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
+#define OROW(i) (a->out + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
+#define LEN(i) (a->pos0 + t0 + (i) / G + 1)
+    const __m256 sc = _mm256_set1_ps(a->scale);
+    for (int p0 = 0; p0 < n_kv; p0 += 8) {
+        int np = n_kv - p0 < 8 ? n_kv - p0 : 8;
+        for (int d = 0; d < hd; d++)
+            for (int r = 0; r < 8; r++) KT[(size_t)d * 8 + r] = r < np ? kv_at(a, a->kb, p0 + r, g * hd + d) : 0.0f;
+        int i = 0;
+        for (; i + 4 <= nrows; i += 4) {
+            const float *q0 = QROW(i), *q1 = QROW(i + 1), *q2 = QROW(i + 2), *q3 = QROW(i + 3);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < hd; d++) {
+                __m256 kt = _mm256_load_ps(KT + (size_t)d * 8);
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(q0[d]), kt));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_set1_ps(q1[d]), kt));
+                a2 = _mm256_add_ps(a2, _mm256_mul_ps(_mm256_set1_ps(q2[d]), kt));
+                a3 = _mm256_add_ps(a3, _mm256_mul_ps(_mm256_set1_ps(q3[d]), kt));
+            }
+            _mm256_storeu_ps(S + (size_t)i * ldS + p0, _mm256_mul_ps(a0, sc));
+            _mm256_storeu_ps(S + (size_t)(i + 1) * ldS + p0, _mm256_mul_ps(a1, sc));
+            _mm256_storeu_ps(S + (size_t)(i + 2) * ldS + p0, _mm256_mul_ps(a2, sc));
+            _mm256_storeu_ps(S + (size_t)(i + 3) * ldS + p0, _mm256_mul_ps(a3, sc));
+        }
+        for (; i < nrows; i++) {
+            const float *q0 = QROW(i);
+            __m256 a0 = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d++)
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(q0[d]), _mm256_load_ps(KT + (size_t)d * 8)));
+            _mm256_storeu_ps(S + (size_t)i * ldS + p0, _mm256_mul_ps(a0, sc));
+        }
+    }
+    /* softmax of each row over its causal length; the rest of the row (to a multiple of 8) is
+     * zeroed so the value pass runs every row of a group to the same length */
+    for (int i = 0; i < nrows; i++) {
+        float *s = S + (size_t)i * ldS;
+        int len = LEN(i);
+        float mx = -INFINITY;
+        for (int p = 0; p < len; p++) mx = s[p] > mx ? s[p] : mx;
+        __m256 vmax = _mm256_set1_ps(mx);
+        __m256d sum = _mm256_setzero_pd();
+        for (int p = 0; p < len; p += 8) {
+            __m256 m = _mm256_castsi256_ps(lanes8(len - p));
+            __m256 xs = _mm256_blendv_ps(_mm256_set1_ps(-104.0f), _mm256_sub_ps(_mm256_loadu_ps(s + p), vmax), m);
+            __m256 e = _mm256_and_ps(exp8(xs), m); /* lanes past len: 0 */
+            __m128 lo = _mm256_castps256_ps128(e), hi = _mm256_extractf128_ps(e, 1);
+            sum = _mm256_add_pd(sum, _mm256_add_pd(_mm256_cvtps_pd(lo), _mm256_cvtps_pd(hi)));
+            _mm256_storeu_ps(s + p, e);
+        }
+        __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(sum), _mm256_extractf128_pd(sum, 1));
+        double total = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+        __m256 inv = _mm256_set1_ps((float)(1.0 / total));
+        for (int p = 0; p < len; p += 8) _mm256_storeu_ps(s + p, _mm256_mul_ps(_mm256_loadu_ps(s + p), inv));
+        for (int p = (len + 7) & ~7; p < ((n_kv + 7) & ~7); p += 8) _mm256_storeu_ps(s + p, _mm256_setzero_ps());
+    }
+    /* O = P V: up to 4 rows keep 4 vectors (32 dims) of outputs in registers while V rows pass */
+    for (int i = 0; i < nrows; i += 4) {
+        int nr = nrows - i < 4 ? nrows - i : 4, len = LEN(i + nr - 1);
+        for (int c0 = 0; c0 < hd; c0 += 32) {
+            int nc = (hd - c0 + 7) / 8 < 4 ? (hd - c0 + 7) / 8 : 4;
+            if (hd % 8) { /* rows not a multiple of 8 values: the plain loop */
+                for (int r = 0; r < nr; r++) {
+                    float *o = OROW(i + r);
+                    for (int d = c0; d < hd && d < c0 + 32; d++) {
+                        float acc = 0.0f;
+                        for (int p = 0; p < len; p++) acc += S[(size_t)(i + r) * ldS + p] * kv_at(a, a->vb, p, g * hd + d);
+                        o[d] = acc;
+                    }
+                }
+                continue;
+            }
+            __m256 acc[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
+            for (int p = 0; p < len; p++) {
+                __m256 vv[4];
+                for (int c = 0; c < nc; c++) vv[c] = kv_load8(a, a->vb, p, g * hd + c0 + 8 * c);
+                for (int r = 0; r < nr; r++) {
+                    __m256 w = _mm256_set1_ps(S[(size_t)(i + r) * ldS + p]);
+                    for (int c = 0; c < nc; c++) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(w, vv[c]));
+                }
+            }
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < nc; c++) _mm256_storeu_ps(OROW(i + r) + c0 + 8 * c, acc[r][c]);
+        }
+    }
+#undef QROW
+#undef OROW
+#undef LEN
+}
+
 /* ---- entry points (the kern_ops entries) ------------------------------------------------ */
 
 /* Length checks without a division: n must be a non-negative multiple of 32 / 256. */
@@ -666,6 +849,8 @@ static float x_vec_dot(int type, int64_t n, const void *w, const void *x) {
     case GGML_TYPE_Q4_K: if (OK256(n)) return vd_q4_K(w, x, n >> 8); break;
     case GGML_TYPE_Q5_K: if (OK256(n)) return vd_q5_K(w, x, n >> 8); break;
     case GGML_TYPE_Q6_K: if (OK256(n)) return vd_q6_K(w, x, n >> 8); break;
+    case GGML_TYPE_IQ4_NL: if (OK32(n)) return vd_iq4_nl(w, x, n >> 5); break;
+    case GGML_TYPE_IQ4_XS: if (OK256(n)) return vd_iq4_xs(w, x, n >> 8); break;
     default: break;
     }
     return quant_vec_dot_ref(type, n, w, x); /* also the NaN answer for bad type / n */
@@ -704,7 +889,7 @@ static void x_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, si
 
 #endif /* QUANT_X86 */
 
-#if defined(__AVXVNNI__)
+#if defined(KERN_VNNI) /* the wrapper x86_avxvnni.c; also names the no-op on other architectures */
 #define FILL_NAME kern_fill_x86_avxvnni
 #else
 #define FILL_NAME kern_fill_x86_avx2
@@ -718,6 +903,7 @@ void FILL_NAME(kern_ops *o) {
     o->dequantize_row = x_dequantize_row;
     o->fp16_to_fp32_row = cvt_f16_f32;
     o->fp32_to_fp16_row = cvt_f32_f16;
+    o->attn_tile = x_attn_tile;
 #else
     (void)o;
 #endif

@@ -1155,10 +1155,18 @@ static inline __mmask16 mask16(int n)
 }
 
 
+/* 16 values (mask m) from element off of the K or V row of position p, widened to f32. */
+static inline __m512 kv_load16(const kern_attn *a, const uint8_t *const *blk, int p, int off, __mmask16 m)
+{
+    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    if (a->kv_type == GGML_TYPE_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + off));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + off);
+}
+
 /* kern_ops.attn_tile: rows i = (t - t0)·G + h of kv head g. */
 static void g_attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int ldS, float *KT)
 {
-    const int hd = j->hd, G = j->n_head / j->n_head_kv, E = j->n_head * hd, EKV = j->n_head_kv * hd;
+    const int hd = j->hd, G = j->n_head / j->n_head_kv, E = j->n_head * hd;
     const int nrows = (t1 - t0) * G;
 #define QROW(i) (j->q + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
 #define OROW(i) (j->out + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
@@ -1177,8 +1185,7 @@ static void g_attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int
             __m512 v[16];
             __mmask16 m = mask16(hd - 16 * c);
             for (int r = 0; r < 16; r++)
-                v[r] = r < np ? _mm512_maskz_loadu_ps(m, j->K + (size_t)(p0 + r) * EKV + g * hd + 16 * c)
-                              : _mm512_setzero_ps();
+                v[r] = r < np ? kv_load16(j, j->kb, p0 + r, g * hd + 16 * c, m) : _mm512_setzero_ps();
             simd_transpose16x16(v);
             int nd = hd - 16 * c < 16 ? hd - 16 * c : 16;
             for (int d = 0; d < nd; d++) _mm512_store_ps(KT + (size_t)(16 * c + d) * 16, v[d]);
@@ -1238,10 +1245,9 @@ static void g_attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int
             for (int r = 0; r < 4; r++)
                 for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
             for (int p = 0; p < len; p++) {
-                const float *vrow = j->V + (size_t)p * EKV + g * hd + 16 * c0;
                 __m512 vv[4];
                 for (int c = 0; c < nc; c++)
-                    vv[c] = _mm512_maskz_loadu_ps(c0 + c == nch - 1 ? mlast : (__mmask16)0xffff, vrow + 16 * c);
+                    vv[c] = kv_load16(j, j->vb, p, g * hd + 16 * (c0 + c), c0 + c == nch - 1 ? mlast : (__mmask16)0xffff);
                 for (int r = 0; r < nr; r++) {
                     __m512 a = _mm512_set1_ps(S[(size_t)(i + r) * ldS + p]);
                     for (int c = 0; c < nc; c++) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(a, vv[c]));
