@@ -890,122 +890,6 @@ static void gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
     gemm(wtype, n, nrows, w, w_stride, act, 0, 1, out, 0);
 }
 
-/* ---- attention -------------------------------------------------------------------------------
- * kern_ops.attn_tile, rows i = (t − t0)·G + h of kv head g (Vaswani et al. 2017, scaled
- * dot-product attention), with the float arithmetic of the plain loops (portable.c): scores
- * summed dimension by dimension with products and sums rounded separately, kern_softmax itself,
- * values summed position by position — only the work is laid out for vectors:
- *   S = scale·Q Kᵀ, 8 positions at a time: their K rows (F32, or F16 widened exactly, read where
- *       the cache stores them) transposed into KT (one vector per dimension), 4 query rows take
- *       a broadcast q[d] each against it;
- *   softmax of each row over its causal length, the rest of the row zeroed (so a block of rows
- *       can run to its longest length: 0·v adds nothing);
- *   O = P V: blocks of 4 rows × 16 dimensions in registers while the V rows pass. */
-#define QROW(i) (j->q + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
-#define OROW(i) (j->out + (size_t)(t0 + (i) / G) * E + (size_t)(g * G + (i) % G) * hd)
-#define LEN(i) (j->pos0 + t0 + (i) / G + 1)
-
-static __m256i lane_mask(int n)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* The stored row of position p (kern_attn: block p / bs, row p % bs). */
-AI const uint8_t *kv_row(const kern_attn *a, const uint8_t *const *blk, int p)
-{
-    return blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
-}
-
-/* Values i0 .. i0 + nv - 1 (nv <= 8; the rest 0) of a stored row as f32 (F16 widened exactly). */
-AI __m256 kv_load8(const kern_attn *a, const uint8_t *row, int i0, int nv)
-{
-    if (a->kv_type == GGML_TYPE_F16) {
-        if (nv == 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i0)));
-        uint16_t h[8] = {0};
-        memcpy(h, (const uint16_t *)row + i0, sizeof(uint16_t) * (size_t)nv);
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-    }
-    if (nv == 8) return _mm256_loadu_ps((const float *)row + i0);
-    return _mm256_maskload_ps((const float *)row + i0, lane_mask(nv));
-}
-
-static void attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int ldS, float *KT)
-{
-    const int hd = j->hd, G = j->n_head / j->n_head_kv, E = j->n_head * hd;
-    const int nrows = (t1 - t0) * G, n_kv = j->pos0 + t1;
-    const __m256 sc = _mm256_set1_ps(j->scale);
-    for (int p0 = 0; p0 < n_kv; p0 += 8) {
-        int np = n_kv - p0 < 8 ? n_kv - p0 : 8;
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *k = r < np ? kv_row(j, j->kb, p0 + r) : NULL;
-            for (int d = 0; d < hd; d += 8) {
-                int nv = hd - d < 8 ? hd - d : 8;
-                float kr[8];
-                _mm256_storeu_ps(kr, k ? kv_load8(j, k, g * hd + d, nv) : _mm256_setzero_ps());
-                for (int e = 0; e < nv; e++) KT[8 * (d + e) + r] = kr[e];
-            }
-        }
-        int i = 0;
-        for (; i + 4 <= nrows; i += 4) {
-            const float *q0 = QROW(i), *q1 = QROW(i + 1), *q2 = QROW(i + 2), *q3 = QROW(i + 3);
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd; d++) {
-                __m256 kt = _mm256_load_ps(KT + 8 * d);
-                a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(q0[d]), kt));
-                a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_set1_ps(q1[d]), kt));
-                a2 = _mm256_add_ps(a2, _mm256_mul_ps(_mm256_set1_ps(q2[d]), kt));
-                a3 = _mm256_add_ps(a3, _mm256_mul_ps(_mm256_set1_ps(q3[d]), kt));
-            }
-            _mm256_storeu_ps(S + (size_t)i * ldS + p0, _mm256_mul_ps(a0, sc));
-            _mm256_storeu_ps(S + (size_t)(i + 1) * ldS + p0, _mm256_mul_ps(a1, sc));
-            _mm256_storeu_ps(S + (size_t)(i + 2) * ldS + p0, _mm256_mul_ps(a2, sc));
-            _mm256_storeu_ps(S + (size_t)(i + 3) * ldS + p0, _mm256_mul_ps(a3, sc));
-        }
-        for (; i < nrows; i++) {
-            const float *q0 = QROW(i);
-            __m256 a0 = _mm256_setzero_ps();
-            for (int d = 0; d < hd; d++) a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(q0[d]), _mm256_load_ps(KT + 8 * d)));
-            _mm256_storeu_ps(S + (size_t)i * ldS + p0, _mm256_mul_ps(a0, sc));
-        }
-    }
-    for (int i = 0; i < nrows; i++) {
-        float *s = S + (size_t)i * ldS;
-        int len = LEN(i);
-        kern_softmax(s, len);
-        for (int p = len; p < n_kv; p++) s[p] = 0.0f;
-    }
-    const int nch = (hd + 7) / 8;
-    const int nlast = hd - 8 * (nch - 1);
-    const __m256i mlast = lane_mask(nlast);
-    for (int i = 0; i < nrows; i += 4) {
-        int nr = nrows - i < 4 ? nrows - i : 4, len = LEN(i + nr - 1);
-        for (int c0 = 0; c0 < nch; c0 += 2) {
-            int nc = nch - c0 < 2 ? nch - c0 : 2;
-            __m256 acc[4][2];
-            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-            for (int p = 0; p < len; p++) {
-                const uint8_t *vrow = kv_row(j, j->vb, p);
-                __m256 vv[2];
-                for (int c = 0; c < nc; c++)
-                    vv[c] = kv_load8(j, vrow, g * hd + 8 * (c0 + c), c0 + c == nch - 1 ? nlast : 8);
-                for (int r = 0; r < nr; r++) {
-                    __m256 a = _mm256_set1_ps(S[(size_t)(i + r) * ldS + p]);
-                    for (int c = 0; c < nc; c++) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(a, vv[c]));
-                }
-            }
-            for (int r = 0; r < nr; r++)
-                for (int c = 0; c < nc; c++) {
-                    float *o = OROW(i + r) + 8 * (c0 + c);
-                    if (c0 + c == nch - 1) _mm256_maskstore_ps(o, mlast, acc[r][c]);
-                    else _mm256_storeu_ps(o, acc[r][c]);
-                }
-        }
-    }
-}
-#undef QROW
-#undef OROW
-#undef LEN
-
 #if defined(KERN_VNNI)
 void kern_fill_gemm_avxvnni(kern_ops *o)
 #else
@@ -1022,7 +906,6 @@ void kern_fill_gemm_avx2(kern_ops *o)
     o->pack_size = pack_size;
     o->pack = pack;
     o->gemm_packed = gemm_packed;
-    o->attn_tile = attn_tile;
 }
 
 #else /* not an AVX2 (+ AVX-VNNI) build: nothing to fill */
