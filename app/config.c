@@ -205,8 +205,12 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
         char *end;
         errno = 0;
         unsigned long long v = strtoull(t, &end, 10);
-        if (errno || *t == '-' || *end || v == SAMPLER_SEED_RANDOM) {
+        if (errno || *t == '-' || *end || !*t) {
             util_set_why(why, why_cap, "'%s' is not a seed (a non-negative integer, or random)", t);
+            return -1;
+        }
+        if (v == SAMPLER_SEED_RANDOM) { /* 2^64 - 1 is the sampler's "pick one": never silently random */
+            util_set_why(why, why_cap, "'%s' is out of range (0 .. 18446744073709551614, or random)", t);
             return -1;
         }
         snprintf(out, cap, "%llu", v);
