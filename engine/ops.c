@@ -320,7 +320,7 @@ void op_attention(const float *q, const float *K, const float *V, float *out, in
                   int n_head_kv, int head_dim, tpool *pool)
 {
     const uint8_t *kb = (const uint8_t *)K, *vb = (const uint8_t *)V; /* one block of contiguous rows */
-    op_attention_paged(q, &kb, &vb, pos0 + n_tokens, sizeof(float) * (size_t)n_head_kv * head_dim, GGML_TYPE_F32, out,
+    op_attention_paged(q, &kb, &vb, 1 << 30, sizeof(float) * (size_t)n_head_kv * head_dim, GGML_TYPE_F32, out,
                        n_tokens, pos0, n_head, n_head_kv, head_dim, pool);
 }
 

@@ -59,7 +59,7 @@ void op_attention(const float *q, const float *K, const float *V, float *out, in
 
 /* op_attention on K and V where a paged KV cache stores them: the row of position p (n_head_kv·
  * head_dim values of kv_type, GGML_TYPE_F32 or GGML_TYPE_F16) starts at kb[p / bs] +
- * (p % bs)·row_bytes (V: vb), so decode reads each stored K and V value once, with no f32 copy of
+ * (p % bs)·row_bytes (V: vb), bs a power of two, so decode reads each stored K and V value once, with no f32 copy of
  * the history. Same results as op_attention on the widened rows (f16 widens exactly). */
 void op_attention_paged(const float *q, const uint8_t *const *kb, const uint8_t *const *vb, int bs, size_t row_bytes,
                         int kv_type, float *out, int n_tokens, int pos0, int n_head, int n_head_kv, int head_dim,

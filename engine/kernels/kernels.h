@@ -35,7 +35,7 @@ typedef struct kern_attn {
     const float *q;
     float *out;
     const uint8_t *const *kb, *const *vb;
-    int bs;           /* positions per block (> 0) */
+    int bs;           /* positions per block, a power of two (rows are found by shift and mask) */
     size_t row_bytes; /* bytes of one row */
     int kv_type;      /* GGML_TYPE_F32 or GGML_TYPE_F16 */
     int n_tokens, pos0, n_head, n_head_kv, hd;

@@ -92,7 +92,7 @@ void kern_softmax(float *x, int n)
 /* Element i of the K (or V) row of position p. */
 static inline float kv_at(const kern_attn *a, const uint8_t *const *blk, int p, int i)
 {
-    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    const uint8_t *row = blk[p >> __builtin_ctz((unsigned)a->bs)] + (size_t)(p & (a->bs - 1)) * a->row_bytes;
     return a->kv_type == GGML_TYPE_F16 ? fp16_to_fp32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 

@@ -718,13 +718,13 @@ static inline __m256i lanes8(int n) {
 
 /* K or V value i of the row of position p, widened to f32. */
 static inline float kv_at(const kern_attn *a, const uint8_t *const *blk, int p, int i) {
-    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    const uint8_t *row = blk[p >> __builtin_ctz((unsigned)a->bs)] + (size_t)(p & (a->bs - 1)) * a->row_bytes;
     return a->kv_type == GGML_TYPE_F16 ? h2f(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 
 /* 8 values from element off of the row of position p (off + 8 <= the row's length). */
 static inline __m256 kv_load8(const kern_attn *a, const uint8_t *const *blk, int p, int off) {
-    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    const uint8_t *row = blk[p >> __builtin_ctz((unsigned)a->bs)] + (size_t)(p & (a->bs - 1)) * a->row_bytes;
     if (a->kv_type == GGML_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + off)));
     return _mm256_loadu_ps((const float *)row + off);
 }

@@ -1160,7 +1160,7 @@ static inline __mmask16 mask16(int n)
 /* 16 values (mask m) from element off of the K or V row of position p, widened to f32. */
 static inline __m512 kv_load16(const kern_attn *a, const uint8_t *const *blk, int p, int off, __mmask16 m)
 {
-    const uint8_t *row = blk[p / a->bs] + (size_t)(p % a->bs) * a->row_bytes;
+    const uint8_t *row = blk[p >> __builtin_ctz((unsigned)a->bs)] + (size_t)(p & (a->bs - 1)) * a->row_bytes;
     if (a->kv_type == GGML_TYPE_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + off));
     return _mm512_maskz_loadu_ps(m, (const float *)row + off);
 }
