@@ -324,18 +324,20 @@ $(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/*.h $(FUZZ_OBJ) | $(FUZZ_DEPS_OK)
 	  $(if $(filter fuzz_import,$(notdir $@)),$(filter-out $(FUZZ)/app/store_cli.o,$(FUZZ_OBJ)),$(FUZZ_OBJ)) \
 	  $(LDLIBS_ALL) $(TEST_LIBS)
 
+$(FUZZ)/fuzz_import: app/store_cli.c
+
 fuzz-build: $(FUZZ_BINS)
 
-# one process, one core (-jobs=1 -workers=1); the statistics line of each run is kept in
+# one process, one core (no -jobs: libFuzzer forks workers for it); the statistics line of each run is kept in
 # build/fuzz/NAME.log
 fuzz: $(FUZZ_BINS)
 	@mkdir -p $(FUZZ)/artifacts; fail=0; \
 	for b in $(FUZZ_BINS); do n=$$(basename $$b); mkdir -p $(FUZZ)/corpus/$$n tests/fuzz/corpus/$$n; \
 	  echo "== $$n $(FUZZ_SECONDS)s"; \
-	  $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SECONDS) -jobs=1 -workers=1 -close_fd_mask=3 -rss_limit_mb=2048 \
+	  $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=3 -rss_limit_mb=2048 \
 	    -max_len=65536 -timeout=20 -artifact_prefix=$(FUZZ)/artifacts/$$n- -print_final_stats=1 \
 	    $(FUZZ)/corpus/$$n tests/fuzz/corpus/$$n > $(FUZZ)/$$n.log 2>&1 || { fail=1; echo "CRASH: $$n (see $(FUZZ)/$$n.log)"; }; \
-	  grep -E '^#[0-9]+ +DONE|stat::number_of_executed_units|ERROR|SUMMARY' $(FUZZ)/$$n.log | tail -3; \
+	  grep -E '^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|ERROR|SUMMARY' $(FUZZ)/$$n.log | tail -3; \
 	done; [ $$fail -eq 0 ]
 
 fuzz-smoke: $(FUZZ_BINS)
@@ -345,7 +347,7 @@ fuzz-smoke: $(FUZZ_BINS)
 	  if [ -n "$$reg" ] && ! $(FUZZ_RUN) $$b -close_fd_mask=3 $$reg > $(FUZZ)/$$n.replay.log 2>&1; then \
 	    fail=1; echo "FAILED: $$n replaying tests/fuzz/regressions/$$n (see $(FUZZ)/$$n.replay.log)"; fi; \
 	  mkdir -p $(FUZZ)/smoke/$$n; \
-	  if ! $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SMOKE_SECONDS) -jobs=1 -workers=1 -close_fd_mask=3 -max_len=65536 \
+	  if ! $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SMOKE_SECONDS) -close_fd_mask=3 -max_len=65536 \
 	      -timeout=20 -artifact_prefix=$(FUZZ)/artifacts/$$n- $(FUZZ)/smoke/$$n tests/fuzz/corpus/$$n \
 	      > $(FUZZ)/$$n.smoke.log 2>&1; then fail=1; echo "FAILED: $$n fuzzing (see $(FUZZ)/$$n.smoke.log)"; \
 	  else echo "fuzz-smoke: $$n ok ($$(grep -oE '^#[0-9]+' $(FUZZ)/$$n.smoke.log | tail -1 | tr -d '#') runs)"; fi; \
