@@ -305,3 +305,86 @@ e2e: serve-test-deps
 .PHONY: bench-serve
 bench-serve: kvchat
 	@KVCHAT=./kvchat SHARED=$(SHARED) sh tests/bench_serve.sh $(if $(filter command line,$(origin MODEL)),$(MODEL))
+
+# --- fuzzing (libFuzzer) ----------------------------------------------------------------
+# tests/fuzz/fuzz_*.c, one harness per target (tests/fuzz/README.md), linked with the project's
+# sources compiled by clang under ASan + UBSan with libFuzzer's coverage into build/fuzz/ (the
+# kernels keep their KFLAGS). `make fuzz FUZZ_SECONDS=N` runs each harness N seconds on one
+# core, growing build/fuzz/corpus/NAME from the seeds in tests/fuzz/corpus/NAME; crashes land in
+# build/fuzz/artifacts/. `make fuzz-smoke` (part of `make test`) replays tests/fuzz/regressions/
+# and the seeds, then fuzzes each harness FUZZ_SMOKE_SECONDS (about a minute in all).
+FUZZ_CC      := clang
+FUZZ         := $(BUILD)/fuzz
+FUZZ_DEB     := clang libclang-rt-14-dev
+FUZZ_FLAGS    = $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+                -fno-sanitize-recover=undefined
+FUZZ_HARNESS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS    := $(FUZZ_HARNESS:tests/fuzz/%.c=$(FUZZ)/%)
+FUZZ_OBJ     := $(LIB_SRC:%.c=$(FUZZ)/%.o)
+FUZZ_DEPS_OK := $(FUZZ)/.deps-ok
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_RUN      = KVCHAT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+                UBSAN_OPTIONS=print_stacktrace=1
+.PHONY: fuzz fuzz-build fuzz-smoke deps-fuzz
+.SECONDARY: $(FUZZ_OBJ)
+
+$(FUZZ_DEPS_OK): Makefile
+	@$(MAKE) --no-print-directory deps-fuzz
+	@mkdir -p $(FUZZ) && touch $@
+
+deps-fuzz:
+	@if printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }\n' | \
+	    $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -x c - -o /dev/null >/dev/null 2>&1; then \
+	  echo "kvchat: clang with libFuzzer present"; \
+	else \
+	  echo "kvchat: no clang with libFuzzer — installing Debian packages $(FUZZ_DEB)"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(FUZZ_DEB); \
+	fi
+
+$(FUZZ)/%.o: %.c | $(DEPS_OK) $(FUZZ_DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(KFLAGS) $(FUZZ_COV) -MMD -MP -c $< -o $@
+FUZZ_COV := -fsanitize=fuzzer-no-link
+# clang takes over ten minutes on the AVX-512 kernels under ASan + UBSan: they are built plain
+# (-O2, their KFLAGS); no harness feeds them input
+$(FUZZ)/engine/kernels/x86_avx512.o: FUZZ_FLAGS = $(BASEFLAGS) -O2
+$(FUZZ)/engine/kernels/x86_avx512.o: FUZZ_COV :=
+
+# fuzz_import includes app/store_cli.c (its import is static), so that object stays out
+$(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/*.h $(FUZZ_OBJ) | $(FUZZ_DEPS_OK)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< \
+	  $(if $(filter fuzz_import,$(notdir $@)),$(filter-out $(FUZZ)/app/store_cli.o,$(FUZZ_OBJ)),$(FUZZ_OBJ)) \
+	  $(LDLIBS_ALL) $(TEST_LIBS)
+
+$(FUZZ)/fuzz_import: app/store_cli.c
+
+fuzz-build: $(FUZZ_BINS)
+
+# one process, one core (no -jobs: libFuzzer forks workers for it); the statistics line of each run is kept in
+# build/fuzz/NAME.log
+fuzz: $(FUZZ_BINS)
+	@mkdir -p $(FUZZ)/artifacts; fail=0; \
+	for b in $(FUZZ_BINS); do n=$$(basename $$b); mkdir -p $(FUZZ)/corpus/$$n tests/fuzz/corpus/$$n; \
+	  echo "== $$n $(FUZZ_SECONDS)s"; \
+	  $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=3 -rss_limit_mb=2048 \
+	    -max_len=65536 -timeout=20 -artifact_prefix=$(FUZZ)/artifacts/$$n- -print_final_stats=1 \
+	    $(FUZZ)/corpus/$$n tests/fuzz/corpus/$$n > $(FUZZ)/$$n.log 2>&1 || { fail=1; echo "CRASH: $$n (see $(FUZZ)/$$n.log)"; }; \
+	  grep -E '^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|ERROR|SUMMARY' $(FUZZ)/$$n.log | tail -3; \
+	done; [ $$fail -eq 0 ]
+
+fuzz-smoke: $(FUZZ_BINS)
+	@mkdir -p $(FUZZ)/artifacts; fail=0; \
+	for b in $(FUZZ_BINS); do n=$$(basename $$b); \
+	  reg=$$(ls tests/fuzz/regressions/$$n/* tests/fuzz/corpus/$$n/* 2>/dev/null); \
+	  if [ -n "$$reg" ] && ! $(FUZZ_RUN) $$b -close_fd_mask=3 $$reg > $(FUZZ)/$$n.replay.log 2>&1; then \
+	    fail=1; echo "FAILED: $$n replaying tests/fuzz/regressions/$$n (see $(FUZZ)/$$n.replay.log)"; fi; \
+	  mkdir -p $(FUZZ)/smoke/$$n; \
+	  if ! $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SMOKE_SECONDS) -close_fd_mask=3 -max_len=65536 \
+	      -timeout=20 -artifact_prefix=$(FUZZ)/artifacts/$$n- $(FUZZ)/smoke/$$n tests/fuzz/corpus/$$n \
+	      > $(FUZZ)/$$n.smoke.log 2>&1; then fail=1; echo "FAILED: $$n fuzzing (see $(FUZZ)/$$n.smoke.log)"; \
+	  else echo "fuzz-smoke: $$n ok ($$(grep -oE '^#[0-9]+' $(FUZZ)/$$n.smoke.log | tail -1 | tr -d '#') runs)"; fi; \
+	done; [ $$fail -eq 0 ]
+test: fuzz-smoke

@@ -2,6 +2,7 @@
 #include "store_cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -450,6 +451,24 @@ static double get_num(const cJSON *o, const char *k, int *ok)
     return 0;
 }
 
+/* A number that must fit an int (a count, a token budget): anything else, 1e300 included, is not
+ * ok (the cast of an out-of-range double is undefined behaviour). */
+static int get_int(const cJSON *o, const char *k, int *ok)
+{
+    double d = get_num(o, k, ok);
+    if (d >= INT_MIN && d <= INT_MAX) return (int)d;
+    *ok = 0;
+    return 0;
+}
+
+/* A message index ("head", "parent"): -1 when absent or null; -2 (never valid) when it is a number
+ * no conversation could hold, so store_conv_import refuses it. */
+static long get_index(const cJSON *v)
+{
+    if (!cJSON_IsNumber(v)) return -1;
+    return v->valuedouble >= -1 && v->valuedouble <= 1e15 ? (long)v->valuedouble : -2;
+}
+
 static int get_params(const cJSON *v, store_params *p, const char **what)
 {
     memset(p, 0, sizeof *p);
@@ -458,14 +477,14 @@ static int get_params(const cJSON *v, store_params *p, const char **what)
     int ok = 1;
     p->set = 1;
     p->temperature = get_num(v, "temperature", &ok);
-    p->top_k = (int)get_num(v, "top_k", &ok);
+    p->top_k = get_int(v, "top_k", &ok);
     p->top_p = get_num(v, "top_p", &ok);
     p->min_p = get_num(v, "min_p", &ok);
     p->repeat_penalty = get_num(v, "repeat_penalty", &ok);
-    p->repeat_last_n = (int)get_num(v, "repeat_last_n", &ok);
+    p->repeat_last_n = get_int(v, "repeat_last_n", &ok);
     p->presence_penalty = get_num(v, "presence_penalty", &ok);
     p->frequency_penalty = get_num(v, "frequency_penalty", &ok);
-    p->max_tokens = (int)get_num(v, "max_tokens", &ok);
+    p->max_tokens = get_int(v, "max_tokens", &ok);
     const char *seed = get_str(v, "seed", &ok, 1);
     if (seed) {
         char *end;
@@ -607,7 +626,7 @@ static int cmd_import(store *s, const char *file)
         if (!ok) what = "model";
     } else if (!what && mobj && !cJSON_IsNull(mobj)) what = "model";
     const cJSON *head = cJSON_GetObjectItemCaseSensitive(o, "head");
-    long head_index = cJSON_IsNumber(head) ? (long)head->valuedouble : -1;
+    long head_index = get_index(head);
     if (!what && head && !cJSON_IsNull(head) && !cJSON_IsNumber(head)) what = "head";
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "messages");
     if (!what && !cJSON_IsArray(arr)) what = "messages";
@@ -621,13 +640,13 @@ static int cmd_import(store *s, const char *file)
         cJSON_ArrayForEach(it, arr) {
             store_msg *x = &m[i];
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(it, "parent");
-            parents[i] = cJSON_IsNumber(p) ? (long)p->valuedouble : -1;
+            parents[i] = get_index(p);
             if (p && !cJSON_IsNull(p) && !cJSON_IsNumber(p)) ok = 0;
             x->role = store_role_from_name(get_str(it, "role", &ok, 0));
             x->content = (char *)get_str(it, "content", &ok, 0);
             x->len = x->content ? strlen(x->content) : 0;
             if (x->content && had_nul) x->len = unmark_nuls(x->content, x->len);
-            x->n_tokens = (int)get_num(it, "n_tokens", &ok);
+            x->n_tokens = get_int(it, "n_tokens", &ok);
             if (parse_iso(get_str(it, "created_at", &ok, 0), &x->created_at)) ok = 0;
             const cJSON *part = cJSON_GetObjectItemCaseSensitive(it, "partial");
             if (!cJSON_IsBool(part)) ok = 0;
@@ -641,10 +660,10 @@ static int cmd_import(store *s, const char *file)
                 x->gen.ttft_ms = get_num(g, "ttft_ms", &ok);
                 x->gen.prefill_tps = get_num(g, "prefill_tps", &ok);
                 x->gen.decode_tps = get_num(g, "decode_tps", &ok);
-                x->gen.n_prompt = (int)get_num(g, "n_prompt", &ok);
-                x->gen.n_reused = (int)get_num(g, "n_reused", &ok);
-                x->gen.n_prefilled = (int)get_num(g, "n_prefilled", &ok);
-                x->gen.n_generated = (int)get_num(g, "n_generated", &ok);
+                x->gen.n_prompt = get_int(g, "n_prompt", &ok);
+                x->gen.n_reused = get_int(g, "n_reused", &ok);
+                x->gen.n_prefilled = get_int(g, "n_prefilled", &ok);
+                x->gen.n_generated = get_int(g, "n_generated", &ok);
                 if (x->gen.finish < 0) ok = 0;
             } else if (g && !cJSON_IsNull(g)) ok = 0;
             if (x->role < 0) ok = 0;

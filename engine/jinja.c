@@ -1,6 +1,7 @@
 /* jinja: lexer, parser and tree-walking evaluator of the Jinja2 subset chat templates use (see jinja.h), with per-byte "message content" marks. */
 #include "jinja.h"
 
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -2024,12 +2025,15 @@ static jval binop(rt *R, int line, int op, jval x, jval y)
     case OP_SUB: case OP_MUL: case OP_DIV: case OP_FLOORDIV: case OP_MOD: case OP_POW: {
         if (!is_num(x) || !is_num(y)) break;
         int ints = x.t != V_FLOAT && y.t != V_FLOAT;
-        long long xi = x.t == V_INT ? x.u.i : (long long)num(x), yi = y.t == V_INT ? y.u.i : (long long)num(y);
+        /* integers whose result does not fit 64 bits become floats (the reference's numbers are doubles) */
+        long long xi = !ints ? 0 : x.t == V_INT ? x.u.i : (long long)num(x);
+        long long yi = !ints ? 0 : y.t == V_INT ? y.u.i : (long long)num(y), ri;
+        if (ints && (op == OP_FLOORDIV || op == OP_MOD) && xi == LLONG_MIN && yi == -1) ints = 0;
         double xf = num(x), yf = num(y);
         switch (op) {
-        case OP_ADD: return ints ? vint(xi + yi) : vflt(xf + yf);
-        case OP_SUB: return ints ? vint(xi - yi) : vflt(xf - yf);
-        case OP_MUL: return ints ? vint(xi * yi) : vflt(xf * yf);
+        case OP_ADD: return ints && !__builtin_add_overflow(xi, yi, &ri) ? vint(ri) : vflt(xf + yf);
+        case OP_SUB: return ints && !__builtin_sub_overflow(xi, yi, &ri) ? vint(ri) : vflt(xf - yf);
+        case OP_MUL: return ints && !__builtin_mul_overflow(xi, yi, &ri) ? vint(ri) : vflt(xf * yf);
         case OP_DIV:
             if (yf == 0) failf(&R->S, line, "division by zero");
             return vflt(xf / yf);
@@ -2052,8 +2056,9 @@ static jval binop(rt *R, int line, int op, jval x, jval y)
         case OP_POW:
             if (ints && yi >= 0) {
                 long long r = 1;
-                for (long long i = 0; i < yi && i < 64; i++) r *= xi;
-                return vint(r);
+                int over = 0;
+                for (long long i = 0; i < yi && i < 64 && !over; i++) over = __builtin_mul_overflow(r, xi, &r);
+                if (!over) return vint(r);
             }
             return vflt(pow(xf, yf));
         }

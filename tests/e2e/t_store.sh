@@ -192,6 +192,26 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 1 ] && grep -q "no conversation 999" "$ST/err" &
     grep -q "not a kvchat export" "$ST/err2" && ! "$BIN" list --ids --db "$A" | grep -qx "$id2"; then
     ok "store: kvchat rm deletes; unknown IDs and foreign JSON get clear errors"
 else bad "store: kvchat rm / import errors" "rc $rc1 $rc2 $rc3 $(cat "$ST/err" "$ST/err2")"; fi
+# numbers no int or index holds (found by tests/fuzz/fuzz_import: the cast was undefined behaviour)
+python3 - "$ST/e1.json" "$ST/huge" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for i, (where, key, v) in enumerate([("params", "repeat_last_n", 7e47), ("msg", "n_tokens", -1e300), ("top", "head", 1e20),
+                                     ("msg", "parent", 1e300)]):
+    e = json.loads(json.dumps(d))
+    if where == "params": e["params"] = e["params"] or {}; e["params"][key] = v
+    elif where == "msg": e["messages"][-1][key] = v
+    else: e[key] = v
+    open("%s%d.json" % (sys.argv[2], i), "w").write(json.dumps(e))
+PY
+nbad=0
+for f in "$ST"/huge*.json; do
+    "$BIN" import "$f" --db "$ST/huge.db" >/dev/null 2>"$ST/err3"; r=$?
+    { [ $r -eq 1 ] && grep -q "not a valid kvchat export" "$ST/err3"; } || { nbad=$((nbad + 1)); echo "$f: rc $r $(cat "$ST/err3")"; }
+done >"$ST/huge.out"
+if [ $nbad -eq 0 ] && [ "$(ls "$ST"/huge*.json | wc -l)" -eq 4 ]; then
+    ok "store: kvchat import refuses counts and indices out of range (7e47, -1e300, head 1e20, parent 1e300)"
+else bad "store: kvchat import of out-of-range numbers" "$(cat "$ST/huge.out")"; fi
 
 # ---- a database of the previous schema (1): reading commands migrate it when it is writable --------
 V1="$ST/v1.db"
