@@ -88,8 +88,12 @@ if command -v tmux >/dev/null 2>&1; then
     jc="$tmp/jinja-chat"
     mkdir -p "$jc/state" "$jc/config" "$jc/data"
     JTM="tmux -L kvchat-jinja-$$"
-    jt_start() { # jt_start ARGS...: kvchat in a fresh tmux session
+    jt_n=0
+    jt_start() { # jt_start ARGS...: kvchat in a fresh tmux session, on a socket of its own (a server
+        # still exiting from kill-server can take the next session on the same socket down with it)
         $JTM kill-server >/dev/null 2>&1
+        jt_n=$((jt_n + 1))
+        JTM="tmux -L kvchat-jinja-$$-$jt_n"
         $JTM -f /dev/null new-session -d -s c -x 110 -y 30 \
             "$(printf '%q ' env LANG=C.UTF-8 TERM=tmux-256color XDG_STATE_HOME="$jc/state" XDG_CONFIG_HOME="$jc/config" \
                 XDG_DATA_HOME="$jc/data" "$BIN" -m "$MODEL" -t 1 "$@") 2>'$jc/err'; sleep 600"
