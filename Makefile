@@ -353,13 +353,15 @@ FUZZ_COV := -fsanitize=fuzzer-no-link
 $(FUZZ)/engine/kernels/x86_avx512.o: FUZZ_FLAGS = $(BASEFLAGS) -O2
 $(FUZZ)/engine/kernels/x86_avx512.o: FUZZ_COV :=
 
-# fuzz_import includes app/store_cli.c (its import is static), so that object stays out
+# fuzz_import includes app/store_cli.c (its import is static), fuzz_serve app/serve.c (its state
+# is static), so those objects stay out of their links
+FUZZ_INCLUDED = $(if $(filter fuzz_import,$(notdir $@)),$(FUZZ)/app/store_cli.o,$(if $(filter fuzz_serve,$(notdir $@)),$(FUZZ)/app/serve.o))
 $(FUZZ)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/*.h $(FUZZ_OBJ) | $(FUZZ_DEPS_OK)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< \
-	  $(if $(filter fuzz_import,$(notdir $@)),$(filter-out $(FUZZ)/app/store_cli.o,$(FUZZ_OBJ)),$(FUZZ_OBJ)) \
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(filter-out $(FUZZ_INCLUDED),$(FUZZ_OBJ)) \
 	  $(LDLIBS_ALL) $(TEST_LIBS)
 
 $(FUZZ)/fuzz_import: app/store_cli.c
+$(FUZZ)/fuzz_serve: app/serve.c
 
 fuzz-build: $(FUZZ_BINS)
 

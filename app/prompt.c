@@ -56,7 +56,8 @@ static int seg_add(prompt_buf *b, const char *s, size_t n, int special)
 
 static void finish(prompt_buf *b)
 {
-    for (size_t i = 0; i < b->n_seg; i++) b->seg[i].text = b->text + (uintptr_t)b->seg[i].text;
+    /* nothing buffered (every segment empty): no text yet, so point them at "" */
+    for (size_t i = 0; i < b->n_seg; i++) b->seg[i].text = b->text ? b->text + (uintptr_t)b->seg[i].text : "";
 }
 
 static void reset(prompt_buf *b)
@@ -77,7 +78,7 @@ static int build_completion(const prompt_msg *msgs, size_t n, prompt_buf *b)
             if (buf_put(b, m->text, m->len) || buf_put(b, "\n\n", 2)) return -1;
             continue;
         }
-        if (!strcmp(m->role, "user") && prompt_needs_space(b->text + start, b->len - start, m->text, m->len) &&
+        if (!strcmp(m->role, "user") && prompt_needs_space(b->text ? b->text + start : "", b->len - start, m->text, m->len) &&
             buf_put(b, " ", 1))
             return -1;
         if (buf_put(b, m->text, m->len)) return -1;

@@ -408,7 +408,7 @@ static int get_number(const cJSON *o, const char *name, double lo, double hi, in
     char m[160];
     if (!cJSON_IsNumber(v)) return bad(b, name, "invalid_type", "'%s' must be a number", name);
     double d = v->valuedouble;
-    if (integer && d != (double)(long long)d) return bad(b, name, "invalid_type", "'%s' must be an integer", name);
+    if (integer && !(isfinite(d) && floor(d) == d)) return bad(b, name, "invalid_type", "'%s' must be an integer", name);
     if (!(d >= lo && d <= hi)) {
         snprintf(m, sizeof m, "'%s' is %g, must be in [%g, %g]", name, d, lo, hi);
         return bad(b, name, "invalid_value", "%s", m);

@@ -473,7 +473,15 @@ typedef struct parser {
     jstate *S;
     tok *v;
     size_t n, i;
+    int depth;                /* nesting of the recursive descent (expressions, unary ops, blocks) */
 } parser;
+
+/* Enter one level of the recursive descent: a template nested deeper than MAX_DEPTH is an error,
+ * not a stack overflow (found by fuzz_jinja_tmpl: "[[[[..." thousands deep). */
+static void p_enter(parser *P)
+{
+    if (++P->depth > MAX_DEPTH) failf(P->S, P->v[P->i].line, "template nested too deep (over %d levels)", MAX_DEPTH);
+}
 
 static tok *pk(parser *P) { return &P->v[P->i]; }
 static tok *nx(parser *P) { return &P->v[P->i < P->n - 1 ? P->i++ : P->i]; }
@@ -792,6 +800,7 @@ static node *p_unary(parser *P, int with_filter)
 {
     tok *k = pk(P);
     node *n;
+    p_enter(P);
     if (is_op(k, "-") || is_op(k, "+")) {
         nx(P);
         n = mk(P, is_op(k, "-") ? E_NEG : E_POS, k->line);
@@ -799,6 +808,7 @@ static node *p_unary(parser *P, int with_filter)
     } else {
         n = p_postfix(P, p_primary(P));
     }
+    P->depth--;
     return with_filter ? p_filters(P, n) : n;
 }
 
@@ -898,7 +908,9 @@ static node *p_not(parser *P)
 {
     if (is_name(pk(P), "not")) {
         node *n = mk(P, E_NOT, nx(P)->line);
+        p_enter(P);
         n->a = p_not(P);
+        P->depth--;
         return n;
     }
     return p_compare(P);
@@ -930,6 +942,7 @@ static node *p_or(parser *P)
 
 static node *p_expr(parser *P)
 {
+    p_enter(P);
     node *n = p_or(P);
     while (is_name(pk(P), "if")) {
         node *c = mk(P, E_COND, nx(P)->line);
@@ -941,6 +954,7 @@ static node *p_expr(parser *P)
         }
         n = c;
     }
+    P->depth--;
     return n;
 }
 
@@ -1144,6 +1158,7 @@ static node **p_body(parser *P, const char *const *ends, size_t *n_out, int *whi
 {
     nlist l = { 0 };
     int start_line = pk(P)->line;
+    p_enter(P);
     while (1) {
         tok *k = pk(P);
         if (k->t == T_EOF) {
@@ -1187,6 +1202,7 @@ static node **p_body(parser *P, const char *const *ends, size_t *n_out, int *whi
             unexpected(P, "text or a tag");
         }
     }
+    P->depth--;
     *n_out = l.n;
     return l.v;
 }
@@ -1215,7 +1231,7 @@ int jinja_parse(const char *src, size_t len, jinja_template **out, kv_error *err
     }
     lexer L = { &S, src ? src : "", len, 0, 1, NULL, 0, 0 };
     lexer_run(&L);
-    parser P = { &S, L.v, L.n, 0 };
+    parser P = { .S = &S, .v = L.v, .n = L.n };
     jinja_template *t = ar_alloc(&ar, sizeof *t);
     int w;
     t->body = p_body(&P, NULL, &t->n, &w);

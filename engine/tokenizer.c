@@ -89,6 +89,15 @@ static int get_opt_arr(const gguf_file *f, const char *path, const char *key, in
     return KV_OK;
 }
 
+/* The value of one hexadecimal digit, -1 for any other byte. */
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 static int trie_insert(tokenizer *t, const char *s, size_t len, int32_t id)
 {
     if (t->trie_n + len > t->trie_cap) {   /* at most len new nodes */
@@ -124,12 +133,9 @@ static int trie_insert(tokenizer *t, const char *s, size_t len, int32_t id)
 static size_t spm_render(const tokenizer *t, int32_t id, const char *s, size_t len, char *dst)
 {
     if (t->type[id] == TOK_TYPE_BYTE && len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>') {
-        unsigned v;
-        char hex[3] = { s[3], s[4], 0 };
-        char *end;
-        v = (unsigned)strtoul(hex, &end, 16);
-        if (*end == 0) {
-            dst[0] = (char)v;
+        int hi = hex_digit(s[3]), lo = hex_digit(s[4]);
+        if (hi >= 0 && lo >= 0) {
+            dst[0] = (char)(hi * 16 + lo);
             return 1;
         }
     }
@@ -379,9 +385,9 @@ int tokenizer_load(const gguf_file *f, tokenizer **out, kv_error *err)
         }
         if (kind == TOK_KIND_SPM && ty == TOK_TYPE_BYTE && len == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' &&
             s[5] == '>') {
-            char hex[3] = { s[3], s[4], 0 }, *end;
-            unsigned long v = strtoul(hex, &end, 16);
-            if (*end == 0 && t->byte_tok[v] < 0) t->byte_tok[v] = i;
+            /* two hex digits exactly (strtoul alone would take "<0x-A>" or "<0x +>") */
+            int hi = hex_digit(s[3]), lo = hex_digit(s[4]);
+            if (hi >= 0 && lo >= 0 && t->byte_tok[hi * 16 + lo] < 0) t->byte_tok[hi * 16 + lo] = i;
         }
     }
 

@@ -72,6 +72,31 @@ static void test_limits(void **st)
     (void)st;
     expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", KV_ERR_NOMEM, "nested too deep");
     expect_error("{{ range(100000000) | length }}", KV_ERR_NOMEM, "out of memory");
+    /* nesting beyond the parser's limit is an error naming it, not a stack overflow (fuzz_jinja_tmpl
+     * found "{{ [[[[..." thousands deep); 40 levels, more than any real template, still parse */
+    static const struct { const char *open, *close, *mid; } deep[] = {
+        {"[", "]", ""}, {"(", ")", "1"}, {"-", "", "1"}, {"not ", "", "x"}, {"{% if 1 %}", "{% endif %}", ""},
+    };
+    for (size_t d = 0; d < sizeof deep / sizeof deep[0]; d++) {
+        for (int levels = 40; levels <= 5000; levels += 4960) {
+            size_t lo = strlen(deep[d].open), lc = strlen(deep[d].close), cap = (lo + lc) * (size_t)levels + 64;
+            char *src = malloc(cap), *w = src;
+            int block = deep[d].open[0] == '{';
+            if (!block) w += sprintf(w, "{{ ");
+            for (int i = 0; i < levels; i++) w += sprintf(w, "%s", deep[d].open);
+            w += sprintf(w, "%s", deep[d].mid);
+            for (int i = 0; i < levels; i++) w += sprintf(w, "%s", deep[d].close);
+            if (!block) w += sprintf(w, " }}");
+            char *out = NULL;
+            kv_error err = {0};
+            int rc = render(src, &out, NULL, &err);
+            if (levels == 40 && rc != KV_OK) fail_msg("%d levels of %s: %s", levels, deep[d].open, err.msg);
+            if (levels > 40 && (rc != KV_ERR_FORMAT || !strstr(err.msg, "nested too deep")))
+                fail_msg("%d levels of %s: rc %d, '%s'", levels, deep[d].open, rc, err.msg);
+            free(out);
+            free(src);
+        }
+    }
     char *out;
     size_t len;
     kv_error err = {0};

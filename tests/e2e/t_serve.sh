@@ -197,6 +197,9 @@ else
     err_case "stop a number" /v1/completions '{"prompt":"a","stop":5}' 400 stop invalid_type
     err_case "top_p out of range" /v1/completions '{"prompt":"a","top_p":1.5}' 400 top_p invalid_value
     err_case "max_tokens a fraction" /v1/completions '{"prompt":"a","max_tokens":2.5}' 400 max_tokens invalid_type
+    # fuzz_serve: an integer field beyond 2^63 was cast to long long (undefined behaviour)
+    err_case "max_tokens 1e56" /v1/completions '{"prompt":"a","max_tokens":111111111111111111111111111111111111111111111111111111112}' 400 max_tokens invalid_value
+    err_case "seed -1e300" /v1/completions '{"prompt":"a","seed":-1e300}' 400 seed invalid_value
     err_case "stream not a boolean" /v1/completions '{"prompt":"a","stream":"yes"}' 400 stream invalid_type
     err_case "top_logprobs without logprobs" /v1/chat/completions '{"messages":[{"role":"user","content":"a"}],"top_logprobs":2}' 400 top_logprobs invalid_value
     err_case "logprobs over 20" /v1/completions '{"prompt":"a","logprobs":21}' 400 logprobs invalid_value
