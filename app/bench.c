@@ -330,7 +330,15 @@ int bench_main(int argc, char **argv)
 
     kv_error err = {0};
     model *m = NULL;
-    if (model_load(o.model, &m, &err)) {
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    double load_t0 = now_s();
+    int load_rc = model_load(o.model, &m, &err);
+    double load_s = now_s() - load_t0; /* map, validate, repack the weights (not timed in the tests) */
+    getrusage(RUSAGE_SELF, &ru1);
+    double load_cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                      (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
+    if (load_rc) {
         fprintf(stderr, "kvchat bench: %s\n", err.msg);
         return err.code == KV_ERR_NOMEM ? 1 : 3;
     }
@@ -446,6 +454,7 @@ int bench_main(int argc, char **argv)
                 for (int j = 0; j < o.reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
                 printf("], \"gflops\": %.4f, \"fma_peak_gflops\": %.4f, \"fma_peak_fraction\": %.4f", gflops, fpeak,
                        fpeak > 0 ? gflops / fpeak : 0.0);
+                printf(", \"load_s\": %.4f, \"load_cpu_s\": %.4f", load_s, load_cpu);
                 printf(", \"peak_rss_mib\": %.1f, \"file_mib\": %.1f, \"kv_mib\": %.1f}%s\n", rss_mib, file_mib,
                        kv_mib, i + 1 < n_res ? "," : "");
             }
@@ -469,9 +478,9 @@ int bench_main(int argc, char **argv)
                 printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f | %s | %s | %.1f | %s |\n", base, sz, np, desc,
                        r->threads, test, r->mean, r->sd, r->median, gbps, frac, gfl, ffrac);
             }
-            printf("\ndecode reads %.1f MiB of weights per token (decode GB/s = that × median t/s); "
-                   "peak RSS %.1f MiB = file %.1f MiB + KV cache %.1f MiB %s %.1f MiB\n",
-                   wbytes / 1048576.0, rss_mib, file_mib, kv_mib, rss_mib >= file_mib + kv_mib ? "+" : "-",
+            printf("\nmodel load %.2f s (CPU %.2f s: map, check, repack); decode reads %.1f MiB of weights per token "
+                   "(decode GB/s = that × median t/s); peak RSS %.1f MiB = file %.1f MiB + KV cache %.1f MiB %s %.1f MiB\n",
+                   load_s, load_cpu, wbytes / 1048576.0, rss_mib, file_mib, kv_mib, rss_mib >= file_mib + kv_mib ? "+" : "-",
                    fabs(rss_mib - file_mib - kv_mib));
             printf("kernels %s; read bandwidth measured here (STREAM-like vector sum, best of 5):", kern_isa_name(kern()->isa));
             for (int ti = 0; ti < o.n_th; ti++) printf(" %.1f GB/s with %d thread%s", bw[ti] / 1e9, o.th[ti], o.th[ti] > 1 ? "s" : "");
