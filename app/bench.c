@@ -10,8 +10,11 @@
  *      chunks of 512), then ppN / tgN run from there, so decode at depth also reads N positions
  *      of K and V per layer.
  * The machine's read bandwidth is measured with the same threads (a STREAM-like pass, McCalpin
- * 1995: each thread sums its share of a 512 MiB buffer, best of 5), and decode GB/s is printed as
- * a fraction of it: the distance to the physical limit of a memory-bound decode.
+ * 1995: each thread sums its share of a 512 MiB buffer with vector loads, best of 5), and decode GB/s is printed as
+ * a fraction of it: the distance to the physical limit of a memory-bound decode. Likewise the
+ * FP32 FMA peak (independent FMA chains of the level's widest vectors on every thread) and
+ * prefill GFLOP/s as a fraction of it: the compute limit of an F16 / F32 prefill. The model's
+ * load (map, checks, repacking) is timed once, wall and CPU seconds.
  */
 #include <getopt.h>
 #include <math.h>
@@ -488,7 +491,8 @@ int bench_main(int argc, char **argv)
             for (int ti = 0; ti < o.n_th; ti++)
                 printf(" %.1f GFLOP/s with %d thread%s", bw[o.n_th + ti] / 1e9, o.th[ti], o.th[ti] > 1 ? "s" : "");
             printf("\nGFLOP/s = the forward pass's floating-point operations per token (2 per matrix weight, "
-                   "attention's q.k and p.v) x median t/s\n");
+                   "attention's q.k and p.v) x median t/s; the FMA peak bounds F16 / F32 / BF16 matmuls (quantized "
+                   "ones run integer dot products)\n");
         }
     }
 done:
