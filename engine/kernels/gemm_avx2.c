@@ -733,12 +733,8 @@ static void gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const
  * tokens or the rows of the call (n_tokens == 1 has its own order, as the AVX-512 level). */
 #define GR 16
 #define GT 6
-#ifndef GK
 #define GK 256
-#endif
-#ifndef GS
 #define GS 128
-#endif
 
 AI __m256 ldw(int f16, const uint8_t *row, int64_t k)
 {
@@ -893,14 +889,14 @@ static void gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, cons
                 int R = s1 - r < GR ? (int)(s1 - r) : GR;
                 if (f16) pack_rows(1, w + (size_t)r * ws, ws, R, k0, kc, wp);
                 else pack_rows(0, w + (size_t)r * ws, ws, R, k0, kc, wp);
-                /* the next block's rows into L2 while this one computes (16 short streams are
+                /* the next block's rows into L1 while this one computes (16 short streams are
                  * too many for the hardware prefetcher to have them in time) */
                 {
                     int64_t rn = r + GR < s1 ? r + GR : s0, kn = r + GR < s1 ? k0 : k0 + GK;
                     if (kn < n)
                         for (int i = 0; i < GR && rn + i < s1; i++) {
                             const char *pr = (const char *)(w + (size_t)(rn + i) * ws) + (f16 ? 2 : 4) * kn;
-                            for (int b = 0; b < (f16 ? 2 : 4) * kc; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
+                            for (int b = 0; b < (f16 ? 2 : 4) * kc; b += 64) _mm_prefetch(pr + b, _MM_HINT_T0);
                         }
                 }
                 /* the fewest tiles of at most GT tokens, of sizes differing by one at most (no
