@@ -40,6 +40,8 @@ KFLAGS_gemm_avx2   := $(X86_AVX2)
 KFLAGS_x86_avxvnni := $(X86_AVX2) -mavxvnni
 KFLAGS_gemm_avxvnni := $(X86_AVX2) -mavxvnni
 KFLAGS_x86_avx512  := $(X86_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512vbmi
+KFLAGS_probe_avx2  := $(X86_AVX2)
+KFLAGS_probe_avx512 := $(X86_AVX2) -mavx512f
 endif
 ARM_DOTPROD := -march=armv8.2-a+dotprod+fp16
 ARM_I8MM    := -march=armv8.6-a+dotprod+i8mm+fp16

@@ -10,8 +10,11 @@
  *      chunks of 512), then ppN / tgN run from there, so decode at depth also reads N positions
  *      of K and V per layer.
  * The machine's read bandwidth is measured with the same threads (a STREAM-like pass, McCalpin
- * 1995: each thread sums its share of a 512 MiB buffer, best of 5), and decode GB/s is printed as
- * a fraction of it: the distance to the physical limit of a memory-bound decode.
+ * 1995: each thread sums its share of a 512 MiB buffer with vector loads, best of 5), and decode GB/s is printed as
+ * a fraction of it: the distance to the physical limit of a memory-bound decode. Likewise the
+ * FP32 FMA peak (independent FMA chains of the level's widest vectors on every thread) and
+ * prefill GFLOP/s as a fraction of it: the compute limit of an F16 / F32 prefill. The model's
+ * load (map, checks, repacking) is timed once, wall and CPU seconds.
  */
 #include <getopt.h>
 #include <math.h>
@@ -23,6 +26,7 @@
 #include <unistd.h>
 
 #include "app/tools.h"
+#include "engine/kernels/probe.h"
 
 #include <cJSON.h>
 
@@ -165,11 +169,13 @@ static int argmax(const float *x, int n)
 }
 
 /* Read bandwidth of this machine with nth threads: the best of 5 passes in which every thread sums
- * its share of a buffer much larger than the caches (bytes per second; 0 when the buffer cannot
- * be had). */
+ * its share of a buffer much larger than the caches with the kernel level's vector loads
+ * (kern_probe_read; bytes per second; 0 when the buffer cannot be had). */
 typedef struct bw_job {
-    const uint64_t *buf;
-    size_t n;
+    const uint8_t *buf;
+    size_t bytes;
+    long fma_iters;
+    double flops[64];
     uint64_t sink[64];
 } bw_job;
 
@@ -177,24 +183,18 @@ static void bw_worker(void *arg, int ith, int nth)
 {
     bw_job *j = arg;
     long lo, hi;
-    tpool_split((long)(j->n / 8), ith, nth, &lo, &hi);
-    const uint64_t *p = j->buf + (size_t)lo * 8;
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    for (long i = lo; i < hi; i++, p += 8) {
-        a0 += p[0], a1 += p[1], a2 += p[2], a3 += p[3];
-        a4 += p[4], a5 += p[5], a6 += p[6], a7 += p[7];
-    }
-    j->sink[ith & 63] = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+    tpool_split((long)(j->bytes / 4096), ith, nth, &lo, &hi);
+    j->sink[ith & 63] = kern_probe_read(j->buf + (size_t)lo * 4096, (size_t)(hi - lo) * 4096);
 }
 
 static double read_bandwidth(tpool *pool)
 {
     const size_t bytes = (size_t)512 << 20;
-    bw_job j = {.n = bytes / 8};
+    bw_job j = {.bytes = bytes};
     uint64_t *buf = aligned_alloc(4096, bytes);
     if (!buf) return 0;
-    for (size_t i = 0; i < j.n; i++) buf[i] = i; /* touched: real pages, not the zero page */
-    j.buf = buf;
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i; /* touched: real pages, not the zero page */
+    j.buf = (const uint8_t *)buf;
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = now_s();
@@ -204,6 +204,53 @@ static double read_bandwidth(tpool *pool)
     }
     free(buf);
     return best;
+}
+
+/* FP32 FMA peak with nth threads: every thread runs independent FMA chains of the level's widest
+ * vectors (kern_probe_fma), best of 5 passes of ~50 ms (flops per second). */
+static void fma_worker(void *arg, int ith, int nth)
+{
+    bw_job *j = arg;
+    float s;
+    j->flops[ith & 63] = kern_probe_fma(j->fma_iters, &s);
+    j->sink[ith & 63] = (uint64_t)s;
+}
+
+static double fma_peak(tpool *pool, int nth)
+{
+    bw_job j = {.fma_iters = 1000};
+    double best = 0;
+    for (int rep = 0; rep < 8; rep++) {
+        double t0 = now_s();
+        tpool_run(pool, fma_worker, &j);
+        double dt = now_s() - t0, fl = 0;
+        for (int i = 0; i < nth && i < 64; i++) fl += j.flops[i];
+        if (dt < 0.02 && rep < 7) { /* calibrating: aim at ~50 ms a pass */
+            j.fma_iters = (long)(j.fma_iters * (dt > 0 ? 0.05 / dt : 100));
+            if (j.fma_iters < 1000) j.fma_iters = 1000;
+            continue;
+        }
+        best = fl / dt > best ? fl / dt : best;
+    }
+    return best;
+}
+
+/* Floating-point operations of one forward pass of n tokens after depth ones (0 when the shapes
+ * are unknown): 2 per weight of every matrix but the token embeddings (the output matrix only for
+ * the last token: the logits of the others are not computed), and the attention's q·k and p·v,
+ * 2·2·n_head·head_dim per layer per position seen (causal). */
+static double forward_flops(const model *m, int n, int depth)
+{
+    double per_tok = 0, out = 0;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        if (t->n_dims != 2) continue;
+        double w = 2.0 * (double)t->ne[0] * (double)t->ne[1];
+        if (t == m->output) out = w;
+        else if (t != m->tok_embd) per_tok += w;
+    }
+    double seen = (double)n * depth + (double)n * (n + 1) / 2; /* positions attended, summed over the tokens */
+    return n * per_tok + out + 4.0 * m->hp.n_layer * m->hp.n_head * m->hp.head_dim * seen;
 }
 
 /* Fill the cache with depth prompt tokens (untimed), in batches the forward context takes. */
@@ -286,7 +333,15 @@ int bench_main(int argc, char **argv)
 
     kv_error err = {0};
     model *m = NULL;
-    if (model_load(o.model, &m, &err)) {
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    double load_t0 = now_s();
+    int load_rc = model_load(o.model, &m, &err);
+    double load_s = now_s() - load_t0; /* map, validate, repack the weights (not timed in the tests) */
+    getrusage(RUSAGE_SELF, &ru1);
+    double load_cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                      (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
+    if (load_rc) {
         fprintf(stderr, "kvchat bench: %s\n", err.msg);
         return err.code == KV_ERR_NOMEM ? 1 : 3;
     }
@@ -301,7 +356,7 @@ int bench_main(int argc, char **argv)
     float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_d + max_pp));
     int n_res = o.n_th * o.n_depth * (o.n_pp + o.n_tg);
-    double *bw = calloc((size_t)o.n_th, sizeof(double)); /* read bandwidth per thread count, bytes/s */
+    double *bw = calloc((size_t)o.n_th * 2, sizeof(double)); /* read bandwidth (bytes/s), then FMA peak (flop/s), per thread count */
     result *res = calloc((size_t)n_res, sizeof *res);
     double *samples = calloc((size_t)n_res * (size_t)o.reps, sizeof(double));
     int rc = 0;
@@ -373,6 +428,7 @@ int bench_main(int argc, char **argv)
         for (int ti = 0; ti < o.n_th; ti++) {
             tpool *pool = tpool_create(o.th[ti]);
             if (pool) bw[ti] = read_bandwidth(pool);
+            if (pool) bw[o.n_th + ti] = fma_peak(pool, o.th[ti]);
             tpool_free(pool);
         }
         double rss_mib = ru.ru_maxrss / 1024.0, file_mib = m->gguf->size / 1048576.0,
@@ -387,6 +443,8 @@ int bench_main(int argc, char **argv)
             for (int i = 0; i < n_res; i++) {
                 const result *r = &res[i];
                 double gbps = r->is_pp ? 0.0 : wbytes * r->median / 1e9, peak = bw_of(&o, bw, r->threads) / 1e9;
+                double gflops = forward_flops(m, r->n, r->depth) / r->n * r->median / 1e9,
+                       fpeak = bw_of(&o, bw + o.n_th, r->threads) / 1e9;
                 printf("  {\"model\": \"%s\", \"file\": %s, \"type\": \"%s\", \"size\": %llu, \"params\": %llu, "
                        "\"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, "
                        "\"n_depth\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"median_ts\": %.4f, "
@@ -397,14 +455,17 @@ int bench_main(int argc, char **argv)
                        r->is_pp ? 0 : r->n, r->depth, r->mean, r->sd, r->median, (unsigned long long)wbytes, gbps,
                        peak, !r->is_pp && peak > 0 ? gbps / peak : 0.0);
                 for (int j = 0; j < o.reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
-                printf("], \"peak_rss_mib\": %.1f, \"file_mib\": %.1f, \"kv_mib\": %.1f}%s\n", rss_mib, file_mib,
+                printf("], \"gflops\": %.4f, \"fma_peak_gflops\": %.4f, \"fma_peak_fraction\": %.4f", gflops, fpeak,
+                       fpeak > 0 ? gflops / fpeak : 0.0);
+                printf(", \"load_s\": %.4f, \"load_cpu_s\": %.4f", load_s, load_cpu);
+                printf(", \"peak_rss_mib\": %.1f, \"file_mib\": %.1f, \"kv_mib\": %.1f}%s\n", rss_mib, file_mib,
                        kv_mib, i + 1 < n_res ? "," : "");
             }
             printf("]\n");
             free(fj);
         } else {
-            printf("| model | size | params | type | threads | test | t/s | median t/s | decode GB/s | of read BW |\n");
-            printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+            printf("| model | size | params | type | threads | test | t/s | median t/s | decode GB/s | of read BW | GFLOP/s | of FMA peak |\n");
+            printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
             for (int i = 0; i < n_res; i++) {
                 const result *r = &res[i];
                 char test[32], gbps[16] = "", frac[16] = "";
@@ -413,16 +474,25 @@ int bench_main(int argc, char **argv)
                 double peak = bw_of(&o, bw, r->threads);
                 if (!r->is_pp) snprintf(gbps, sizeof gbps, "%.1f", wbytes * r->median / 1e9);
                 if (!r->is_pp && peak > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * wbytes * r->median / peak);
-                printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f | %s | %s |\n", base, sz, np, desc,
-                       r->threads, test, r->mean, r->sd, r->median, gbps, frac);
+                double gfl = forward_flops(m, r->n, r->depth) / r->n * r->median / 1e9,
+                       fpeak = bw_of(&o, bw + o.n_th, r->threads) / 1e9;
+                char ffrac[16] = "";
+                if (fpeak > 0) snprintf(ffrac, sizeof ffrac, "%.0f%%", 100.0 * gfl / fpeak);
+                printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.2f | %s | %s | %.1f | %s |\n", base, sz, np, desc,
+                       r->threads, test, r->mean, r->sd, r->median, gbps, frac, gfl, ffrac);
             }
-            printf("\ndecode reads %.1f MiB of weights per token (decode GB/s = that × median t/s); "
-                   "peak RSS %.1f MiB = file %.1f MiB + KV cache %.1f MiB %s %.1f MiB\n",
-                   wbytes / 1048576.0, rss_mib, file_mib, kv_mib, rss_mib >= file_mib + kv_mib ? "+" : "-",
+            printf("\nmodel load %.2f s (CPU %.2f s: map, check, repack); decode reads %.1f MiB of weights per token "
+                   "(decode GB/s = that × median t/s); peak RSS %.1f MiB = file %.1f MiB + KV cache %.1f MiB %s %.1f MiB\n",
+                   load_s, load_cpu, wbytes / 1048576.0, rss_mib, file_mib, kv_mib, rss_mib >= file_mib + kv_mib ? "+" : "-",
                    fabs(rss_mib - file_mib - kv_mib));
-            printf("kernels %s; read bandwidth measured here (STREAM-like sum, best of 5):", kern_isa_name(kern()->isa));
+            printf("kernels %s; read bandwidth measured here (STREAM-like vector sum, best of 5):", kern_isa_name(kern()->isa));
             for (int ti = 0; ti < o.n_th; ti++) printf(" %.1f GB/s with %d thread%s", bw[ti] / 1e9, o.th[ti], o.th[ti] > 1 ? "s" : "");
-            printf("\n");
+            printf("; FP32 FMA peak of this level:");
+            for (int ti = 0; ti < o.n_th; ti++)
+                printf(" %.1f GFLOP/s with %d thread%s", bw[o.n_th + ti] / 1e9, o.th[ti], o.th[ti] > 1 ? "s" : "");
+            printf("\nGFLOP/s = the forward pass's floating-point operations per token (2 per matrix weight, "
+                   "attention's q.k and p.v) x median t/s; the FMA peak bounds F16 / F32 / BF16 matmuls (quantized "
+                   "ones run integer dot products)\n");
         }
     }
 done:

@@ -52,12 +52,13 @@ for s in $SHAPES; do
   done
 done
 
-# One round of kvchat: lines "test median gbps fraction" ("tg32@d2048" for depths).
+# One round of kvchat: lines "test median gbps fraction gflops fma-fraction" ("tg32@d2048" for depths).
 ours() { # model threads pp-list tg depth-list
   "$KVCHAT" bench -m "$1" -t "$2" -p "$3" -n "$4" -d "$5" -r 1 2>/dev/null |
     awk -F'|' '$7 ~ /(pp|tg)[0-9]/ {
       t = $7; gsub(/ /, "", t); sub(/@d0$/, "", t); m = $9; gsub(/ /, "", m); g = $10; gsub(/ /, "", g)
-      f = $11; gsub(/[ %]/, "", f); print t, m, (g == "" ? "-" : g), (f == "" ? "-" : f) }'
+      f = $11; gsub(/[ %]/, "", f); c = $12; gsub(/ /, "", c); p = $13; gsub(/[ %]/, "", p)
+      print t, m, (g == "" ? "-" : g), (f == "" ? "-" : f), (c == "" ? "-" : c), (p == "" ? "-" : p) }'
 }
 # One round of llama-bench: lines "test t/s".
 theirs() { # model threads pp-list tg depth-list
@@ -71,7 +72,7 @@ theirs() { # model threads pp-list tg depth-list
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else printf "%.2f\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# Appends "test ours theirs gbps fraction" per round to $TMP/$label.
+# Appends "test ours theirs gbps fraction gflops fma-fraction" per round to $TMP/$label.
 run_model() { # label model threads pp-list tg depth-list
   label=$1 m=$2 th=$3 pp=$4 tg=$5 dl=$6
   r=1
@@ -79,7 +80,7 @@ run_model() { # label model threads pp-list tg depth-list
     ours "$m" "$th" "$pp" "$tg" "$dl" > "$TMP/o"
     : > "$TMP/l"
     [ "$LLAMA" = 1 ] && theirs "$m" "$th" "$pp" "$tg" "$dl" > "$TMP/l"
-    awk 'NR == FNR { l[$1] = $2; next } { print $1, $2, ($1 in l ? l[$1] : "-"), $3, $4 }' "$TMP/l" "$TMP/o" \
+    awk 'FILENAME == ARGV[1] { l[$1] = $2; next } { print $1, $2, ($1 in l ? l[$1] : "-"), $3, $4, $5, $6 }' "$TMP/l" "$TMP/o" \
       >> "$TMP/$label"
     echo "  $label round $r: $(awk '{ printf "%s %s/%s  ", $1, $2, $3 }' "$TMP/$label" | tail -c 400)" >&2
     r=$((r + 1))
@@ -94,16 +95,18 @@ summary() { # label target_pp target_tg target_depth
     r=$(awk -v t="$t" '$1 == t && $2 != "-" && $3 != "-" && $3 > 0 { print $2 / $3 }' "$f" | median)
     g=$(awk -v t="$t" '$1 == t && $4 != "-" { print $4 }' "$f" | median)
     fr=$(awk -v t="$t" '$1 == t && $5 != "-" { print $5 }' "$f" | median)
+    gf=$(awk -v t="$t" '$1 == t && $6 != "" && $6 != "-" { print $6 }' "$f" | median)
+    pf=$(awk -v t="$t" '$1 == t && $7 != "" && $7 != "-" { print $7 }' "$f" | median)
     case $t in pp*) tg=$tpp ;; *@d*) tg=$tdp ;; *) tg=$ttg ;; esac
     met=$(echo "$r $tg" | awk '$2 == "-" { print "-"; exit } $1 == "-" { print "?"; exit } { print ($1 >= $2 ? "yes" : "NO") }')
-    case $t in pp*) bw="" ;; *) bw="$g GB/s = $(echo "$fr" | awk '$1 == "-" { print "-"; exit } { printf "%.0f%%", $1 }')" ;; esac
+    case $t in pp*) bw="$gf GFLOP/s = $(echo "$pf" | awk '$1 == "-" { print "-"; exit } { printf "%.0f%%", $1 }') of FMA peak" ;; *) bw="$g GB/s = $(echo "$fr" | awk '$1 == "-" { print "-"; exit } { printf "%.0f%%", $1 }')" ;; esac
     printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$label" "$t" "$k" "$l" "$r" \
       "$( [ "$tg" = "-" ] && echo - || echo ">= $tg")" "$met" "$bw"
   done
 }
 
 isa=$("$KVCHAT" --version | sed -n 's/^kernels: \([a-z0-9]*\).*/\1/p')
-echo "kvchat bench ($isa kernels) vs llama.cpp's llama-bench ($LB), $ROUNDS rounds of one repetition, back to back" >&2
+echo "kvchat bench ($isa kernels) vs llama.cpp's llama-bench (${LB:-not run}), $ROUNDS rounds of one repetition, back to back" >&2
 for s in $SHAPES; do
   for t in $TYPES; do
     run_model "$s-$t" "$DIR/$s-$t.gguf" "$TH" "$(comma $PPS)" "$TG" 0
@@ -118,9 +121,10 @@ fi
 echo
 echo "kvchat kernels: $isa. Medians of $ROUNDS rounds; ratio = median of the per-round kvchat / llama.cpp ratios;"
 echo "targets from the portable-speed issue. Decode bandwidth = weight bytes per token x t/s, and its share of the"
-echo "read bandwidth kvchat bench measured here with the same threads."
+echo "read bandwidth kvchat bench measured here with the same threads; prefill GFLOP/s = the forward pass's"
+echo "floating-point operations per token x t/s, and its share of the FP32 FMA peak kvchat bench measured likewise."
 echo
-echo "| model | test | kvchat t/s | llama.cpp t/s | ratio | target | met | kvchat decode |"
+echo "| model | test | kvchat t/s | llama.cpp t/s | ratio | target | met | kvchat decode BW / prefill FLOP/s |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
 for s in $SHAPES; do for t in $TYPES; do summary "$s-$t" 1.25 1.25 1.0; done; done
 [ -s "$TMP/stories260K-t1" ] && summary "stories260K-t1" 1.25 3 -
