@@ -21,7 +21,7 @@ int model_forward_batch(const model *m, forward_ctx *fc, kv_cache *kv, tpool *po
     int n_segs = 0;
     for (int i = 0; i < n_tokens; i++) where[i] = -1;
     for (int i = 0; i < n_tokens; i++) {
-        if (where[i] >= 0) continue;
+        if (where[i] != -1) continue; /* already in a segment */
         if (!kv_seq_valid(kv, seq_ids[i]))
             return kv_error_set(err, KV_ERR_INVALID, "forward: batch token %d names no KV sequence (%d)", i, seq_ids[i]);
         where[i] = -2 - n_segs; /* first token of segment n_segs; rows are assigned below */
