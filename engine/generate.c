@@ -176,6 +176,8 @@ kv_cache *engine_kv(engine *e) { return e->kv; }
 int engine_n_ctx(const engine *e) { return e->n_ctx; }
 int engine_n_threads(const engine *e) { return e->n_threads; }
 const float *engine_logits(const engine *e) { return e->logits; }
+forward_ctx *engine_forward_ctx(engine *e) { return e->fc; }
+tpool *engine_pool(engine *e) { return e->pool; }
 const char *engine_notice(const engine *e) { return e->notice[0] ? e->notice : NULL; }
 uint64_t engine_model_fingerprint(const engine *e) { return e->fingerprint; }
 void engine_drop_prefix_cache(engine *e) { kv_cache_drop_cached(e->kv); }

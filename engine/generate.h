@@ -96,6 +96,10 @@ int engine_generate(engine *e, const int32_t *prompt, size_t n_prompt, int n_pre
 
 /* Logits of the last forward pass (n_vocab floats), for tests and tools. */
 const float *engine_logits(const engine *e);
+/* The engine's forward-pass memory (n_batch rows) and thread pool, for the batched
+ * multi-sequence pass (gen_batch.h, batch.h); used on the engine's thread only. */
+forward_ctx *engine_forward_ctx(engine *e);
+tpool *engine_pool(engine *e);
 
 /* ---- conversations: sequences on the paged KV cache ------------------------------------
  *
