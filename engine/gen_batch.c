@@ -235,6 +235,16 @@ static void after_logits(gen_stream *gs, const float *logits, int n_ctx)
     gs->pending = tok;
 }
 
+/* Blocks for the stream's next k positions before it joins the batch, so a full block budget
+ * ends that stream (GEN_FINISH_CONTEXT, as a full context does) rather than the whole step. */
+static int reserve(kv_cache *kv, gen_stream *gs, int k)
+{
+    kv_error e2 = {0};
+    if (kv_seq_reserve(kv, gs->seq, k, &e2) == KV_OK) return 1;
+    finish_stream(gs, GEN_FINISH_CONTEXT);
+    return 0;
+}
+
 int gen_batch_step(gen_batch *b, gen_stream **streams, int n, int budget, kv_error *err)
 {
     engine *e = b->e;
@@ -257,6 +267,7 @@ int gen_batch_step(gen_batch *b, gen_stream **streams, int n, int budget, kv_err
             continue;
         }
         if (gs->state == ST_DECODE) {
+            if (b->kb.n == b->kb.cap || !reserve(kv, gs, 1)) continue; /* full: it waits a step */
             gs->row = kv_batch_add(&b->kb, gs->pending, gs->seq, 1);
             gs->n_in_step = 1;
             n_decode++;
@@ -275,6 +286,7 @@ int gen_batch_step(gen_batch *b, gen_stream **streams, int n, int budget, kv_err
             continue;
         }
         int k = left < room ? left : room;
+        if (!reserve(kv, gs, k)) continue;
         for (int j = 0; j < k; j++) {
             int last = gs->n_fed + j == gs->n_prompt - 1;
             int r = kv_batch_add(&b->kb, gs->prompt[gs->n_fed + j], gs->seq, last && !gs->prefill_only);

@@ -135,6 +135,7 @@ int engine_open(const engine_params *p, engine **out, kv_error *err)
         .n_layer = e->m->hp.n_layer, .n_embd_kv = e->m->hp.n_embd_kv, .n_ctx = e->n_ctx, .type = p->kv_type,
         .n_blocks = p->kv_blocks, .reserve = p->kv_reserve,
     };
+    if (!kp.n_blocks && p->kv_seqs > 1) kp.n_blocks = (p->kv_seqs + 1) * ((e->n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE);
     if (!(e->kv = kv_cache_create_ex(&kp, err)) ||
         !(e->fc = forward_ctx_create(e->m, e->n_batch, e->n_ctx, err))) {
         rc = err ? err->code : KV_ERR_NOMEM;
