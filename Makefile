@@ -141,6 +141,12 @@ $(BUILD)/rel/tests/bench_kv: tests/bench_kv.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) $(LDLIBS_ALL)
 
+# Batched decode step benchmark, not a test: one model_forward_batch over 1, 2, 4, 8 sequences
+# (tests/bench_batch.c; bench-serve measures the same through HTTP).
+$(BUILD)/rel/tests/bench_batch: tests/bench_batch.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) $(LDLIBS_ALL)
+
 # Resume benchmark, not a test: TTFT of the first reply after resuming a 1,500-token chat whose KV
 # cache comes back from the SQLite prefix store vs a fresh prefill of it (tests/bench_resume.c).
 bench-resume: $(BUILD)/rel/tests/bench_resume
