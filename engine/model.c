@@ -405,6 +405,9 @@ struct forward_ctx {
     int *ib0, *ib1, *ib2; /* [n_batch] each: batch bookkeeping (forward_segs.h) */
     int32_t *itok;  /* [n_batch] tokens in segment order */
     fwd_seg *segs;  /* [n_batch] */
+    op_attn_seq *aseq;      /* [n_batch]: the sequences of one batched paged attention */
+    const uint8_t **mblk;   /* their K and V block pointers, grown as needed */
+    size_t mblk_cap;
 };
 
 forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error *err)
@@ -444,7 +447,7 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
         !(fc->vblk = malloc(sizeof *fc->vblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))) ||
         !(fc->ib0 = malloc(sizeof(int) * B)) || !(fc->ib1 = malloc(sizeof(int) * B)) ||
         !(fc->ib2 = malloc(sizeof(int) * B)) || !(fc->itok = malloc(sizeof(int32_t) * B)) ||
-        !(fc->segs = malloc(sizeof *fc->segs * B)))
+        !(fc->segs = malloc(sizeof *fc->segs * B)) || !(fc->aseq = malloc(sizeof *fc->aseq * B)))
         goto nomem;
     if (hp->fused && !(fc->qkv = malloc(sizeof(float) * B * (hp->n_embd_q + 2 * (size_t)hp->n_embd_kv)))) goto nomem;
     fc->rope_factors = model_rope_factors(m, n_ctx);
@@ -466,6 +469,7 @@ void forward_ctx_free(forward_ctx *fc)
     free(fc->qkv); free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->rope_cs_swa);
     free(fc->k_tmp); free(fc->v_tmp); free(fc->kblk); free(fc->vblk);
     free(fc->act); free(fc->ib0); free(fc->ib1); free(fc->ib2); free(fc->itok); free(fc->segs);
+    free(fc->aseq); free(fc->mblk);
     free(fc);
 }
 
@@ -520,6 +524,33 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
     return model_forward_segs(m, fc, kv, pool, tokens, n_tokens, &seg, 1, fc->ib2, n_tokens - first, logits, err);
 }
 
+/* Paged attention of every segment in one op_attention_paged_multi; 0, or -1 (out of memory:
+ * the caller runs them one by one). */
+static int attention_multi(forward_ctx *fc, kv_cache *kv, int il, const fwd_seg *segs, int n_segs,
+                           const model_hparams *hp, tpool *pool)
+{
+    size_t need = 0;
+    for (int g = 0; g < n_segs; g++) need += 2 * (size_t)((segs[g].pos0 + segs[g].n_rows + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE);
+    if (need > fc->mblk_cap) {
+        const uint8_t **nb = realloc(fc->mblk, sizeof *nb * need * 2);
+        if (!nb) return -1;
+        fc->mblk = nb;
+        fc->mblk_cap = need * 2;
+    }
+    const uint8_t **p = fc->mblk;
+    const int EQ = hp->n_embd_q;
+    for (int g = 0; g < n_segs; g++) {
+        int n_kv = segs[g].pos0 + segs[g].n_rows, nb = (n_kv + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
+        kv_cache_blocks(kv, segs[g].seq, il, 0, n_kv, p);
+        kv_cache_blocks(kv, segs[g].seq, il, 1, n_kv, p + nb);
+        fc->aseq[g] = (op_attn_seq){.q = fc->q + (size_t)segs[g].row0 * EQ, .out = fc->att + (size_t)segs[g].row0 * EQ,
+                                    .kb = p, .vb = p + nb, .n_tokens = segs[g].n_rows, .pos0 = segs[g].pos0};
+        p += 2 * nb;
+    }
+    return op_attention_paged_multi(fc->aseq, n_segs, KV_BLOCK_SIZE, kv_cache_row_bytes(kv), kv_cache_type(kv),
+                                    hp->n_head, hp->n_head_kv, hp->head_dim, pool);
+}
+
 int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens, int n_rows,
                        fwd_seg *segs, int n_segs, const int *out_rows, int n_out, float *logits, kv_error *err)
 {
@@ -559,6 +590,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
         if (rc) return rc;
     }
     const float def_scale = 1.0f / sqrtf((float)HD);
+    int n_segs_left;
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
         /* attention block: [norm] -> q, k, v [+ bias] [-> q/k norm] [-> RoPE] -> attention -> wo */
@@ -607,8 +639,11 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
         int ext = hp->attn_softcap > 0 || L->swa;
         /* op_attention scales by 1/sqrt(head_dim): fold any other query scale into q */
         if (!ext && hp->attn_scale != def_scale) scale_vec(fc->q, (size_t)n_tokens * EQ, hp->attn_scale / def_scale);
-        /* attention per sequence, over its own blocks (the batch's other rows are not its history) */
-        for (int g = 0; g < n_segs; g++) {
+        /* attention per sequence, over its own blocks (the batch's other rows are not its history);
+         * several sequences of a paged cache go in one dispatch over the pool */
+        if (!ext && paged && n_segs > 1 && attention_multi(fc, kv, il, segs, n_segs, hp, pool) == 0) n_segs_left = 0;
+        else n_segs_left = n_segs;
+        for (int g = 0; g < n_segs_left; g++) {
             const int seq = segs[g].seq, pos0 = segs[g].pos0, nt = segs[g].n_rows;
             const float *q = fc->q + (size_t)segs[g].row0 * EQ;
             float *att = fc->att + (size_t)segs[g].row0 * EQ;
