@@ -2,8 +2,8 @@
 # bench_serve: aggregate decode tokens/s and per-stream inter-token latency of `kvchat serve`
 # (continuous batching) with 1, 2, 4 and 8 concurrent streams, next to llama.cpp's llama-server
 # --parallel on the same model in the same run — a measurement, not a test.
-# Usage: tests/bench_serve.sh [MODEL] (default: $BENCH_DIR/tinyllama-q4_0.gguf, made with
-# `kvchat gen-model` when missing… else stories260K). Environment: KVCHAT (./kvchat), SHARED
+# Usage: tests/bench_serve.sh [MODEL] (default: $BENCH_DIR/tinyllama-q4_0.gguf — `make bench` writes
+# it with `kvchat gen-model` — when present, else stories260K). Environment: KVCHAT (./kvchat), SHARED
 # (../shared), BENCH_TOKENS (64 per stream), BENCH_STREAMS ("1 2 4 8"), BENCH_THREADS (all CPUs),
 # LLAMA_SERVER (default /tmp/kvchat-ref/llama.cpp/build/bin/llama-server; skipped when absent —
 # ../shared/bench/build-llamacpp.sh builds it).
