@@ -23,6 +23,8 @@ typedef struct engine_params {
     int kv_blocks;  /* KV block budget over all sequences and cached prefixes (kv_cache.h);
                        0: 2 * ceil(n_ctx / KV_BLOCK_SIZE) */
     int kv_reserve; /* 1: allocate the whole budget up front; 0 (default): grow block by block */
+    int kv_seqs;    /* > 1 with kv_blocks 0: a budget of (kv_seqs + 1) full sequences (a server's
+                       parallel requests, cached prefixes beside them) */
     int n_keep;     /* context shift: positions kept at the start (at least 4 attention sinks);
                        default for engine_generate / gen_opts.n_keep = 0 */
     int truncate_prompt; /* engine_generate: a prompt longer than the context is truncated
@@ -96,6 +98,10 @@ int engine_generate(engine *e, const int32_t *prompt, size_t n_prompt, int n_pre
 
 /* Logits of the last forward pass (n_vocab floats), for tests and tools. */
 const float *engine_logits(const engine *e);
+/* The engine's forward-pass memory (n_batch rows) and thread pool, for the batched
+ * multi-sequence pass (gen_batch.h, batch.h); used on the engine's thread only. */
+forward_ctx *engine_forward_ctx(engine *e);
+tpool *engine_pool(engine *e);
 
 /* ---- conversations: sequences on the paged KV cache ------------------------------------
  *

@@ -288,8 +288,9 @@ if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.g
     [ "$(status "$r")" = 200 ] && [ "$(js "$(body "$r")" 'j.usage.completion_tokens')" = 5 ] &&
         ok "serve: the next request after a vanished client is served" || bad "serve: serving after a vanished client" "$r"
 
-    # requests in flight beyond --parallel (2 here) get 503; one admitted behind a running one waits its turn
-    # and gets the same greedy text as alone
+    # requests in flight beyond --parallel (2 here) get 503; one admitted beside a running one decodes with it
+    # (continuous batching) and gets the same greedy text as alone — 200 tokens, so it is still in flight
+    # when the other two arrive
     A=(-H 'Authorization: Bearer sekrit')
     curl -s -N -m 60 "${A[@]}" "$SV_URL/v1/completions" -d '{"prompt":"Hello","max_tokens":1000,"temperature":0,"stream":true}' \
         >"$sv/long.txt" &
@@ -297,7 +298,7 @@ if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.g
     for i in $(seq 1 100); do grep -q '^data: {' "$sv/long.txt" 2>/dev/null && break; sleep 0.05; done
     qp=()
     for q in 1 2 3; do
-        post /v1/completions '{"prompt":"One day","max_tokens":8,"temperature":0}' "${A[@]}" >"$sv/queued$q.txt" &
+        post /v1/completions '{"prompt":"One day","max_tokens":200,"temperature":0}' "${A[@]}" >"$sv/queued$q.txt" &
         qp+=($!)
     done
     # once two have been refused, the stream's client goes away (cancelling it), so the third runs
@@ -306,7 +307,7 @@ if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.g
     kill "$lpid" 2>/dev/null
     wait "$lpid" 2>/dev/null
     wait "${qp[@]}"
-    solo=$(post /v1/completions '{"prompt":"One day","max_tokens":8,"temperature":0}' "${A[@]}")
+    solo=$(post /v1/completions '{"prompt":"One day","max_tokens":200,"temperature":0}' "${A[@]}")
     n503=0 n200=0 qtext=""
     for q in 1 2 3; do
         r=$(cat "$sv/queued$q.txt")
@@ -318,7 +319,7 @@ if KVCHAT_API_KEY=sekrit sv_start keyed -m "$SHARED/models/llama-2-tiny-random.g
     [ "$n503" = 2 ] && [ "$n200" = 1 ] && ok "serve: beyond --parallel 2 in flight → 503 server_busy (2 of 3 sent during a stream)" ||
         bad "serve: beyond --parallel → 503" "$n503 × 503, $n200 × 200: $(cat "$sv"/queued*.txt)"
     [ "$n200" = 1 ] && [ "$qtext" = "$(js "$(body "$solo")" 'j.choices[0].text')" ] &&
-        ok "serve: the request queued behind the running one is served, with the text it gets alone" ||
+        ok "serve: the request admitted beside the running one is served, with the text it gets alone" ||
         bad "serve: a queued request" "$qtext / $solo"
     [ "$nlong" -gt 0 ] && ! grep -q '"error"' "$sv/long.txt" &&
         ok "serve: the running stream went on meanwhile" || bad "serve: the running stream" "$(tail -c 300 "$sv/long.txt")"
