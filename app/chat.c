@@ -27,6 +27,7 @@
 #include "config.h"
 #include "conv_tree.h"
 #include "prompt.h"
+#include "store_cli.h"
 #include "ui/markdown.h"
 #include "ui/text.h"
 #include "ui/theme.h"
@@ -1018,6 +1019,62 @@ static void cmd_copy(chat *c, char *args)
     free(block);
 }
 
+/* A path typed in a command: "~/x" under $HOME, else as typed. */
+static void user_path(const char *arg, char *path, size_t cap)
+{
+    const char *home = getenv("HOME");
+    if (arg[0] == '~' && arg[1] == '/' && home) snprintf(path, cap, "%s%s", home, arg + 1);
+    else snprintf(path, cap, "%s", arg);
+}
+
+/* /export [md|json] [FILE]: the conversation as `kvchat export` writes it (the same functions,
+ * app/store_cli.c), to FILE or ./kvchat-ID.md|json. */
+static void cmd_export(chat *c, char *args)
+{
+    const char *format = "md";
+    size_t wl = strcspn(args, " ");
+    if ((wl == 2 && !strncmp(args, "md", 2)) || (wl == 4 && !strncmp(args, "json", 4))) {
+        format = wl == 2 ? "md" : "json";
+        args += wl;
+        while (*args == ' ') args++;
+    }
+    int64_t id = chatstore_current(c->cs);
+    if (!c->cs || !id) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", !c->cs ? "conversations are not being saved (see the notice at start)"
+                                                            : "nothing to export yet: send a message first");
+        return;
+    }
+    char path[4096], why[800];
+    if (*args) user_path(args, path, sizeof path);
+    else snprintf(path, sizeof path, "kvchat-%lld.%s", (long long)id, format);
+    char *text = !strcmp(format, "json") ? store_cli_export_json(chatstore_db(c->cs), id, why, sizeof why)
+                                         : store_cli_export_md(chatstore_db(c->cs), id, why, sizeof why);
+    if (!text) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", why);
+        return;
+    }
+    FILE *f = fopen(path, "wb");
+    size_t tl = strlen(text);
+    int bad = !f || fwrite(text, 1, tl, f) != tl || (tl && text[tl - 1] != '\n' && fputc('\n', f) == EOF);
+    int e = errno;
+    if (f && fclose(f)) bad = 1, e = errno;
+    free(text);
+    if (bad) ui_notice(c->u, UI_ROLE_ERROR, "/export %s: %s", path, strerror(e));
+    else ui_notice(c->u, UI_ROLE_NOTICE, "exported conversation %lld (%s, %zu bytes) to %s", (long long)id, format, tl, path);
+}
+
+/* /system [TEXT|-]: show, set or (-) clear the conversation's system prompt; the next reply
+ * renders the prompt again with it (the engine reuses the cached prefix before it). */
+static void cmd_system(chat *c, char *args)
+{
+    if (!*args) {
+        ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s (/system TEXT sets it, /system - clears it)",
+                  c->system && *c->system ? c->system : "(none)");
+        return;
+    }
+    set_system(c, strcmp(args, "-") ? args : "");
+}
+
 /* The slash commands: one table gives dispatch, the help overlay and Tab completion (Redis's
  * command table). usage: help lines "USAGE\tdescription" ('\n' between lines; a line starting
  * with '\t' continues the one above); "@set" stands for the generated list of /set's parameters. */
@@ -1033,6 +1090,7 @@ typedef struct chat_cmd {
 
 static const char *const show_args[] = {"params", "cache", NULL};
 static const char *const branch_args[] = {"list", "next", "prev", NULL};
+static const char *const export_args[] = {"md", "json", NULL};
 static const char *set_args[N_SET_PARAMS + 1];
 
 static const chat_cmd commands[] = {
@@ -1052,6 +1110,9 @@ static const chat_cmd commands[] = {
                      "(next,\n\t  prev); the label says \"branch 2/3\"\n/branch M:N\tbranch N of message M\n/branch list\tthe "
                      "branch points of the shown conversation", 1, cmd_branch_, branch_args, 0},
     {"/theme", {0}, "/theme NAME\tswitch theme; /theme alone lists them", 0, cmd_theme, NULL, 1},
+    {"/system", {0}, "/system [TEXT]\tshow / set the system prompt (- clears it)", 1, cmd_system, NULL, 0},
+    {"/export", {0}, "/export [md|json] [FILE]\tsave the conversation (as kvchat\n\t  export; default ./kvchat-ID.md)", 0,
+     cmd_export, export_args, 0},
     {"/read", {0}, "/read FILE\tattach a text file to your next message", 0, cmd_read, NULL, 0},
     {"/copy", {0}, "/copy\tcopy the last reply to the clipboard (OSC 52)\n/copy N\tcopy code block N of the replies", 0,
      cmd_copy, NULL, 0},

@@ -190,6 +190,7 @@ void chatstore_close(chatstore *cs)
 
 const char *chatstore_path(const chatstore *cs) { return cs->path; }
 int64_t chatstore_current(const chatstore *cs) { return cs->conv; }
+store *chatstore_db(chatstore *cs) { return cs ? cs->db : NULL; }
 
 static void note(chatstore *cs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(chatstore *cs, const char *fmt, ...)

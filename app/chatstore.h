@@ -59,6 +59,8 @@ int chatstore_take_note(chatstore *cs, char *buf, size_t cap);
 
 /* ---- the current conversation ----------------------------------------------------------- */
 int64_t chatstore_current(const chatstore *cs); /* 0: none yet */
+/* The UI thread's store handle (for exports from the chat); NULL for a NULL cs. */
+store *chatstore_db(chatstore *cs);
 /* The next message starts a new conversation. */
 void chatstore_new(chatstore *cs);
 /* A user message sent after parent (0: the first): creates the conversation on the first one
