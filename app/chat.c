@@ -8,6 +8,7 @@
 #include <locale.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include "chatstore.h"
 #include "config.h"
 #include "conv_tree.h"
+#include "models.h"
 #include "prompt.h"
 #include "store_cli.h"
 #include "ui/markdown.h"
@@ -35,10 +37,11 @@
 
 typedef conv_node turn;
 
-enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
+enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET, REQ_PREFILL /* /model: the conversation prefilled for the new model */ };
 
 typedef struct chat {
     engine *e;
+    sampler *s;          /* the sampler the worker draws with (replaced by /model) */
     worker *w;
     ui *u;
     chat_options opt;
@@ -223,6 +226,8 @@ static void start_reply(chat *c, int continue_last)
             ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
             return;
         }
+        conv_set_author(&c->conv, c->conv.path[c->conv.n_path - 1], c->model_label); /* it keeps its model's name */
+        t = T(c, c->conv.n_path - 1);
         t->view = ui_msg_add(c->u, UI_ROLE_ASSISTANT, c->model_label, "", 0);
         ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
         refresh_labels(c);
@@ -319,6 +324,20 @@ static void on_done(chat *c, const worker_event *ev)
     set_busy(c, 0, REQ_NONE);
     ui_set_kv(c->u, &ev->stats.kv);
     show_store_notes(c);
+    if (req == REQ_PREFILL) {
+        ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
+        const gen_stats *g = &ev->stats.gen;
+        if (ev->status != KV_OK)
+            ui_notice(c->u, UI_ROLE_ERROR, "%s: the conversation does not fit this model's context: %s — /undo drops "
+                      "the last exchange, /clear starts over", c->model_label, ev->err.msg);
+        else if (ev->finish == GEN_FINISH_CANCELLED)
+            ui_notice(c->u, UI_ROLE_NOTICE, "prefill stopped: the next reply prefills the rest");
+        else
+            ui_notice(c->u, UI_ROLE_NOTICE, "the conversation is now %d tokens of %s (%s): %d prefilled in %.0f ms, %d "
+                      "reused", g->n_prompt, c->model_label, c->tmpl == CHAT_TMPL_NONE ? "completion mode"
+                      : chat_template_name(c->tmpl), g->n_prefilled, g->prefill_ms, g->n_reused);
+        return;
+    }
     if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
     c->last_seed = ev->seed;
     c->have_seed = 1;
@@ -374,8 +393,10 @@ static void drain_events(chat *c)
             }
             break;
         case WORKER_EV_STATS:
-            if (c->req == REQ_REPLY) ui_set_stats(c->u, &ev.stats.gen, ui_phase_of(ev.stats.phase), NULL);
-            if (c->req == REQ_REPLY && ev.stats.prefill_total) ui_set_prefill(c->u, ev.stats.prefill_done, ev.stats.prefill_total);
+            if (c->req == REQ_REPLY || (c->req == REQ_PREFILL && ev.stats.phase != WORKER_DECODE))
+                ui_set_stats(c->u, &ev.stats.gen, ui_phase_of(ev.stats.phase), NULL);
+            if ((c->req == REQ_REPLY || c->req == REQ_PREFILL) && ev.stats.prefill_total)
+                ui_set_prefill(c->u, ev.stats.prefill_done, ev.stats.prefill_total);
             ui_set_kv(c->u, &ev.stats.kv);
             break;
         case WORKER_EV_DONE: on_done(c, &ev); break;
@@ -1075,6 +1096,145 @@ static void cmd_system(chat *c, char *args)
     set_system(c, strcmp(args, "-") ? args : "");
 }
 
+/* ---- /model: another model, the same conversation ----------------------------------------------- */
+
+#define N_MODEL_NAMES 64
+static void model_label(const model *m, char *buf, size_t cap);
+static void choose_template(chat *c, const char *override, int *unknown, char *notice, size_t cap);
+static void show_info(chat *c);
+static char *model_names[N_MODEL_NAMES + 1]; /* the models directory's names, for Tab after /model */
+
+/* Prefill the whole conversation for the model just loaded (its template, its tokens), so the
+ * gauge shows what it takes and the next reply prefills only its own message. One token is
+ * sampled and dropped (the engine always samples after a prefill); the next request renders the
+ * prompt again, so it is not part of the conversation. */
+static void start_prefill(chat *c)
+{
+    char err[600];
+    if (build_prompt(c, 0, 1, err, sizeof err)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", err);
+        request_reset(c);
+        return;
+    }
+    worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = 1,
+                         .reset_cache = 1};
+    kv_error ke = {0};
+    if (worker_submit(c->w, &rq, &ke)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
+        return;
+    }
+    set_busy(c, 1, REQ_PREFILL);
+}
+
+/* Open the model at path with the chat's engine parameters, or say why not (NULL). The engine's
+ * threads start with the signals the UI thread handles blocked, as main's do. */
+static engine *open_engine(chat *c, const char *path)
+{
+    engine_params ep = *c->opt.ep;
+    ep.model_path = path;
+    sigset_t block, old_mask;
+    sigemptyset(&block);
+    sigaddset(&block, SIGWINCH);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+    engine *ne = NULL;
+    kv_error ke = {0};
+    int rc = engine_open(&ep, &ne, &ke);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (rc) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s (still on %s)", ke.msg, c->model_label);
+        return NULL;
+    }
+    return ne;
+}
+
+/* /model NAME|PATH: go on with another model. The conversation stays (its replies keep the names
+ * of the models that wrote them); its prompt is rendered with the new model's template and
+ * tokenized for its vocabulary, and prefilled at once. /model alone: the model in use. */
+static void cmd_model(chat *c, char *args)
+{
+    const model *m = engine_model(c->e);
+    if (!*args) {
+        char list[1200] = "";
+        size_t o = 0;
+        for (int i = 0; i < N_MODEL_NAMES && model_names[i] && o < sizeof list - 100; i++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", model_names[i]);
+        char dir[4096] = "";
+        models_dir(dir, sizeof dir);
+        ui_notice(c->u, UI_ROLE_NOTICE, "model: %s (%s) · %s · ctx %d\n/model NAME|PATH switches; in %s: %s",
+                  c->model_label, m->gguf && m->gguf->path ? m->gguf->path : "?",
+                  c->tmpl == CHAT_TMPL_NONE ? "completion mode" : chat_template_name(c->tmpl), engine_n_ctx(c->e),
+                  dir[0] ? dir : "the models directory", list[0] ? list : "(none)");
+        return;
+    }
+    if (!c->opt.ep) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: not available here");
+        return;
+    }
+    char path[4096];
+    int found = models_resolve(args, path, sizeof path);
+    if (found < 0) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s", path);
+        return;
+    }
+    if (found == 0) user_path(args, path, sizeof path);
+    ui_flash(c->u, "loading %s…", path);
+    ui_render(c->u);
+    engine *ne = open_engine(c, path);
+    if (!ne) return;
+    kv_error ke = {0};
+    sampler *ns = sampler_create(engine_model(ne)->hp.n_vocab, &c->sp, &ke);
+    worker *nw = NULL;
+    if (!ns || worker_create(ne, ns, &nw, &ke)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s (still on %s)", ke.msg, c->model_label);
+        sampler_free(ns);
+        engine_close(ne);
+        return;
+    }
+    /* the replies so far keep the name of the model that wrote them */
+    for (size_t i = 0; i < c->conv.n; i++)
+        if (c->conv.node[i].role == UI_ROLE_ASSISTANT && !c->conv.node[i].author)
+            conv_set_author(&c->conv, (long)i, c->model_label);
+    char old_label[160];
+    snprintf(old_label, sizeof old_label, "%s", c->model_label);
+    worker_destroy(c->w); /* idle: joins the thread */
+    engine_close(c->e);
+    sampler_free(c->s);
+    c->w = nw;
+    c->e = ne;
+    c->s = ns;
+    char why[900];
+    if (c->cs) {
+        if (chatstore_switch_engine(c->cs, ne, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+        worker_hooks hooks;
+        chatstore_worker_hooks(c->cs, &hooks);
+        worker_set_hooks(c->w, &hooks);
+    }
+    push_stops(c);
+    push_params(c);
+    model_label(engine_model(ne), c->model_label, sizeof c->model_label);
+    char notice[700];
+    int unknown;
+    choose_template(c, NULL, &unknown, notice, sizeof notice);
+    show_info(c);
+    c->synced = 0;
+    c->have_seed = 0;
+    const model *nm = engine_model(ne);
+    ui_notice(c->u, UI_ROLE_NOTICE, "model: %s → %s (%s, %s, ctx %d) · %s%s", old_label, c->model_label, nm->arch_name,
+              quant_traits_of(nm->weight_type) ? quant_traits_of(nm->weight_type)->name : "?", engine_n_ctx(ne),
+              c->tmpl == CHAT_TMPL_NONE ? "completion mode" : chat_template_name(c->tmpl),
+              c->conv.n_path ? ": the conversation is tokenized again for it" : "");
+    if (unknown) ui_notice(c->u, UI_ROLE_ERROR, "warning: %s has a chat template kvchat does not recognise; using chatml",
+                           c->model_label);
+    if (notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", notice);
+    show_store_notes(c);
+    if (c->conv.n_path) start_prefill(c);
+    else request_reset(c);
+}
+
 /* The slash commands: one table gives dispatch, the help overlay and Tab completion (Redis's
  * command table). usage: help lines "USAGE\tdescription" ('\n' between lines; a line starting
  * with '\t' continues the one above); "@set" stands for the generated list of /set's parameters. */
@@ -1113,6 +1273,8 @@ static const chat_cmd commands[] = {
     {"/system", {0}, "/system [TEXT]\tshow / set the system prompt (- clears it)", 1, cmd_system, NULL, 0},
     {"/export", {0}, "/export [md|json] [FILE]\tsave the conversation (as kvchat\n\t  export; default ./kvchat-ID.md)", 0,
      cmd_export, export_args, 0},
+    {"/model", {0}, "/model [NAME|PATH]\tgo on with another model (Tab: the models\n\t  directory); alone: the model in use", 1,
+     cmd_model, (const char *const *)model_names, 0},
     {"/read", {0}, "/read FILE\tattach a text file to your next message", 0, cmd_read, NULL, 0},
     {"/copy", {0}, "/copy\tcopy the last reply to the clipboard (OSC 52)\n/copy N\tcopy code block N of the replies", 0,
      cmd_copy, NULL, 0},
@@ -1389,9 +1551,10 @@ static void load_tree(chat *c, const chatstore_conv *cv)
         long k = conv_add(&c->conv, parent, role, m->text, m->len);
         if (k < 0) break;
         c->conv.node[k].id = m->id;
-        /* a reply keeps the name of the model the conversation was held with */
-        if (role == UI_ROLE_ASSISTANT && cv->model_name[0])
-            conv_set_author(&c->conv, k, cv->model_name);
+        /* a reply keeps the name of the model that wrote it (schema 4), else of the model the
+         * conversation was held with */
+        if (role == UI_ROLE_ASSISTANT && (m->author[0] || cv->model_name[0]))
+            conv_set_author(&c->conv, k, m->author[0] ? m->author : cv->model_name);
         c->conv.node[k].finish = m->finish;
         c->conv.node[k].unreadable = m->problem[0] != 0;
         if (from_path && conv_path_push(&c->conv, k)) break;
@@ -1561,24 +1724,52 @@ static void bench_fill(chat *c, long n)
  * ("llama"): then the file's name without .gguf ("stories260K"), which says more. */
 static void model_label(const model *m, char *buf, size_t cap)
 {
-    if (m->name && *m->name && (!m->arch_name || strcasecmp(m->name, m->arch_name))) {
-        snprintf(buf, cap, "%s", m->name);
-        return;
-    }
-    const char *path = m->gguf && m->gguf->path ? m->gguf->path : "model";
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    size_t n = strlen(base);
-    if (n > 5 && !strcasecmp(base + n - 5, ".gguf")) n -= 5;
-    snprintf(buf, cap, "%.*s", (int)n, base);
+    chatstore_label(m->name, m->arch_name, m->gguf && m->gguf->path ? m->gguf->path : "model", buf, cap);
 }
 
-int chat_run(engine *e, sampler *s, const chat_options *o)
+/* The chat template of engine e's model: its own (run by the Jinja interpreter), --chat-template's
+ * (override; NULL for none), or the shape table's; an unknown one is chatml (*unknown = 1). */
+static void choose_template(chat *c, const char *override, int *unknown, char *notice, size_t cap)
+{
+    const model *m = engine_model(c->e);
+    char *tmpl_text = NULL;
+    kv_error ke = {0};
+    gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
+    const tokenizer *tk = engine_tokenizer(c->e);
+    int32_t bos = tokenizer_bos(tk), eos = tokenizer_eos(tk);
+    prompt_jinja_free(c->pj);
+    c->pj = NULL;
+    c->tmpl = prompt_choose(tmpl_text, override, bos >= 0 ? tokenizer_token_text(tk, bos) : NULL,
+                            eos >= 0 ? tokenizer_token_text(tk, eos) : NULL, &c->pj, notice, cap);
+    *unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
+    if (*unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
+    free(tmpl_text);
+}
+
+/* The status bar's model fields for the engine in use. */
+static void show_info(chat *c)
+{
+    const model *m = engine_model(c->e);
+    ui_info info = {
+        .model_name = c->model_label,
+        .arch = m->arch_name,
+        .weight_type = quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
+        .mode = c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
+        .n_ctx = engine_n_ctx(c->e),
+        .n_threads = engine_n_threads(c->e),
+    };
+    ui_set_info(c->u, &info);
+}
+
+int chat_run(engine **pe, sampler **ps, const chat_options *o)
 {
     setup_locale();
     chat C, *c = &C;
     memset(c, 0, sizeof *c);
+    engine *e = *pe;
+    sampler *s = *ps;
     c->e = e;
+    c->s = s;
     c->opt = *o;
     c->sp = *sampler_get_params(s);
     c->max_tokens = o->n_predict;
@@ -1596,17 +1787,10 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
 
     const model *m = engine_model(e);
     model_label(m, c->model_label, sizeof c->model_label);
-    char *tmpl_text = NULL;
     kv_error ke = {0};
-    gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
-    const tokenizer *tk = engine_tokenizer(e);
-    int32_t bos = tokenizer_bos(tk), eos = tokenizer_eos(tk);
     char tmpl_notice[700];
-    c->tmpl = prompt_choose(tmpl_text, o->chat_template, bos >= 0 ? tokenizer_token_text(tk, bos) : NULL,
-                            eos >= 0 ? tokenizer_token_text(tk, eos) : NULL, &c->pj, tmpl_notice, sizeof tmpl_notice);
-    int tmpl_unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
-    if (tmpl_unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
-    free(tmpl_text);
+    int tmpl_unknown;
+    choose_template(c, o->chat_template, &tmpl_unknown, tmpl_notice, sizeof tmpl_notice);
 
     if (worker_create(e, s, &c->w, &ke)) {
         fprintf(stderr, "kvchat: %s\n", ke.msg);
@@ -1632,6 +1816,10 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     char hist[1024] = "";
     if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
     else chat_history_path(hist, sizeof hist);
+    {
+        int nm = models_names(model_names, N_MODEL_NAMES);
+        model_names[nm] = NULL;
+    }
     /* completion, help and sliders from the command and settings tables */
     ui_command ucmds[N_COMMANDS];
     for (size_t i = 0; i < N_COMMANDS; i++)
@@ -1674,15 +1862,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         fprintf(stderr, "kvchat: %s\n", why);
         return 1;
     }
-    ui_info info = {
-        .model_name = c->model_label,
-        .arch = m->arch_name,
-        .weight_type = quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
-        .mode = c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
-        .n_ctx = engine_n_ctx(e),
-        .n_threads = engine_n_threads(e),
-    };
-    ui_set_info(c->u, &info);
+    show_info(c);
     c->markdown = o->markdown;
     ui_set_markdown(c->u, c->markdown);
     push_params(c);
@@ -1756,5 +1936,8 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     prompt_jinja_free(c->pj);
     prompt_buf_free(&c->kb);
     free(c->attach);
+    for (int i = 0; i < N_MODEL_NAMES && model_names[i]; i++) free(model_names[i]);
+    *pe = c->e; /* /model may have replaced them */
+    *ps = c->s;
     return status;
 }
