@@ -1096,6 +1096,70 @@ static void cmd_system(chat *c, char *args)
     set_system(c, strcmp(args, "-") ? args : "");
 }
 
+/* ---- /persona: a system prompt and sampler settings from config.ini ---------------------------- */
+
+static const char *persona_names[CFG_MAX_PERSONAS + 1]; /* for Tab after /persona and the help */
+
+/* A persona's settings as "temp 0.2 · top_k 10" (the system prompt left out). */
+static void persona_text(const cfg_persona *p, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int k = 0; k < CFG_COUNT && o < cap; k++)
+        if (p->v[k] && k != CFG_SYSTEM)
+            o += (size_t)snprintf(buf + o, cap - o, "%s%s %s", o ? " · " : "", config_key_name(k), p->v[k]);
+}
+
+/* /persona NAME: apply a [persona NAME] section — its sampler settings (the others stay) and its
+ * system prompt (the next reply renders the prompt again). Alone: the personas there are. */
+static void cmd_persona(chat *c, char *args)
+{
+    const kv_config *cfg = c->opt.config;
+    if (!*args) {
+        char list[2400];
+        size_t o = 0;
+        for (int i = 0; cfg && i < cfg->n_personas && o < sizeof list - 300; i++) {
+            char t[600];
+            persona_text(&cfg->persona[i], t, sizeof t);
+            const char *sys = cfg->persona[i].v[CFG_SYSTEM];
+            o += (size_t)snprintf(list + o, sizeof list - o, "\n%s: %.200s%s%s%.60s%s", cfg->persona[i].name, t,
+                                  t[0] && sys ? " · " : "", sys ? "system \"" : "", sys ? sys : "",
+                                  sys ? (strlen(sys) > 60 ? "…\"" : "\"") : "");
+        }
+        if (o) ui_notice(c->u, UI_ROLE_NOTICE, "personas (/persona NAME applies one):%s", list);
+        else ui_notice(c->u, UI_ROLE_NOTICE, "no personas: add [persona NAME] sections (system = …, temp = …) to %s",
+                       cfg && cfg->path[0] ? cfg->path : "config.ini");
+        return;
+    }
+    const cfg_persona *p = cfg ? config_persona_find(cfg, args) : NULL;
+    if (!p) {
+        char names[800] = "";
+        size_t o = 0;
+        for (int i = 0; cfg && i < cfg->n_personas && o < sizeof names - 80; i++)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", cfg->persona[i].name);
+        ui_notice(c->u, UI_ROLE_ERROR, "/persona: no persona '%s' in %s (%s)", args,
+                  cfg && cfg->path[0] ? cfg->path : "config.ini", o ? names : "it has none");
+        return;
+    }
+    sampler_params sp = c->sp;
+    int max_tokens = c->max_tokens;
+    for (int k = 0; k < CFG_COUNT; k++)
+        if (p->v[k] && k != CFG_SYSTEM) config_apply_key(k, p->v[k], NULL, &sp, &max_tokens);
+    if (max_tokens <= 0) max_tokens = -1;
+    kv_error ke = {0};
+    if (sampler_params_validate(&sp, &ke)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/persona %s: %s", args, ke.msg);
+        return;
+    }
+    c->sp = sp;
+    c->max_tokens = max_tokens;
+    push_params(c);
+    char t[600];
+    persona_text(p, t, sizeof t);
+    ui_notice(c->u, UI_ROLE_NOTICE, "persona %s%s%s", p->name, t[0] ? ": " : "", t);
+    if (p->v[CFG_SYSTEM]) set_system(c, p->v[CFG_SYSTEM]);
+}
+
 /* ---- /model: another model, the same conversation ----------------------------------------------- */
 
 #define N_MODEL_NAMES 64
@@ -1273,6 +1337,8 @@ static const chat_cmd commands[] = {
     {"/system", {0}, "/system [TEXT]\tshow / set the system prompt (- clears it)", 1, cmd_system, NULL, 0},
     {"/export", {0}, "/export [md|json] [FILE]\tsave the conversation (as kvchat\n\t  export; default ./kvchat-ID.md)", 0,
      cmd_export, export_args, 0},
+    {"/persona", {0}, "/persona [NAME]\tapply a [persona NAME] of config.ini (system\n\t  prompt + sampling); alone: list them@personas", 1,
+     cmd_persona, (const char *const *)persona_names, 0},
     {"/model", {0}, "/model [NAME|PATH]\tgo on with another model (Tab: the models\n\t  directory); alone: the model in use", 1,
      cmd_model, (const char *const *)model_names, 0},
     {"/read", {0}, "/read FILE\tattach a text file to your next message", 0, cmd_read, NULL, 0},
@@ -1355,7 +1421,14 @@ static char *help_build(void)
     if (!h) return NULL;
     o += (size_t)snprintf(h + o, cap - o, "%s", help_keys);
     for (size_t i = 0; i < N_COMMANDS && o < cap; i++) {
-        const char *u = commands[i].usage, *at = strstr(u, "@set");
+        const char *u = commands[i].usage, *at = strstr(u, "@set"), *pe = strstr(u, "@personas");
+        if (pe) { /* the personas of config.ini, by name */
+            o += (size_t)snprintf(h + o, cap - o, "%.*s\n", (int)(pe - u), u);
+            for (int k = 0; persona_names[k] && o < cap; k++)
+                o += (size_t)snprintf(h + o, cap - o, "%s%s", k ? ", " : "\t  here: ", persona_names[k]);
+            if (persona_names[0] && o < cap) o += (size_t)snprintf(h + o, cap - o, "\n");
+            continue;
+        }
         if (!at) {
             o += (size_t)snprintf(h + o, cap - o, "%s\n", u);
             continue;
@@ -1819,6 +1892,9 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     {
         int nm = models_names(model_names, N_MODEL_NAMES);
         model_names[nm] = NULL;
+        int np = 0;
+        for (int i = 0; o->config && i < o->config->n_personas; i++) persona_names[np++] = o->config->persona[i].name;
+        persona_names[np] = NULL;
     }
     /* completion, help and sliders from the command and settings tables */
     ui_command ucmds[N_COMMANDS];

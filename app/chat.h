@@ -22,6 +22,7 @@ typedef struct chat_options {
     int n_stops;
     const char *system;       /* --system: the system prompt of new conversations; NULL: none */
     int markdown;             /* 1: replies are shown as rendered Markdown (--no-markdown: 0) */
+    const struct kv_config *config; /* the settings, for /persona's [persona NAME] sections (NULL: none) */
     const engine_params *ep;  /* how e was opened: /model opens another model with these (NULL: no /model) */
     const char *const *warnings; /* config.ini / environment warnings to show in the chat */
     int n_warnings;

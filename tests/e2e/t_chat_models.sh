@@ -5,6 +5,18 @@
 [ -n "${TMC:-}" ] || return 0
 MM=$tmp/models_cmds
 mkdir -p "$MM"
+# the chat pane's lines (left of the panel) joined with spaces: a notice wrapped over lines reads whole
+joined() { cut_panel <"$CH/screen" | sed 's/^ *//' | tr '\n' ' ' | tr -s ' '; }
+# wait_joined REGEX [SECONDS]: as wait_for, on the joined pane
+wait_joined() {
+    local end=$(($(date +%s) + ${2:-30}))
+    while [ "$(date +%s)" -le "$end" ]; do
+        cap >"$CH/screen"
+        joined | grep -qE -- "$1" && return 0
+        sleep 0.1
+    done
+    return 1
+}
 
 # ---- /export [md|json] [FILE] writes what `kvchat export` writes; /system sets the system prompt --
 chat_start 100 30 -- -t 1 --temp 0 -n 20 --db "$MM/exp.db"
@@ -139,3 +151,55 @@ if "$BIN" gen-model --shape tiny --type q8_0 --chat-template tests/templates/Qwe
 else
     bad "chat: gen-model --chat-template writes a model for the /model test"
 fi
+
+# ---- personas: [persona NAME] in config.ini, /persona NAME (Tab, help), its settings applied ----------
+PCFG="$CH/config/kvchat/config.ini"
+mkdir -p "$CH/config/kvchat"
+[ -f "$PCFG" ] && mv "$PCFG" "$MM/config.saved"
+printf '%s\n' '[persona storyteller]' 'system = You tell stories about cats.' 'temp = 0.3' 'top_k = 7' 'n_predict = 6' \
+    '[persona critic]' 'temp = 1.5' 'n_ctx = 64' >"$PCFG"
+chat_start 120 40 -- -t 1 -n 20 --db "$MM/persona.db"
+if wait_idle 30; then
+    wait_joined "config warning: .*config.ini:8: key 'n_ctx' in \[persona critic\]" 5 &&
+        ok "chat: a persona key that is not system or [sampling] is a config warning naming the line" ||
+        bad "chat: a bad persona key is a config warning" "$(screen_dump)"
+    keys "/persona st" Tab
+    wait_for '^> /persona storyteller' 5 && ok "chat: Tab completes /persona NAME" || bad "chat: Tab completes /persona NAME" "$(screen_dump)"
+    keys Enter
+    if wait_for 'persona storyteller: temp 0.3 · top_k 7 · n_predict 6' 10 && wait_for 'system prompt: You tell stories about cats\.' 5; then
+        keys "/show params" Enter
+        wait_joined 'temp 0\.30 · top_k 7 .*max_tokens 6 mode: completion · system prompt: You tell stories about cats\.' 10 &&
+            ok "chat: /persona NAME sets its system prompt and sampler settings (/show params)" ||
+            bad "chat: /persona NAME sets its settings" "$(screen_dump)"
+    else
+        bad "chat: /persona NAME applies it" "$(screen_dump)"
+    fi
+    keys "Once upon a time" Enter
+    wait_for '\[max tokens\]' 30
+    wait_idle 30
+    [ "$(tokens_shown)" = 6 ] && [ "$(sqlite3 "$MM/persona.db" "SELECT system_prompt FROM conversations")" = "You tell stories about cats." ] &&
+        ok "chat: the reply follows the persona (6 tokens; its system prompt saved)" ||
+        bad "chat: the reply follows the persona" "$(tokens_shown) tokens $(screen_dump)"
+    keys "/persona" Enter
+    wait_for 'critic: temp 1.5' 10 && grep -q 'storyteller: temp 0.3 · top_k 7 · n_predict 6 · system "You tell stories about cats."' "$CH/screen" &&
+        ok "chat: /persona alone lists the personas" || bad "chat: /persona alone lists the personas" "$(screen_dump)"
+    keys "/persona nobody" Enter
+    wait_joined "/persona: no persona 'nobody' in .*config.ini \(storyteller, critic\)" 10 &&
+        ok "chat: /persona of an unknown name lists the ones there are" || bad "chat: /persona nobody" "$(screen_dump)"
+    keys F1
+    found=0
+    for _ in 1 2 3 4 5 6; do
+        keys NPage
+        sleep 0.3
+        cap >"$CH/screen"
+        grep -q '/persona \[NAME\]' "$CH/screen" && grep -q 'here: storyteller, critic' "$CH/screen" && { found=1; break; }
+    done
+    [ $found = 1 ] && ok "chat: the help lists /persona and the personas by name" || bad "chat: the help lists the personas" "$(screen_dump)"
+    keys Escape
+    keys C-d
+else
+    bad "chat: personas (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+rm -f "$PCFG"
+[ -f "$MM/config.saved" ] && mv "$MM/config.saved" "$PCFG"
