@@ -1691,7 +1691,8 @@ static void sessions_refresh(chat *c, const char *status)
             r[i] = (ui_session_row){.id = rows[i].id, .title = rows[i].title, .model = rows[i].model_name,
                                     .date = dates[i], .n_messages = rows[i].n_messages,
                                     .n_branches = rows[i].n_branches,
-                                    .current = rows[i].id == chatstore_current(c->cs)};
+                                    .current = rows[i].id == chatstore_current(c->cs),
+                                    .snippet = rows[i].snippet};
         }
         ui_sessions_show(c->u, r, n, status);
     }

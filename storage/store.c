@@ -841,6 +841,7 @@ void store_conv_clear(store_conv *c)
     free(c->model_path);
     free(c->system_prompt);
     free(c->ctx_tokens);
+    free(c->snippet);
     memset(c, 0, sizeof *c);
 }
 
@@ -873,6 +874,19 @@ static int read_conv(store *s, sqlite3_stmt *st, void *row, store_error *err)
     c->n_branches = sqlite3_column_int(st, 21);
     if (!c->title || !c->model_name || !c->model_fingerprint || !c->model_path ||
         (sqlite3_column_type(st, 6) != SQLITE_NULL && !c->system_prompt)) {
+        store_conv_clear(c);
+        return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
+    }
+    return STORE_OK;
+}
+
+/* read_conv, and column 22: the search's snippet (NULL: the match is in the title only). */
+static int read_conv_snippet(store *s, sqlite3_stmt *st, void *row, store_error *err)
+{
+    int rc = read_conv(s, st, row, err);
+    store_conv *c = row;
+    if (rc || sqlite3_column_type(st, 22) != SQLITE_TEXT) return rc;
+    if (!(c->snippet = col_dup(st, 22, NULL))) {
         store_conv_clear(c);
         return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
     }
@@ -973,7 +987,12 @@ static int list_run(store *s, const char *q, const char *fts, store_conv **rows,
     sqlite3_stmt *st;
     const char *sql_all = "SELECT " CONV_COLUMNS " FROM conversations c LEFT JOIN models m ON m.id = c.model_id "
                           "ORDER BY c.updated_at DESC, c.id DESC";
-    const char *sql_fts = "SELECT " CONV_COLUMNS " FROM conversations c LEFT JOIN models m ON m.id = c.model_id "
+    /* with the newest matching message's snippet (FTS5 snippet(): the match between \x02 and \x03,
+     * about 12 tokens around it, "…" where it is cut) */
+    const char *sql_fts = "SELECT " CONV_COLUMNS ", (SELECT snippet(messages_fts, 0, char(2), char(3), '…', 12) "
+                          "FROM messages_fts JOIN messages x ON x.id = messages_fts.rowid WHERE messages_fts MATCH ?2 "
+                          "AND x.conversation_id = c.id ORDER BY x.id DESC LIMIT 1) "
+                          "FROM conversations c LEFT JOIN models m ON m.id = c.model_id "
                           "WHERE instr(lower(c.title), lower(?1)) > 0 OR c.id IN (SELECT x.conversation_id FROM "
                           "messages_fts f JOIN messages x ON x.id = f.rowid WHERE messages_fts MATCH ?2) "
                           "ORDER BY c.updated_at DESC, c.id DESC";
@@ -984,7 +1003,9 @@ static int list_run(store *s, const char *q, const char *fts, store_conv **rows,
     if (q) sqlite3_bind_text(st, 1, q, -1, SQLITE_STATIC);
     if (q && fts) sqlite3_bind_text(st, 2, fts, -1, SQLITE_STATIC);
     void *v;
-    if ((rc = read_rows(s, st, sizeof **rows, read_conv, drop_convs, "listing conversations", &v, n, err))) return rc;
+    if ((rc = read_rows(s, st, sizeof **rows, fts ? read_conv_snippet : read_conv, drop_convs, "listing conversations",
+                        &v, n, err)))
+        return rc;
     *rows = v;
     return STORE_OK;
 }

@@ -132,7 +132,13 @@ typedef struct store_conv {
     int64_t ctx_model_id, ctx_head_id;
     int32_t *ctx_tokens;
     size_t n_ctx_tokens;
+    /* store_conv_list with a query: the newest matching message's text around the match, the
+     * matched words between STORE_HL_ON and STORE_HL_OFF bytes, "…" where it is cut (FTS5
+     * snippet()); NULL when only the title matched */
+    char *snippet;
 } store_conv;
+#define STORE_HL_ON '\x02'
+#define STORE_HL_OFF '\x03'
 
 void store_conv_clear(store_conv *c);
 

@@ -329,6 +329,38 @@ static void test_search(void **state)
     assert_int_equal(count_hits(s, "   "), 3);
     assert_int_equal(store_conv_rename(s, c2, "Felines", &err), STORE_OK);
     assert_int_equal(count_hits(s, "feli"), 1); /* titles too */
+    /* each hit carries the newest matching message's snippet, the match marked (FTS5 snippet()) */
+    {
+        store_conv *rows;
+        size_t n;
+        assert_int_equal(store_conv_list(s, "cafe", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 1);
+        assert_string_equal(rows[0].snippet, "It breathed fire at the \x02" "café\x03.");
+        store_conv_list_free(rows, n);
+        assert_int_equal(store_conv_list(s, "drag", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 2);
+        assert_string_equal(rows[0].snippet, "\x02" "Dragons\x03 and cats, together"); /* c3, updated last */
+        assert_string_equal(rows[1].snippet, "A \x02" "dragon\x03 lived in the mountains");
+        store_conv_list_free(rows, n);
+        assert_int_equal(store_conv_list(s, "feli", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 1);
+        assert_null(rows[0].snippet); /* the title matched, no message */
+        store_conv_list_free(rows, n);
+        int64_t c4, m4 = 0;
+        store_conv_create(s, 0, NULL, NULL, 0, &c4, &err);
+        static char longtext[4000];
+        size_t o = 0;
+        for (int i = 0; i < 60; i++) o += (size_t)snprintf(longtext + o, sizeof longtext - o, "word%d 日本語 ", i);
+        snprintf(longtext + o, sizeof longtext - o, "needle and more words after it to cut");
+        m4 = add(s, c4, 0, STORE_ROLE_USER, longtext);
+        (void)m4;
+        assert_int_equal(store_conv_list(s, "needle", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 1);
+        assert_non_null(strstr(rows[0].snippet, "\x02" "needle\x03"));
+        assert_true(!strncmp(rows[0].snippet, "…", 3)); /* cut before: marked */
+        assert_true(strlen(rows[0].snippet) < 200);
+        store_conv_list_free(rows, n);
+    }
     assert_int_equal(store_conv_delete(s, c1, &err), STORE_OK);
     assert_int_equal(count_hits(s, "breathed"), 0);
     char *report = NULL;

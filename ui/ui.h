@@ -190,7 +190,11 @@ typedef struct ui_session_row {
     const char *title, *model, *date; /* copied */
     int n_messages, n_branches;
     int current;                      /* the conversation on screen */
+    const char *snippet;              /* copied; a search's matching text, the matched words between
+                                         UI_HL_ON and UI_HL_OFF bytes (shown highlighted); NULL: none */
 } ui_session_row;
+#define UI_HL_ON '\x02'
+#define UI_HL_OFF '\x03'
 
 /* Show the view with these rows (or refresh it: the selection stays on the same id); status is
  * a line above the list ("" for the default hint). */

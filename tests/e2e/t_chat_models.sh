@@ -203,3 +203,41 @@ fi
 chat_stop
 rm -f "$PCFG"
 [ -f "$MM/config.saved" ] && mv "$MM/config.saved" "$PCFG"
+
+# ---- F3 search: each hit shows its snippet, the match highlighted (FTS5 snippet()) ----------------
+chat_start 120 30 -- -t 1 --temp 0 -n 6 --db "$MM/search.db"
+if wait_idle 30; then
+    keys "The red dragon 日本語 flew over the sleepy village" Enter
+    wait_for '\[max tokens\]' 30
+    wait_idle 30
+    keys F3
+    wait_for 'conversations \(1\)' 10
+    keys "/" "drag"
+    # the newest matching message's snippet on the line below the row
+    if wait_for '│ {10}[^ ].*[Dd]rag' 10; then
+        $TMC capture-pane -e -p -t c >"$MM/search.ansi"
+        # the matched word alone is in reverse video: an SGR with 7 right before "dragon", reset after it
+        if grep -aqE $'\e\\[[0-9;]*7[0-9;]*m(\e\\[[0-9;]*m)*[Dd]rag[a-z]*\e\\[0m' "$MM/search.ansi" && ! grep -aqE $'\e\\[[0-9;]*7[0-9;]*m[^\e]*(red|The|village)' "$MM/search.ansi"; then
+            ok "chat: F3 search shows the matching snippet with the match highlighted"
+        else
+            bad "chat: F3 search highlights the match" "$(sed -n 6p "$MM/search.ansi" | cat -v)"
+        fi
+    else
+        bad "chat: F3 search shows the matching snippet" "$(screen_dump)"
+    fi
+    # a match in the CJK message: the snippet line keeps the box's right border where the others have it
+    keys C-u "sleepy"
+    if wait_for '│ {10}.*日本語 flew over the \x1b?sleepy' 10 || wait_for '│ {10}The red dragon 日本語 flew over the sleepy village' 10; then
+        w_row=$(grep -m1 '│ search:' "$CH/screen" | python3 -c 'import sys,unicodedata as u; l=sys.stdin.read().rstrip("\n"); print(sum(2 if u.east_asian_width(c) in "WF" else 1 for c in l[:l.rindex("│")]))')
+        w_snip=$(grep -E '│ {10}The red dragon' "$CH/screen" | head -1 | python3 -c 'import sys,unicodedata as u; l=sys.stdin.read().rstrip("\n"); print(sum(2 if u.east_asian_width(c) in "WF" else 1 for c in l[:l.rindex("│")]))')
+        [ -n "$w_row" ] && [ "$w_row" = "$w_snip" ] && ok "chat: a snippet with CJK text is drawn by display cells (border at cell $w_snip)" ||
+            bad "chat: a CJK snippet is width-correct" "row border at $w_row, snippet at $w_snip $(screen_dump)"
+    else
+        bad "chat: F3 shows the CJK message's snippet" "$(screen_dump)"
+    fi
+    keys Escape Escape
+    keys C-d
+else
+    bad "chat: F3 snippets (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
