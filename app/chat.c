@@ -31,6 +31,7 @@
 #include "prompt.h"
 #include "store_cli.h"
 #include "ui/markdown.h"
+#include "ui/reasoning.h"
 #include "ui/text.h"
 #include "ui/theme.h"
 #include "ui/ui.h"
@@ -183,8 +184,16 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     }
     size_t k = 0;
     if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
-    for (size_t i = 0; i < c->conv.n_path; i++)
-        msgs[k++] = (prompt_msg){T(c, i)->role == UI_ROLE_USER ? "user" : "assistant", T(c, i)->text, T(c, i)->len};
+    for (size_t i = 0; i < c->conv.n_path; i++) {
+        const turn *t = T(c, i);
+        size_t skip = 0;
+        /* a reply's reasoning stays out of the next prompt, as the reasoning models' templates
+         * (Qwen3, DeepSeek-R1) drop earlier turns' reasoning; completion mode sends the text as it is */
+        ui_reasoning r;
+        if (t->role == UI_ROLE_ASSISTANT && c->tmpl != CHAT_TMPL_NONE && ui_reasoning_split(t->text, t->len, &r))
+            skip = r.answer;
+        msgs[k++] = (prompt_msg){t->role == UI_ROLE_USER ? "user" : "assistant", t->text + skip, t->len - skip};
+    }
     int rc = c->pj ? prompt_build_jinja(c->pj, msgs, k, &c->pb, err, err_cap)
                    : prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
     free(msgs);
@@ -228,7 +237,14 @@ static void start_reply(chat *c, int continue_last)
         }
         conv_set_author(&c->conv, c->conv.path[c->conv.n_path - 1], c->model_label); /* it keeps its model's name */
         t = T(c, c->conv.n_path - 1);
-        t->view = ui_msg_add(c->u, UI_ROLE_ASSISTANT, c->model_label, "", 0);
+        /* a template that opens the reasoning block itself (DeepSeek-R1: "…<think>\n"): the reply
+         * starts inside it, so it starts with the marker, as shown and as stored */
+        const char *open = c->tmpl != CHAT_TMPL_NONE ? ui_reasoning_open_at_end(c->pb.text, c->pb.len) : NULL;
+        if (open) {
+            conv_text_append(&t->text, &t->len, &t->cap, open, strlen(open));
+            conv_text_append(&t->text, &t->len, &t->cap, "\n", 1);
+        }
+        t->view = ui_msg_add(c->u, UI_ROLE_ASSISTANT, c->model_label, t->text, t->len);
         ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
         refresh_labels(c);
     }
@@ -924,7 +940,9 @@ static int code_blocks(const chat *c, int want, char **out, size_t *len)
     for (size_t i = 0; i < c->conv.n_path; i++) {
         const turn *t = T(c, i);
         if (t->role != UI_ROLE_ASSISTANT) continue;
-        int k = ui_md_code_block(t->text, t->len, want - count, out, len);
+        ui_reasoning r; /* numbered as the pane shows them: in the answer, not the reasoning */
+        size_t a = ui_reasoning_split(t->text, t->len, &r) ? r.answer : 0;
+        int k = ui_md_code_block(t->text + a, t->len - a, want - count, out, len);
         if (k > 0) count += k;
     }
     return count;
@@ -1014,7 +1032,11 @@ static void cmd_copy(chat *c, char *args)
     char what[64];
     if (!*args) {
         for (size_t i = c->conv.n_path; i-- > 0 && !text;)
-            if (T(c, i)->role == UI_ROLE_ASSISTANT && T(c, i)->len) text = T(c, i)->text, len = T(c, i)->len;
+            if (T(c, i)->role == UI_ROLE_ASSISTANT && T(c, i)->len) {
+                ui_reasoning r; /* the answer, without its reasoning */
+                size_t a = ui_reasoning_split(T(c, i)->text, T(c, i)->len, &r) ? r.answer : 0;
+                text = T(c, i)->text + a, len = T(c, i)->len - a;
+            }
         if (!text) {
             ui_notice(c->u, UI_ROLE_ERROR, "/copy: there is no reply to copy yet");
             return;
@@ -1386,6 +1408,7 @@ static const char help_keys[] =
     "F1\tthis help\n"
     "F2\tshow / hide the sampling sliders\n"
     "F3\tsaved conversations: open, search, rename, delete\n"
+    "F4\tshow / fold the replies' reasoning (<think>…</think>)\n"
     "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
     "Left, Right\t(sliders) change the selected slider\n"
     "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"

@@ -470,6 +470,10 @@ static void on_key(ui *u, int k)
         u->dirty = 1;
         return;
     case KEY_F(1): ui_show_help(u, !u->help_visible); return;
+    case KEY_F(4):
+        ui_toggle_reasoning(u);
+        ui_flash(u, "reasoning %s (F4)", u->think_unfold ? "shown whole" : "folded to one line");
+        return;
     case KEY_F(3):
         if (u->cb.sessions) u->cb.sessions(u->cb.ud, UI_SESS_SHOW, 0, NULL);
         return;

@@ -144,6 +144,9 @@ void ui_msg_set_note(ui *u, ui_msg *m, const char *note, int error);
 /* Replace the label shown above a message ("you", the model's name; e.g. with "· branch 2/3"). */
 void ui_msg_set_label(ui *u, ui_msg *m, const char *label);
 void ui_msg_remove(ui *u, ui_msg *m);
+/* Reasoning blocks of replies (<think>…</think>, ui/reasoning.h) are shown dimmed on one line;
+ * this shows them whole, or folds them again (F4). */
+void ui_toggle_reasoning(ui *u);
 /* Show replies (the model's messages) as rendered Markdown — headings, emphasis, lists, quotes,
  * links, tables, numbered code blocks (ui/markdown.c) — or as their text (on = 0). Applies to the
  * messages shown and those added later; what the user typed is always shown as typed. */

@@ -241,3 +241,96 @@ else
     bad "chat: F3 snippets (the chat starts)" "$(screen_dump; cat "$CH/err")"
 fi
 chat_stop
+
+# ---- reasoning (issue 13): <think>…</think> shown dimmed and folded, F4 unfolds, stored with the
+# message, left out of the next prompt as Qwen3's template does. The reply is injected (export,
+# replace, import) into a chat with the 2-layer model carrying Qwen3's template.
+if [ -f "$MDIR/qwen3-tmpl.gguf" ]; then
+    MODEL_SAVED=$MODEL
+    MODEL="$MDIR/qwen3-tmpl.gguf"
+    chat_start 120 34 -- -t 1 -n 3 --temp 0 --db "$MM/think.db"
+    if wait_idle 30; then
+        keys "Show me" Enter
+        wait_for '\[max tokens\]' 30
+        wait_idle 20
+        keys C-d
+        wait_for 'EXIT=' 15
+    fi
+    "$BIN" export last --db "$MM/think.db" --format json >"$MM/think.json" 2>/dev/null
+    python3 - "$MM/think.json" <<'EOP'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+for m in d["messages"]:
+    if m["role"] == "assistant":
+        m["content"] = "<think>\nThe user wants to see something.\nI will show the number.\n</think>\n\nThe answer is **42**."
+json.dump(d, open(p, "w"))
+EOP
+    "$BIN" import "$MM/think.json" --db "$MM/think.db" >/dev/null 2>&1
+    chat_start 120 34 -- -t 1 -n 3 --temp 0 --resume last --db "$MM/think.db"
+    if wait_idle 30 && wait_for '▸ reasoning \(11 words\) · F4 shows it: The user wants to see something\.' 10; then
+        cap -e >"$MM/think.esc"
+        pane=$(pane_text <"$CH/screen")
+        if echo "$pane" | grep -q '^ The answer is 42\.' && ! echo "$pane" | grep -q 'I will show the number' &&
+            grep -aq $'\e\\[2m[^\e]*▸ reasoning' "$MM/think.esc" 2>/dev/null || grep -aqE $'\e\\[[0-9;]*2[0-9;]*m(\e\\[[0-9;]*m)*▸ reasoning' "$MM/think.esc"; then
+            ok "chat: a reply's reasoning is folded to one dimmed line above its answer"
+        else
+            bad "chat: the reasoning is folded and dimmed" "$(screen_dump; grep -a 'reasoning' "$MM/think.esc" | cat -v | head -2)"
+        fi
+        keys F4
+        if wait_for '▾ reasoning \(11 words\) · F4 folds it' 5 && grep -q '^ *I will show the number\.' "$CH/screen" &&
+            grep -q '^ *The user wants to see something\.' "$CH/screen"; then
+            ok "chat: F4 shows the reasoning whole"
+        else
+            bad "chat: F4 unfolds the reasoning" "$(screen_dump)"
+        fi
+        keys F4
+        wait_for '▸ reasoning' 5
+        # stored with the message; the next prompt leaves it out (Qwen3's template renders the
+        # earlier reply without its reasoning): the prompt has the tokens of that rendering
+        [ "$(sqlite3 "$MM/think.db" "SELECT count(*) FROM messages WHERE content LIKE '<think>%I will show the number.%</think>%42%'")" -ge 1 ] &&
+            ok "chat: the reasoning is stored with the message" || bad "chat: the reasoning is stored with the message"
+        keys "Again" Enter
+        if wait_for 'reused [0-9]+ \+ new [0-9]+' 30; then
+            wait_idle 30
+            got=$(grep -oE 'reused [0-9]+ \+ new [0-9]+' "$CH/screen" | awk '{print $2 + $5}')
+            python3 -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "Show me"}, {"role": "assistant", "content": "The answer is **42**."}, {"role": "user", "content": "Again"}], "add_generation_prompt": True}))' >"$MM/think-conv.json"
+            want=$("$BIN" template-render -m "$MODEL" "$MM/think-conv.json" | "$BIN" tokenize --ids --parse-special -m "$MODEL" | tr -d '[] ' | tr ',' '\n' | grep -c .)
+            python3 -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "Show me"}, {"role": "assistant", "content": "<think>\nThe user wants to see something.\nI will show the number.\n</think>\n\nThe answer is **42**."}, {"role": "user", "content": "Again"}], "add_generation_prompt": True}))' >"$MM/think-conv2.json"
+            full=$("$BIN" template-render -m "$MODEL" "$MM/think-conv2.json" | "$BIN" tokenize --ids --parse-special -m "$MODEL" | tr -d '[] ' | tr ',' '\n' | grep -c .)
+            if [ "$got" -ge $((want - 1)) ] && [ "$got" -le "$want" ]; then
+                ok "chat: the next prompt leaves the reasoning out ($got tokens; rendered without it: $want, Qwen3's template on the full text: $full)"
+            else
+                bad "chat: the next prompt leaves the reasoning out" "got $got want $want (full $full)"
+            fi
+        else
+            bad "chat: the next prompt leaves the reasoning out" "$(screen_dump)"
+        fi
+        keys C-d
+    else
+        bad "chat: the reasoning is folded (the resumed chat shows it)" "$(screen_dump; cat "$CH/err")"
+    fi
+    chat_stop
+    # a template that opens the block itself (DeepSeek-R1's generation prompt ends in "<think>\n"):
+    # the reply streams inside it, folded, and is stored with its marker
+    printf '%s' '{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant><think>
+{% endif %}' >"$MM/r1.jinja"
+    if "$BIN" gen-model --shape tiny --type q8_0 --chat-template "$MM/r1.jinja" -o "$MM/r1.gguf" >/dev/null 2>&1; then
+        MODEL="$MM/r1.gguf"
+        chat_start 120 34 -- -t 1 -n 12 --temp 0 --db "$MM/r1.db"
+        if wait_idle 30; then
+            keys "Why" Enter
+            if wait_for '\[max tokens\]' 30 && wait_for '▸ thinking… \([0-9]+ words?\) · F4 shows it' 5 &&
+                [ "$(sqlite3 "$MM/r1.db" "SELECT substr(content, 1, 7) || unicode(substr(content, 8, 1)) FROM messages WHERE role = 'assistant'")" = "<think>10" ]; then
+                ok "chat: a template that opens <think> itself: the reply is shown folded as thinking and stored with the marker"
+            else
+                bad "chat: a reply inside a template-opened <think>" "$(screen_dump)"
+            fi
+            keys C-d
+        else
+            bad "chat: the R1-style template chat starts" "$(screen_dump; cat "$CH/err")"
+        fi
+        chat_stop
+    fi
+    MODEL=$MODEL_SAVED
+fi
