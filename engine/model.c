@@ -401,6 +401,8 @@ struct forward_ctx {
     float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv]: f32 copies of the cache's rows where attention needs them */
     const uint8_t **kblk, **vblk; /* [n_ctx / KV_BLOCK_SIZE + 1]: where an F16 / F32 cache keeps them */
     void *act;      /* activation conversion scratch */
+    int (*abort_cb)(void *ud); /* forward_ctx_set_abort: polled between layers (NULL: never) */
+    void *abort_ud;
 };
 
 forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error *err)
@@ -464,6 +466,12 @@ void forward_ctx_free(forward_ctx *fc)
 
 int forward_ctx_n_batch(const forward_ctx *fc) { return fc->n_batch; }
 
+void forward_ctx_set_abort(forward_ctx *fc, int (*abort_cb)(void *ud), void *ud)
+{
+    fc->abort_cb = abort_cb;
+    fc->abort_ud = ud;
+}
+
 static void add_bias(float *y, const float *b, int n_tokens, int n)
 {
     if (!b) return;
@@ -524,6 +532,10 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
     const float def_scale = 1.0f / sqrtf((float)HD);
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
+        /* a stop asked for mid-pass: nothing is committed, so the positions stay unfilled (the
+         * layers already stored wrote only reserved, uncounted slots) */
+        if (il > 0 && fc->abort_cb && fc->abort_cb(fc->abort_ud))
+            return kv_error_set(err, KV_ERR_CANCELLED, "forward: stopped after layer %d of %d", il, hp->n_layer);
         /* attention block: [norm] -> q, k, v [+ bias] [-> q/k norm] [-> RoPE] -> attention -> wo */
         const float *in = fc->x;
         if (L->attn_norm) {
