@@ -71,6 +71,18 @@ typedef struct chat {
     char attach_name[256];
     int n_stops;
     int markdown;        /* replies shown as rendered Markdown */
+    /* /read FILE counts the file's tokens on a thread of its own (the UI thread never runs the
+     * tokenizer); its end is a byte on done_pipe, which the main loop polls */
+    struct read_job {
+        pthread_t th;
+        int running;
+        engine *e;
+        char *buf;
+        size_t n, nt;
+        int rc;
+        char name[256];
+        int done_pipe[2];
+    } rj;
 } chat;
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
@@ -953,6 +965,20 @@ static int code_blocks(const chat *c, int want, char **out, size_t *len)
  * context. */
 #define READ_MAX_BYTES (1 << 20)
 
+/* The /read job's thread: count the file's tokens as a message would have them (the tokenizer
+ * is reentrant and the engine's model read-only), then wake the main loop. */
+static void *read_count(void *arg)
+{
+    struct read_job *j = arg;
+    int32_t *toks = NULL;
+    kv_error ke = {0};
+    j->rc = engine_tokenize(j->e, j->buf, j->n, 1, 0, &toks, &j->nt, &ke);
+    free(toks);
+    char b = 1;
+    if (write(j->done_pipe[1], &b, 1) < 0) {}
+    return NULL;
+}
+
 /* The length of the longest valid UTF-8 prefix of s[0..n) (n when all of it is). */
 static size_t utf8_valid_prefix(const char *s, size_t n)
 {
@@ -997,16 +1023,7 @@ static void cmd_read(chat *c, char *args)
         else if (bad < n) snprintf(what, sizeof what, "a binary file (not UTF-8 text at offset %zu)", bad);
         if (what[0]) why = what;
     }
-    int32_t *toks = NULL;
-    size_t nt = 0;
-    kv_error ke = {0};
-    if (!why && engine_tokenize(c->e, buf, n, 1, 0, &toks, &nt, &ke) == KV_OK) {
-        free(toks);
-        if (nt > (size_t)engine_n_ctx(c->e) / 2) {
-            snprintf(what, sizeof what, "%zu tokens, more than half the context (%d): raise -c", nt, engine_n_ctx(c->e));
-            why = what;
-        }
-    }
+    if (!why && c->rj.running) why = "the file before is still being counted";
     if (why) {
         ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s; not attached", args, why);
         free(buf);
@@ -1014,13 +1031,49 @@ static void cmd_read(chat *c, char *args)
     }
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
     buf[n] = 0;
-    free(c->attach);
-    c->attach = buf;
-    c->attach_len = n;
     const char *base = strrchr(path, '/');
-    snprintf(c->attach_name, sizeof c->attach_name, "%.255s", base ? base + 1 : path);
+    struct read_job *j = &c->rj;
+    snprintf(j->name, sizeof j->name, "%.255s", base ? base + 1 : path);
+    j->e = c->e;
+    j->buf = buf;
+    j->n = n;
+    j->nt = 0;
+    if (j->done_pipe[0] < 0 || pthread_create(&j->th, NULL, read_count, j)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: cannot start counting its tokens; not attached", args);
+        free(buf);
+        j->buf = NULL;
+        return;
+    }
+    j->running = 1;
+    ui_flash(c->u, "reading %s (%zu bytes): counting its tokens…", j->name, n);
+}
+
+/* The /read job's end (its byte on done_pipe came, or /model or the end of the chat waits for
+ * it): attach the file, or say why not. */
+static void read_finish(chat *c)
+{
+    struct read_job *j = &c->rj;
+    if (!j->running) return;
+    pthread_join(j->th, NULL);
+    j->running = 0;
+    char b;
+    while (read(j->done_pipe[0], &b, 1) > 0) {}
+    int n_ctx = engine_n_ctx(c->e);
+    if (j->rc != KV_OK || j->nt > (size_t)n_ctx / 2) {
+        if (j->rc != KV_OK) ui_notice(c->u, UI_ROLE_ERROR, "/read %s: its tokens could not be counted; not attached", j->name);
+        else ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %zu tokens, more than half the context (%d): raise -c; not attached",
+                       j->name, j->nt, n_ctx);
+        free(j->buf);
+        j->buf = NULL;
+        return;
+    }
+    free(c->attach);
+    c->attach = j->buf;
+    c->attach_len = j->n;
+    j->buf = NULL;
+    snprintf(c->attach_name, sizeof c->attach_name, "%s", j->name);
     ui_notice(c->u, UI_ROLE_NOTICE, "attached %s (%zu bytes, %zu tokens) to your next message (/read alone drops it)",
-              c->attach_name, n, nt);
+              c->attach_name, c->attach_len, j->nt);
 }
 
 /* /copy: the last reply, or (/copy N) code block N of the replies, to the terminal's clipboard. */
@@ -1267,6 +1320,7 @@ static void cmd_model(chat *c, char *args)
         return;
     }
     if (found == 0) user_path(args, path, sizeof path);
+    read_finish(c); /* a /read count uses the engine that is about to go */
     ui_flash(c->u, "loading %s…", path);
     ui_render(c->u);
     engine *ne = open_engine(c, path);
@@ -1545,6 +1599,10 @@ static int cb_submit(void *ud, const char *line)
     if (!*text) {
         if (c->tmpl == CHAT_TMPL_NONE && c->conv.n_path) start_reply(c, 1);
         return 1;
+    }
+    if (c->rj.running) {
+        ui_flash(c->u, "counting the tokens of %s — a moment (Enter again then)", c->rj.name);
+        return 0;
     }
     char *joined = NULL;
     if (c->attach) { /* /read FILE: the file goes with this message, before it */
@@ -1867,6 +1925,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     sampler *s = *ps;
     c->e = e;
     c->s = s;
+    if (pipe2(c->rj.done_pipe, O_NONBLOCK | O_CLOEXEC)) c->rj.done_pipe[0] = c->rj.done_pipe[1] = -1;
     c->opt = *o;
     c->sp = *sampler_get_params(s);
     c->max_tokens = o->n_predict;
@@ -1999,14 +2058,16 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
 
     int status = 0;
     while (!c->quit) {
-        struct pollfd p[3] = {
+        struct pollfd p[4] = {
             {.fd = ui_input_fd(c->u), .events = POLLIN},
             {.fd = worker_fd(c->w), .events = POLLIN},
+            {.fd = c->rj.done_pipe[0], .events = POLLIN},
             {.fd = g_sigpipe[0], .events = POLLIN},
         };
         int t = ui_timeout_ms(c->u);
         if (t < 0 || t > 500) t = 500;
-        poll(p, g_sigpipe[0] >= 0 ? 3 : 2, t);
+        poll(p, g_sigpipe[0] >= 0 ? 4 : 3, t);
+        if (p[2].revents & POLLIN) read_finish(c);
         if (g_signal) {
             status = 128 + g_signal;
             break;
@@ -2023,6 +2084,9 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
             drain_events(c);
         }
     }
+    if (c->rj.running) pthread_join(c->rj.th, NULL);
+    free(c->rj.buf);
+    if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
     worker_destroy(c->w); /* cancels a running reply and joins the thread (after a KV save) */
     chatstore_close(c->cs);
     ui_close(c->u);

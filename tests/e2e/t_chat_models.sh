@@ -334,3 +334,29 @@ EOP
     fi
     MODEL=$MODEL_SAVED
 fi
+
+# ---- /read counts a file's tokens off the UI thread: the verdict comes as a notice when the count ends --
+python3 -c "
+import random
+random.seed(1)
+w='the a little cat dog ran sat on mat happy sun tree big small red blue house went to see friend'.split()
+print(' '.join(random.choice(w) for _ in range(150000)))" >"$MM/big.txt"
+printf 'Tom is a cat.\n' >"$MM/small.txt"
+chat_start 120 30 -- -t 1 -n 4 -c 2048 --db "$MM/read.db"
+if wait_idle 30; then
+    keys "/read $MM/big.txt" Enter
+    keys "typed while counting"
+    if wait_joined "/read big.txt: [0-9]{5,} tokens, more than half the context \(2048\): raise -c; not attached" 30 &&
+        wait_for '^> typed while counting' 5; then
+        ok "chat: /read of a file over half the context is refused when its count (off the UI thread) ends; typing goes on"
+    else
+        bad "chat: /read counts off the UI thread" "$(screen_dump)"
+    fi
+    keys C-u "/read $MM/small.txt" Enter
+    wait_for 'attached small.txt \(13 bytes, [0-9]+ tokens\)' 10 && ok "chat: /read attaches a small file after the count" ||
+        bad "chat: /read small file" "$(screen_dump)"
+    keys C-d
+else
+    bad "chat: /read (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
