@@ -1,4 +1,4 @@
-/* pane: the chat pane — messages, their wrap caches, scrollback anchored on a message, drawing only the visible lines. */
+/* pane: the chat pane — messages, their wrap caches, reasoning blocks folded, scrollback anchored on a message, drawing only the visible lines, and its scrolling keys (pane_key). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -491,4 +491,19 @@ void ui_notice(ui *u, int role, const char *fmt, ...)
     if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
     ui_msg_add(u, role, NULL, buf, (size_t)n);
     pane_end(u);
+}
+
+int pane_key(ui *u, int is_key, wint_t c)
+{
+    if (!is_key) return 0;
+    switch (c) {
+    case KEY_UP: pane_scroll(u, -1, u->pane_h, u->pane_w); break;
+    case KEY_DOWN: pane_scroll(u, 1, u->pane_h, u->pane_w); break;
+    case KEY_HOME: pane_home(u); break;
+    case KEY_END: pane_end(u); break;
+    case KEY_ENTER: u->focus = FOCUS_INPUT; break;
+    default: break;
+    }
+    u->dirty = 1;
+    return 1;
 }

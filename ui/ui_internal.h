@@ -71,6 +71,23 @@ void controls_init(ui *u, const ui_slider_spec *spec, int n_ctx);
 void controls_draw(ui *u, int y, int x, int h, int w);
 /* Move the selected slider by `steps` (or to min/max with to_end = -1/+1); notifies. */
 void controls_adjust(ui *u, int steps, int to_end);
+
+/* Keys of our own (define_key in screen.c): Alt-Enter, bracketed paste, Ctrl-arrows. */
+enum {
+    KEYX_ALT_ENTER = KEY_MAX + 1,
+    KEYX_PASTE_BEGIN,
+    KEYX_PASTE_END,
+    KEYX_CTRL_LEFT,
+    KEYX_CTRL_RIGHT,
+};
+
+/* ---- each widget owns its keys (htop's Panel: the screen only dispatches) ----------------- */
+/* A key for a widget: is_key 1 for a curses KEY_* code, 0 for a character. Returns 1 when the
+ * widget used it (or swallows it), 0 to leave it to the screen. */
+typedef int (*ui_key_fn)(ui *u, int is_key, wint_t c);
+int controls_key(ui *u, int is_key, wint_t c); /* the slider panel (FOCUS_PANEL) */
+int pane_key(ui *u, int is_key, wint_t c);     /* the chat pane's scrolling (FOCUS_PANE) */
+int help_key(ui *u, int is_key, wint_t c);     /* the F1 overlay, while it is shown */
 void controls_format(const slider *s, char *buf, size_t cap);
 
 /* ---- input (readline bridge; readline is process-global, so is this) ------------------ */

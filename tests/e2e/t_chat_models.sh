@@ -360,3 +360,34 @@ else
     bad "chat: /read (the chat starts)" "$(screen_dump; cat "$CH/err")"
 fi
 chat_stop
+
+# ---- each widget owns its keys: the screen hands a key to the focused one (sliders, chat pane,
+# input, help), the same keys doing different things by focus ------------------------------------------
+chat_start 120 30 -- -t 1 --temp 0.8 -n 60 --db "$MM/keys.db"
+if wait_idle 30; then
+    for _ in 1 2 3; do keys "Once upon a time" Enter; wait_for '\[max tokens\]' 30; wait_idle 30; done
+    keys Tab                                        # the focus: input → sliders (shown from the start)
+    wait_for '› temperature +0\.80' 5
+    keys Right "+"                                   # the slider panel: two steps of 0.05
+    r=""
+    wait_for '› temperature +0\.90' 5 || r="$r panel-right/+"
+    keys Down Right                                 # select top-p, raise it (the first step: 0.95 was a float)
+    wait_for '› top-p +0\.96' 5 || r="$r panel-down"
+    keys Tab                                        # the chat pane: Up scrolls it back
+    wait_for 'chat: ↑↓ PgUp PgDn Home End' 5 || r="$r pane-focus"
+    keys Up Up Up
+    wait_for 'scrolled back|chat: ↑↓' 5 || r="$r pane-up"
+    keys End
+    keys x                                          # typing goes to the input, wherever the focus was
+    wait_for '^> x' 5 || r="$r typing"
+    keys BSpace F1 Down                             # help: Down scrolls it, a character closes it
+    wait_for 'kvchat help' 5 || r="$r help"
+    keys q
+    wait_gone 'kvchat help' 5 || r="$r help-close"
+    wait_for 'temperature +0\.90' 2 || r="$r kept"
+    [ -z "$r" ] && ok "chat: keys reach the focused widget (sliders, pane, input, help)" || bad "chat: keys reach the focused widget" "missing:$r $(screen_dump)"
+    keys C-d
+else
+    bad "chat: widget keys (the chat starts)" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
