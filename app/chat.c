@@ -38,7 +38,8 @@
 
 typedef conv_node turn;
 
-enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET, REQ_PREFILL /* /model: the conversation prefilled for the new model */ };
+enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET, REQ_PREFILL /* /model: the conversation prefilled for the new model */,
+       REQ_LOADING /* /model: the new model loads on a thread of its own */ };
 
 typedef struct chat {
     engine *e;
@@ -83,6 +84,20 @@ typedef struct chat {
         char name[256];
         int done_pipe[2];
     } rj;
+    /* /model NAME loads the model on a thread of its own (engine_open, its sampler and worker);
+     * the main loop polls done_pipe and then swaps it in */
+    struct model_job {
+        pthread_t th;
+        int running;
+        engine_params ep;
+        char path[4096];
+        sampler_params sp;
+        engine *e;
+        sampler *s;
+        worker *w;
+        kv_error ke;
+        int done_pipe[2];
+    } mj;
 } chat;
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
@@ -884,7 +899,8 @@ static void show_cache(chat *c)
 static int need_idle(chat *c, const char *cmd)
 {
     if (!c->busy) return 1;
-    ui_notice(c->u, UI_ROLE_ERROR, "%s: a reply is streaming — press Esc to stop it first", cmd);
+    if (c->req == REQ_LOADING) ui_notice(c->u, UI_ROLE_ERROR, "%s: a model is loading (%s) — a moment", cmd, c->mj.path);
+    else ui_notice(c->u, UI_ROLE_ERROR, "%s: a reply is streaming — press Esc to stop it first", cmd);
     return 0;
 }
 
@@ -1265,29 +1281,52 @@ static void start_prefill(chat *c)
     set_busy(c, 1, REQ_PREFILL);
 }
 
-/* Open the model at path with the chat's engine parameters, or say why not (NULL). The engine's
- * threads start with the signals the UI thread handles blocked, as main's do. */
-static engine *open_engine(chat *c, const char *path)
+/* The /model job's thread: open the model with the chat's engine parameters, its sampler and its
+ * worker (j->w NULL and j->ke on failure), then wake the main loop. The signals the UI thread
+ * handles stay blocked here, so the engine's threads never take them (as main's do). */
+static void *model_job_run(void *arg)
 {
-    engine_params ep = *c->opt.ep;
-    ep.model_path = path;
-    sigset_t block, old_mask;
+    struct model_job *j = arg;
+    sigset_t block;
     sigemptyset(&block);
     sigaddset(&block, SIGWINCH);
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGHUP);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGQUIT);
-    pthread_sigmask(SIG_BLOCK, &block, &old_mask);
-    engine *ne = NULL;
-    kv_error ke = {0};
-    int rc = engine_open(&ep, &ne, &ke);
-    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
-    if (rc) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s (still on %s)", ke.msg, c->model_label);
-        return NULL;
+    pthread_sigmask(SIG_BLOCK, &block, NULL);
+    j->e = NULL, j->s = NULL, j->w = NULL;
+    if (engine_open(&j->ep, &j->e, &j->ke) == KV_OK &&
+        (j->s = sampler_create(engine_model(j->e)->hp.n_vocab, &j->sp, &j->ke)) &&
+        worker_create(j->e, j->s, &j->w, &j->ke) == KV_OK) {
+    } else {
+        sampler_free(j->s);
+        engine_close(j->e);
+        j->e = NULL, j->s = NULL, j->w = NULL;
     }
-    return ne;
+    char b = 1;
+    if (write(j->done_pipe[1], &b, 1) < 0) {}
+    return NULL;
+}
+
+static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw);
+
+/* The /model job ended: swap the new model in, or say why not. */
+static void model_loaded(chat *c)
+{
+    struct model_job *j = &c->mj;
+    if (!j->running) return;
+    pthread_join(j->th, NULL);
+    j->running = 0;
+    char b;
+    while (read(j->done_pipe[0], &b, 1) > 0) {}
+    set_busy(c, 0, REQ_NONE);
+    if (!j->w) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s (still on %s)", j->ke.msg, c->model_label);
+        return;
+    }
+    model_swap(c, j->e, j->s, j->w);
+    j->e = NULL, j->s = NULL, j->w = NULL;
 }
 
 /* /model NAME|PATH: go on with another model. The conversation stays (its replies keep the names
@@ -1321,19 +1360,25 @@ static void cmd_model(chat *c, char *args)
     }
     if (found == 0) user_path(args, path, sizeof path);
     read_finish(c); /* a /read count uses the engine that is about to go */
-    ui_flash(c->u, "loading %s…", path);
-    ui_render(c->u);
-    engine *ne = open_engine(c, path);
-    if (!ne) return;
-    kv_error ke = {0};
-    sampler *ns = sampler_create(engine_model(ne)->hp.n_vocab, &c->sp, &ke);
-    worker *nw = NULL;
-    if (!ns || worker_create(ne, ns, &nw, &ke)) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s (still on %s)", ke.msg, c->model_label);
-        sampler_free(ns);
-        engine_close(ne);
+    struct model_job *j = &c->mj;
+    j->ep = *c->opt.ep;
+    snprintf(j->path, sizeof j->path, "%s", path);
+    j->ep.model_path = j->path;
+    j->sp = c->sp;
+    memset(&j->ke, 0, sizeof j->ke);
+    if (j->done_pipe[0] < 0 || pthread_create(&j->th, NULL, model_job_run, j)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: cannot start loading %s (still on %s)", path, c->model_label);
         return;
     }
+    j->running = 1;
+    set_busy(c, 1, REQ_LOADING);
+    ui_flash(c->u, "loading %s…", path);
+}
+
+/* Go on with the model just loaded: the replies so far keep their model's name, the store and
+ * the worker's hooks move to it, the template is its own, and the conversation is prefilled. */
+static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw)
+{
     /* the replies so far keep the name of the model that wrote them */
     for (size_t i = 0; i < c->conv.n; i++)
         if (c->conv.node[i].role == UI_ROLE_ASSISTANT && !c->conv.node[i].author)
@@ -1586,7 +1631,8 @@ static int cb_submit(void *ud, const char *line)
     }
     const char *text = line[0] == '/' ? line + 1 : line;
     if (c->busy) {
-        ui_flash(c->u, "a reply is streaming — Esc stops it");
+        if (c->req == REQ_LOADING) ui_flash(c->u, "loading %s — a moment (Enter again then)", c->mj.path);
+        else ui_flash(c->u, "a reply is streaming — Esc stops it");
         return 0;
     }
     if (editing) { /* the edited version of path[editing - 1] */
@@ -1603,6 +1649,7 @@ static int cb_submit(void *ud, const char *line)
         ui_flash(c->u, "counting the tokens of %s — a moment (Enter again then)", c->rj.name);
         return 0;
     }
+
     char *joined = NULL;
     if (c->attach) { /* /read FILE: the file goes with this message, before it */
         size_t tl = strlen(text), nl = strlen(c->attach_name);
@@ -1925,6 +1972,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     c->e = e;
     c->s = s;
     if (pipe2(c->rj.done_pipe, O_NONBLOCK | O_CLOEXEC)) c->rj.done_pipe[0] = c->rj.done_pipe[1] = -1;
+    if (pipe2(c->mj.done_pipe, O_NONBLOCK | O_CLOEXEC)) c->mj.done_pipe[0] = c->mj.done_pipe[1] = -1;
     c->opt = *o;
     c->sp = *sampler_get_params(s);
     c->max_tokens = o->n_predict;
@@ -2057,16 +2105,18 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
 
     int status = 0;
     while (!c->quit) {
-        struct pollfd p[4] = {
+        struct pollfd p[5] = {
             {.fd = ui_input_fd(c->u), .events = POLLIN},
             {.fd = worker_fd(c->w), .events = POLLIN},
             {.fd = c->rj.done_pipe[0], .events = POLLIN},
+            {.fd = c->mj.done_pipe[0], .events = POLLIN},
             {.fd = g_sigpipe[0], .events = POLLIN},
         };
         int t = ui_timeout_ms(c->u);
         if (t < 0 || t > 500) t = 500;
-        poll(p, g_sigpipe[0] >= 0 ? 4 : 3, t);
+        poll(p, g_sigpipe[0] >= 0 ? 5 : 4, t);
         if (p[2].revents & POLLIN) read_finish(c);
+        if (p[3].revents & POLLIN) model_loaded(c);
         if (g_signal) {
             status = 128 + g_signal;
             break;
@@ -2084,6 +2134,13 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         }
     }
     if (c->rj.running) pthread_join(c->rj.th, NULL);
+    if (c->mj.running) { /* a model still loading: wait for it, then let it go */
+        pthread_join(c->mj.th, NULL);
+        worker_destroy(c->mj.w);
+        sampler_free(c->mj.s);
+        engine_close(c->mj.e);
+    }
+    if (c->mj.done_pipe[0] >= 0) close(c->mj.done_pipe[0]), close(c->mj.done_pipe[1]);
     free(c->rj.buf);
     if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
     worker_destroy(c->w); /* cancels a running reply and joins the thread (after a KV save) */

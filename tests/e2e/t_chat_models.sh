@@ -119,6 +119,26 @@ if "$BIN" gen-model --shape tiny --type q8_0 --chat-template tests/templates/Qwe
         m=$(sqlite3 "$MM/model.db" "SELECT group_concat(md.path, ',') FROM messages m LEFT JOIN models md ON md.id = m.model_id WHERE m.role = 'assistant' ORDER BY m.id")
         case "$m" in *stories260K.gguf,*qwen3-tmpl.gguf) ok "chat: the store names each reply's model (messages.model_id)" ;;
             *) bad "chat: the store names each reply's model" "$m" ;; esac
+        # the model loads on a thread of its own: a FIFO as the model blocks the load in open(2)
+        # while the screen goes on (typing, Enter is told to wait), until the test writes to it
+        mkfifo "$MM/slow.gguf"
+        keys "/model $MM/slow.gguf" Enter
+        sleep 1
+        keys "still typing"
+        if wait_for '^> still typing' 10 && wait_for '● working' 5; then
+            keys Enter
+            wait_for 'loading .*slow.gguf — a moment' 5 && r_wait=1 || r_wait=0
+            head -c 100 /dev/zero >"$MM/slow.gguf"
+            if [ $r_wait = 1 ] && wait_joined "/model: .*slow.gguf.*\(still on synthetic tiny-shaped" 20 && wait_idle 10; then
+                ok "chat: /model loads on a thread of its own (the screen answers while it loads; a failed load keeps the model)"
+            else
+                bad "chat: /model loads off the UI thread" "wait $r_wait $(screen_dump)"
+            fi
+        else
+            head -c 100 /dev/zero >"$MM/slow.gguf"
+            bad "chat: /model loads off the UI thread (typing during the load)" "$(screen_dump)"
+        fi
+        keys C-u
         keys "/model nosuchmodel" Enter
         wait_for "/model: .*nosuchmodel" 10 && grep -qE '│ synthetic tiny-shaped.*│ jinja' "$CH/screen" &&
             ok "chat: /model of a model that does not exist says so and keeps the current one" ||
