@@ -8,6 +8,7 @@
 #include <locale.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,18 +27,23 @@
 #include "chatstore.h"
 #include "config.h"
 #include "conv_tree.h"
+#include "models.h"
 #include "prompt.h"
+#include "store_cli.h"
 #include "ui/markdown.h"
+#include "ui/reasoning.h"
 #include "ui/text.h"
 #include "ui/theme.h"
 #include "ui/ui.h"
 
 typedef conv_node turn;
 
-enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
+enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET, REQ_PREFILL /* /model: the conversation prefilled for the new model */,
+       REQ_LOADING /* /model: the new model loads on a thread of its own */ };
 
 typedef struct chat {
     engine *e;
+    sampler *s;          /* the sampler the worker draws with (replaced by /model) */
     worker *w;
     ui *u;
     chat_options opt;
@@ -66,6 +72,32 @@ typedef struct chat {
     char attach_name[256];
     int n_stops;
     int markdown;        /* replies shown as rendered Markdown */
+    /* /read FILE counts the file's tokens on a thread of its own (the UI thread never runs the
+     * tokenizer); its end is a byte on done_pipe, which the main loop polls */
+    struct read_job {
+        pthread_t th;
+        int running;
+        engine *e;
+        char *buf;
+        size_t n, nt;
+        int rc;
+        char name[256];
+        int done_pipe[2];
+    } rj;
+    /* /model NAME loads the model on a thread of its own (engine_open, its sampler and worker);
+     * the main loop polls done_pipe and then swaps it in */
+    struct model_job {
+        pthread_t th;
+        int running;
+        engine_params ep;
+        char path[4096];
+        sampler_params sp;
+        engine *e;
+        sampler *s;
+        worker *w;
+        kv_error ke;
+        int done_pipe[2];
+    } mj;
 } chat;
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
@@ -179,8 +211,16 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     }
     size_t k = 0;
     if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
-    for (size_t i = 0; i < c->conv.n_path; i++)
-        msgs[k++] = (prompt_msg){T(c, i)->role == UI_ROLE_USER ? "user" : "assistant", T(c, i)->text, T(c, i)->len};
+    for (size_t i = 0; i < c->conv.n_path; i++) {
+        const turn *t = T(c, i);
+        size_t skip = 0;
+        /* a reply's reasoning stays out of the next prompt, as the reasoning models' templates
+         * (Qwen3, DeepSeek-R1) drop earlier turns' reasoning; completion mode sends the text as it is */
+        ui_reasoning r;
+        if (t->role == UI_ROLE_ASSISTANT && c->tmpl != CHAT_TMPL_NONE && ui_reasoning_split(t->text, t->len, &r))
+            skip = r.answer;
+        msgs[k++] = (prompt_msg){t->role == UI_ROLE_USER ? "user" : "assistant", t->text + skip, t->len - skip};
+    }
     int rc = c->pj ? prompt_build_jinja(c->pj, msgs, k, &c->pb, err, err_cap)
                    : prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
     free(msgs);
@@ -222,7 +262,16 @@ static void start_reply(chat *c, int continue_last)
             ui_notice(c->u, UI_ROLE_ERROR, "out of memory");
             return;
         }
-        t->view = ui_msg_add(c->u, UI_ROLE_ASSISTANT, c->model_label, "", 0);
+        conv_set_author(&c->conv, c->conv.path[c->conv.n_path - 1], c->model_label); /* it keeps its model's name */
+        t = T(c, c->conv.n_path - 1);
+        /* a template that opens the reasoning block itself (DeepSeek-R1: "…<think>\n"): the reply
+         * starts inside it, so it starts with the marker, as shown and as stored */
+        const char *open = c->tmpl != CHAT_TMPL_NONE ? ui_reasoning_open_at_end(c->pb.text, c->pb.len) : NULL;
+        if (open) {
+            conv_text_append(&t->text, &t->len, &t->cap, open, strlen(open));
+            conv_text_append(&t->text, &t->len, &t->cap, "\n", 1);
+        }
+        t->view = ui_msg_add(c->u, UI_ROLE_ASSISTANT, c->model_label, t->text, t->len);
         ui_msg_set_state(c->u, t->view, UI_MSG_WAITING);
         refresh_labels(c);
     }
@@ -318,6 +367,20 @@ static void on_done(chat *c, const worker_event *ev)
     set_busy(c, 0, REQ_NONE);
     ui_set_kv(c->u, &ev->stats.kv);
     show_store_notes(c);
+    if (req == REQ_PREFILL) {
+        ui_set_stats(c->u, NULL, UI_PHASE_IDLE, NULL);
+        const gen_stats *g = &ev->stats.gen;
+        if (ev->status != KV_OK)
+            ui_notice(c->u, UI_ROLE_ERROR, "%s: the conversation does not fit this model's context: %s — /undo drops "
+                      "the last exchange, /clear starts over", c->model_label, ev->err.msg);
+        else if (ev->finish == GEN_FINISH_CANCELLED)
+            ui_notice(c->u, UI_ROLE_NOTICE, "prefill stopped: the next reply prefills the rest");
+        else
+            ui_notice(c->u, UI_ROLE_NOTICE, "the conversation is now %d tokens of %s (%s): %d prefilled in %.0f ms, %d "
+                      "reused", g->n_prompt, c->model_label, c->tmpl == CHAT_TMPL_NONE ? "completion mode"
+                      : chat_template_name(c->tmpl), g->n_prefilled, g->prefill_ms, g->n_reused);
+        return;
+    }
     if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
     c->last_seed = ev->seed;
     c->have_seed = 1;
@@ -373,8 +436,10 @@ static void drain_events(chat *c)
             }
             break;
         case WORKER_EV_STATS:
-            if (c->req == REQ_REPLY) ui_set_stats(c->u, &ev.stats.gen, ui_phase_of(ev.stats.phase), NULL);
-            if (c->req == REQ_REPLY && ev.stats.prefill_total) ui_set_prefill(c->u, ev.stats.prefill_done, ev.stats.prefill_total);
+            if (c->req == REQ_REPLY || (c->req == REQ_PREFILL && ev.stats.phase != WORKER_DECODE))
+                ui_set_stats(c->u, &ev.stats.gen, ui_phase_of(ev.stats.phase), NULL);
+            if ((c->req == REQ_REPLY || c->req == REQ_PREFILL) && ev.stats.prefill_total)
+                ui_set_prefill(c->u, ev.stats.prefill_done, ev.stats.prefill_total);
             ui_set_kv(c->u, &ev.stats.kv);
             break;
         case WORKER_EV_DONE: on_done(c, &ev); break;
@@ -834,7 +899,8 @@ static void show_cache(chat *c)
 static int need_idle(chat *c, const char *cmd)
 {
     if (!c->busy) return 1;
-    ui_notice(c->u, UI_ROLE_ERROR, "%s: a reply is streaming — press Esc to stop it first", cmd);
+    if (c->req == REQ_LOADING) ui_notice(c->u, UI_ROLE_ERROR, "%s: a model is loading (%s) — a moment", cmd, c->mj.path);
+    else ui_notice(c->u, UI_ROLE_ERROR, "%s: a reply is streaming — press Esc to stop it first", cmd);
     return 0;
 }
 
@@ -902,7 +968,9 @@ static int code_blocks(const chat *c, int want, char **out, size_t *len)
     for (size_t i = 0; i < c->conv.n_path; i++) {
         const turn *t = T(c, i);
         if (t->role != UI_ROLE_ASSISTANT) continue;
-        int k = ui_md_code_block(t->text, t->len, want - count, out, len);
+        ui_reasoning r; /* numbered as the pane shows them: in the answer, not the reasoning */
+        size_t a = ui_reasoning_split(t->text, t->len, &r) ? r.answer : 0;
+        int k = ui_md_code_block(t->text + a, t->len - a, want - count, out, len);
         if (k > 0) count += k;
     }
     return count;
@@ -912,6 +980,20 @@ static int code_blocks(const chat *c, int want, char **out, size_t *len)
  * READ_MAX_BYTES, binary (a NUL byte or bytes that are not UTF-8), or more tokens than half the
  * context. */
 #define READ_MAX_BYTES (1 << 20)
+
+/* The /read job's thread: count the file's tokens as a message would have them (the tokenizer
+ * is reentrant and the engine's model read-only), then wake the main loop. */
+static void *read_count(void *arg)
+{
+    struct read_job *j = arg;
+    int32_t *toks = NULL;
+    kv_error ke = {0};
+    j->rc = engine_tokenize(j->e, j->buf, j->n, 1, 0, &toks, &j->nt, &ke);
+    free(toks);
+    char b = 1;
+    if (write(j->done_pipe[1], &b, 1) < 0) {}
+    return NULL;
+}
 
 /* The length of the longest valid UTF-8 prefix of s[0..n) (n when all of it is). */
 static size_t utf8_valid_prefix(const char *s, size_t n)
@@ -957,16 +1039,7 @@ static void cmd_read(chat *c, char *args)
         else if (bad < n) snprintf(what, sizeof what, "a binary file (not UTF-8 text at offset %zu)", bad);
         if (what[0]) why = what;
     }
-    int32_t *toks = NULL;
-    size_t nt = 0;
-    kv_error ke = {0};
-    if (!why && engine_tokenize(c->e, buf, n, 1, 0, &toks, &nt, &ke) == KV_OK) {
-        free(toks);
-        if (nt > (size_t)engine_n_ctx(c->e) / 2) {
-            snprintf(what, sizeof what, "%zu tokens, more than half the context (%d): raise -c", nt, engine_n_ctx(c->e));
-            why = what;
-        }
-    }
+    if (!why && c->rj.running) why = "the file before is still being counted";
     if (why) {
         ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s; not attached", args, why);
         free(buf);
@@ -974,13 +1047,49 @@ static void cmd_read(chat *c, char *args)
     }
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
     buf[n] = 0;
-    free(c->attach);
-    c->attach = buf;
-    c->attach_len = n;
     const char *base = strrchr(path, '/');
-    snprintf(c->attach_name, sizeof c->attach_name, "%.255s", base ? base + 1 : path);
+    struct read_job *j = &c->rj;
+    snprintf(j->name, sizeof j->name, "%.255s", base ? base + 1 : path);
+    j->e = c->e;
+    j->buf = buf;
+    j->n = n;
+    j->nt = 0;
+    if (j->done_pipe[0] < 0 || pthread_create(&j->th, NULL, read_count, j)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: cannot start counting its tokens; not attached", args);
+        free(buf);
+        j->buf = NULL;
+        return;
+    }
+    j->running = 1;
+    ui_flash(c->u, "reading %s (%zu bytes): counting its tokens…", j->name, n);
+}
+
+/* The /read job's end (its byte on done_pipe came, or /model or the end of the chat waits for
+ * it): attach the file, or say why not. */
+static void read_finish(chat *c)
+{
+    struct read_job *j = &c->rj;
+    if (!j->running) return;
+    pthread_join(j->th, NULL);
+    j->running = 0;
+    char b;
+    while (read(j->done_pipe[0], &b, 1) > 0) {}
+    int n_ctx = engine_n_ctx(c->e);
+    if (j->rc != KV_OK || j->nt > (size_t)n_ctx / 2) {
+        if (j->rc != KV_OK) ui_notice(c->u, UI_ROLE_ERROR, "/read %s: its tokens could not be counted; not attached", j->name);
+        else ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %zu tokens, more than half the context (%d): raise -c; not attached",
+                       j->name, j->nt, n_ctx);
+        free(j->buf);
+        j->buf = NULL;
+        return;
+    }
+    free(c->attach);
+    c->attach = j->buf;
+    c->attach_len = j->n;
+    j->buf = NULL;
+    snprintf(c->attach_name, sizeof c->attach_name, "%s", j->name);
     ui_notice(c->u, UI_ROLE_NOTICE, "attached %s (%zu bytes, %zu tokens) to your next message (/read alone drops it)",
-              c->attach_name, n, nt);
+              c->attach_name, c->attach_len, j->nt);
 }
 
 /* /copy: the last reply, or (/copy N) code block N of the replies, to the terminal's clipboard. */
@@ -992,7 +1101,11 @@ static void cmd_copy(chat *c, char *args)
     char what[64];
     if (!*args) {
         for (size_t i = c->conv.n_path; i-- > 0 && !text;)
-            if (T(c, i)->role == UI_ROLE_ASSISTANT && T(c, i)->len) text = T(c, i)->text, len = T(c, i)->len;
+            if (T(c, i)->role == UI_ROLE_ASSISTANT && T(c, i)->len) {
+                ui_reasoning r; /* the answer, without its reasoning */
+                size_t a = ui_reasoning_split(T(c, i)->text, T(c, i)->len, &r) ? r.answer : 0;
+                text = T(c, i)->text + a, len = T(c, i)->len - a;
+            }
         if (!text) {
             ui_notice(c->u, UI_ROLE_ERROR, "/copy: there is no reply to copy yet");
             return;
@@ -1018,6 +1131,295 @@ static void cmd_copy(chat *c, char *args)
     free(block);
 }
 
+/* A path typed in a command: "~/x" under $HOME, else as typed. */
+static void user_path(const char *arg, char *path, size_t cap)
+{
+    const char *home = getenv("HOME");
+    if (arg[0] == '~' && arg[1] == '/' && home) snprintf(path, cap, "%s%s", home, arg + 1);
+    else snprintf(path, cap, "%s", arg);
+}
+
+/* /export [md|json] [FILE]: the conversation as `kvchat export` writes it (the same functions,
+ * app/store_cli.c), to FILE or ./kvchat-ID.md|json. */
+static void cmd_export(chat *c, char *args)
+{
+    const char *format = "md";
+    size_t wl = strcspn(args, " ");
+    if ((wl == 2 && !strncmp(args, "md", 2)) || (wl == 4 && !strncmp(args, "json", 4))) {
+        format = wl == 2 ? "md" : "json";
+        args += wl;
+        while (*args == ' ') args++;
+    }
+    int64_t id = chatstore_current(c->cs);
+    if (!c->cs || !id) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", !c->cs ? "conversations are not being saved (see the notice at start)"
+                                                            : "nothing to export yet: send a message first");
+        return;
+    }
+    char path[4096], why[800];
+    if (*args) user_path(args, path, sizeof path);
+    else snprintf(path, sizeof path, "kvchat-%lld.%s", (long long)id, format);
+    char *text = !strcmp(format, "json") ? store_cli_export_json(chatstore_db(c->cs), id, why, sizeof why)
+                                         : store_cli_export_md(chatstore_db(c->cs), id, why, sizeof why);
+    if (!text) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", why);
+        return;
+    }
+    FILE *f = fopen(path, "wb");
+    size_t tl = strlen(text);
+    int bad = !f || fwrite(text, 1, tl, f) != tl || (tl && text[tl - 1] != '\n' && fputc('\n', f) == EOF);
+    int e = errno;
+    if (f && fclose(f)) bad = 1, e = errno;
+    free(text);
+    if (bad) ui_notice(c->u, UI_ROLE_ERROR, "/export %s: %s", path, strerror(e));
+    else ui_notice(c->u, UI_ROLE_NOTICE, "exported conversation %lld (%s, %zu bytes) to %s", (long long)id, format, tl, path);
+}
+
+/* /system [TEXT|-]: show, set or (-) clear the conversation's system prompt; the next reply
+ * renders the prompt again with it (the engine reuses the cached prefix before it). */
+static void cmd_system(chat *c, char *args)
+{
+    if (!*args) {
+        ui_notice(c->u, UI_ROLE_NOTICE, "system prompt: %s (/system TEXT sets it, /system - clears it)",
+                  c->system && *c->system ? c->system : "(none)");
+        return;
+    }
+    set_system(c, strcmp(args, "-") ? args : "");
+}
+
+/* ---- /persona: a system prompt and sampler settings from config.ini ---------------------------- */
+
+static const char *persona_names[CFG_MAX_PERSONAS + 1]; /* for Tab after /persona and the help */
+
+/* A persona's settings as "temp 0.2 · top_k 10" (the system prompt left out). */
+static void persona_text(const cfg_persona *p, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int k = 0; k < CFG_COUNT && o < cap; k++)
+        if (p->v[k] && k != CFG_SYSTEM)
+            o += (size_t)snprintf(buf + o, cap - o, "%s%s %s", o ? " · " : "", config_key_name(k), p->v[k]);
+}
+
+/* /persona NAME: apply a [persona NAME] section — its sampler settings (the others stay) and its
+ * system prompt (the next reply renders the prompt again). Alone: the personas there are. */
+static void cmd_persona(chat *c, char *args)
+{
+    const kv_config *cfg = c->opt.config;
+    if (!*args) {
+        char list[2400];
+        size_t o = 0;
+        for (int i = 0; cfg && i < cfg->n_personas && o < sizeof list - 300; i++) {
+            char t[600];
+            persona_text(&cfg->persona[i], t, sizeof t);
+            const char *sys = cfg->persona[i].v[CFG_SYSTEM];
+            o += (size_t)snprintf(list + o, sizeof list - o, "\n%s: %.200s%s%s%.60s%s", cfg->persona[i].name, t,
+                                  t[0] && sys ? " · " : "", sys ? "system \"" : "", sys ? sys : "",
+                                  sys ? (strlen(sys) > 60 ? "…\"" : "\"") : "");
+        }
+        if (o) ui_notice(c->u, UI_ROLE_NOTICE, "personas (/persona NAME applies one):%s", list);
+        else ui_notice(c->u, UI_ROLE_NOTICE, "no personas: add [persona NAME] sections (system = …, temp = …) to %s",
+                       cfg && cfg->path[0] ? cfg->path : "config.ini");
+        return;
+    }
+    const cfg_persona *p = cfg ? config_persona_find(cfg, args) : NULL;
+    if (!p) {
+        char names[800] = "";
+        size_t o = 0;
+        for (int i = 0; cfg && i < cfg->n_personas && o < sizeof names - 80; i++)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", cfg->persona[i].name);
+        ui_notice(c->u, UI_ROLE_ERROR, "/persona: no persona '%s' in %s (%s)", args,
+                  cfg && cfg->path[0] ? cfg->path : "config.ini", o ? names : "it has none");
+        return;
+    }
+    sampler_params sp = c->sp;
+    int max_tokens = c->max_tokens;
+    for (int k = 0; k < CFG_COUNT; k++)
+        if (p->v[k] && k != CFG_SYSTEM) config_apply_key(k, p->v[k], NULL, &sp, &max_tokens);
+    if (max_tokens <= 0) max_tokens = -1;
+    kv_error ke = {0};
+    if (sampler_params_validate(&sp, &ke)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/persona %s: %s", args, ke.msg);
+        return;
+    }
+    c->sp = sp;
+    c->max_tokens = max_tokens;
+    push_params(c);
+    char t[600];
+    persona_text(p, t, sizeof t);
+    ui_notice(c->u, UI_ROLE_NOTICE, "persona %s%s%s", p->name, t[0] ? ": " : "", t);
+    if (p->v[CFG_SYSTEM]) set_system(c, p->v[CFG_SYSTEM]);
+}
+
+/* ---- /model: another model, the same conversation ----------------------------------------------- */
+
+#define N_MODEL_NAMES 64
+static void model_label(const model *m, char *buf, size_t cap);
+static void choose_template(chat *c, const char *override, int *unknown, char *notice, size_t cap);
+static void show_info(chat *c);
+static char *model_names[N_MODEL_NAMES + 1]; /* the models directory's names, for Tab after /model */
+
+/* Prefill the whole conversation for the model just loaded (its template, its tokens), so the
+ * gauge shows what it takes and the next reply prefills only its own message. One token is
+ * sampled and dropped (the engine always samples after a prefill); the next request renders the
+ * prompt again, so it is not part of the conversation. */
+static void start_prefill(chat *c)
+{
+    char err[600];
+    if (build_prompt(c, 0, 1, err, sizeof err)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", err);
+        request_reset(c);
+        return;
+    }
+    worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = 1,
+                         .reset_cache = 1};
+    kv_error ke = {0};
+    if (worker_submit(c->w, &rq, &ke)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
+        return;
+    }
+    set_busy(c, 1, REQ_PREFILL);
+}
+
+/* The /model job's thread: open the model with the chat's engine parameters, its sampler and its
+ * worker (j->w NULL and j->ke on failure), then wake the main loop. The signals the UI thread
+ * handles stay blocked here, so the engine's threads never take them (as main's do). */
+static void *model_job_run(void *arg)
+{
+    struct model_job *j = arg;
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGWINCH);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &block, NULL);
+    j->e = NULL, j->s = NULL, j->w = NULL;
+    if (engine_open(&j->ep, &j->e, &j->ke) == KV_OK &&
+        (j->s = sampler_create(engine_model(j->e)->hp.n_vocab, &j->sp, &j->ke)) &&
+        worker_create(j->e, j->s, &j->w, &j->ke) == KV_OK) {
+    } else {
+        sampler_free(j->s);
+        engine_close(j->e);
+        j->e = NULL, j->s = NULL, j->w = NULL;
+    }
+    char b = 1;
+    if (write(j->done_pipe[1], &b, 1) < 0) {}
+    return NULL;
+}
+
+static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw);
+
+/* The /model job ended: swap the new model in, or say why not. */
+static void model_loaded(chat *c)
+{
+    struct model_job *j = &c->mj;
+    if (!j->running) return;
+    pthread_join(j->th, NULL);
+    j->running = 0;
+    char b;
+    while (read(j->done_pipe[0], &b, 1) > 0) {}
+    set_busy(c, 0, REQ_NONE);
+    if (!j->w) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s (still on %s)", j->ke.msg, c->model_label);
+        return;
+    }
+    model_swap(c, j->e, j->s, j->w);
+    j->e = NULL, j->s = NULL, j->w = NULL;
+}
+
+/* /model NAME|PATH: go on with another model. The conversation stays (its replies keep the names
+ * of the models that wrote them); its prompt is rendered with the new model's template and
+ * tokenized for its vocabulary, and prefilled at once. /model alone: the model in use. */
+static void cmd_model(chat *c, char *args)
+{
+    const model *m = engine_model(c->e);
+    if (!*args) {
+        char list[1200] = "";
+        size_t o = 0;
+        for (int i = 0; i < N_MODEL_NAMES && model_names[i] && o < sizeof list - 100; i++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", model_names[i]);
+        char dir[4096] = "";
+        models_dir(dir, sizeof dir);
+        ui_notice(c->u, UI_ROLE_NOTICE, "model: %s (%s) · %s · ctx %d\n/model NAME|PATH switches; in %s: %s",
+                  c->model_label, m->gguf && m->gguf->path ? m->gguf->path : "?",
+                  c->tmpl == CHAT_TMPL_NONE ? "completion mode" : chat_template_name(c->tmpl), engine_n_ctx(c->e),
+                  dir[0] ? dir : "the models directory", list[0] ? list : "(none)");
+        return;
+    }
+    if (!c->opt.ep) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: not available here");
+        return;
+    }
+    char path[4096];
+    int found = models_resolve(args, path, sizeof path);
+    if (found < 0) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: %s", path);
+        return;
+    }
+    if (found == 0) user_path(args, path, sizeof path);
+    read_finish(c); /* a /read count uses the engine that is about to go */
+    struct model_job *j = &c->mj;
+    j->ep = *c->opt.ep;
+    snprintf(j->path, sizeof j->path, "%s", path);
+    j->ep.model_path = j->path;
+    j->sp = c->sp;
+    memset(&j->ke, 0, sizeof j->ke);
+    if (j->done_pipe[0] < 0 || pthread_create(&j->th, NULL, model_job_run, j)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: cannot start loading %s (still on %s)", path, c->model_label);
+        return;
+    }
+    j->running = 1;
+    set_busy(c, 1, REQ_LOADING);
+    ui_flash(c->u, "loading %s…", path);
+}
+
+/* Go on with the model just loaded: the replies so far keep their model's name, the store and
+ * the worker's hooks move to it, the template is its own, and the conversation is prefilled. */
+static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw)
+{
+    /* the replies so far keep the name of the model that wrote them */
+    for (size_t i = 0; i < c->conv.n; i++)
+        if (c->conv.node[i].role == UI_ROLE_ASSISTANT && !c->conv.node[i].author)
+            conv_set_author(&c->conv, (long)i, c->model_label);
+    char old_label[160];
+    snprintf(old_label, sizeof old_label, "%s", c->model_label);
+    worker_destroy(c->w); /* idle: joins the thread */
+    engine_close(c->e);
+    sampler_free(c->s);
+    c->w = nw;
+    c->e = ne;
+    c->s = ns;
+    char why[900];
+    if (c->cs) {
+        if (chatstore_switch_engine(c->cs, ne, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+        worker_hooks hooks;
+        chatstore_worker_hooks(c->cs, &hooks);
+        worker_set_hooks(c->w, &hooks);
+    }
+    push_stops(c);
+    push_params(c);
+    model_label(engine_model(ne), c->model_label, sizeof c->model_label);
+    char notice[700];
+    int unknown;
+    choose_template(c, NULL, &unknown, notice, sizeof notice);
+    show_info(c);
+    c->synced = 0;
+    c->have_seed = 0;
+    const model *nm = engine_model(ne);
+    ui_notice(c->u, UI_ROLE_NOTICE, "model: %s → %s (%s, %s, ctx %d) · %s%s", old_label, c->model_label, nm->arch_name,
+              quant_traits_of(nm->weight_type) ? quant_traits_of(nm->weight_type)->name : "?", engine_n_ctx(ne),
+              c->tmpl == CHAT_TMPL_NONE ? "completion mode" : chat_template_name(c->tmpl),
+              c->conv.n_path ? ": the conversation is tokenized again for it" : "");
+    if (unknown) ui_notice(c->u, UI_ROLE_ERROR, "warning: %s has a chat template kvchat does not recognise; using chatml",
+                           c->model_label);
+    if (notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", notice);
+    show_store_notes(c);
+    if (c->conv.n_path) start_prefill(c);
+    else request_reset(c);
+}
+
 /* The slash commands: one table gives dispatch, the help overlay and Tab completion (Redis's
  * command table). usage: help lines "USAGE\tdescription" ('\n' between lines; a line starting
  * with '\t' continues the one above); "@set" stands for the generated list of /set's parameters. */
@@ -1033,6 +1435,7 @@ typedef struct chat_cmd {
 
 static const char *const show_args[] = {"params", "cache", NULL};
 static const char *const branch_args[] = {"list", "next", "prev", NULL};
+static const char *const export_args[] = {"md", "json", NULL};
 static const char *set_args[N_SET_PARAMS + 1];
 
 static const chat_cmd commands[] = {
@@ -1052,6 +1455,13 @@ static const chat_cmd commands[] = {
                      "(next,\n\t  prev); the label says \"branch 2/3\"\n/branch M:N\tbranch N of message M\n/branch list\tthe "
                      "branch points of the shown conversation", 1, cmd_branch_, branch_args, 0},
     {"/theme", {0}, "/theme NAME\tswitch theme; /theme alone lists them", 0, cmd_theme, NULL, 1},
+    {"/system", {0}, "/system [TEXT]\tshow / set the system prompt (- clears it)", 1, cmd_system, NULL, 0},
+    {"/export", {0}, "/export [md|json] [FILE]\tsave the conversation (as kvchat\n\t  export; default ./kvchat-ID.md)", 0,
+     cmd_export, export_args, 0},
+    {"/persona", {0}, "/persona [NAME]\tapply a [persona NAME] of config.ini (system\n\t  prompt + sampling); alone: list them@personas", 1,
+     cmd_persona, (const char *const *)persona_names, 0},
+    {"/model", {0}, "/model [NAME|PATH]\tgo on with another model (Tab: the models\n\t  directory); alone: the model in use", 1,
+     cmd_model, (const char *const *)model_names, 0},
     {"/read", {0}, "/read FILE\tattach a text file to your next message", 0, cmd_read, NULL, 0},
     {"/copy", {0}, "/copy\tcopy the last reply to the clipboard (OSC 52)\n/copy N\tcopy code block N of the replies", 0,
      cmd_copy, NULL, 0},
@@ -1095,7 +1505,7 @@ static const char help_keys[] =
     "Ctrl-C Ctrl-C\tquit (on an empty input); on a draft: clear (Ctrl-Y)\n"
     "Ctrl-D\tquit (on an empty input)\n"
     "F1\tthis help\n"
-    "F2\tshow / hide the sampling sliders\n"
+    "F2, F4\tshow / hide the sliders; the replies' reasoning\n"
     "F3\tsaved conversations: open, search, rename, delete\n"
     "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
     "Left, Right\t(sliders) change the selected slider\n"
@@ -1132,7 +1542,14 @@ static char *help_build(void)
     if (!h) return NULL;
     o += (size_t)snprintf(h + o, cap - o, "%s", help_keys);
     for (size_t i = 0; i < N_COMMANDS && o < cap; i++) {
-        const char *u = commands[i].usage, *at = strstr(u, "@set");
+        const char *u = commands[i].usage, *at = strstr(u, "@set"), *pe = strstr(u, "@personas");
+        if (pe) { /* the personas of config.ini, by name */
+            o += (size_t)snprintf(h + o, cap - o, "%.*s\n", (int)(pe - u), u);
+            for (int k = 0; persona_names[k] && o < cap; k++)
+                o += (size_t)snprintf(h + o, cap - o, "%s%s", k ? ", " : "\t  here: ", persona_names[k]);
+            if (persona_names[0] && o < cap) o += (size_t)snprintf(h + o, cap - o, "\n");
+            continue;
+        }
         if (!at) {
             o += (size_t)snprintf(h + o, cap - o, "%s\n", u);
             continue;
@@ -1214,7 +1631,8 @@ static int cb_submit(void *ud, const char *line)
     }
     const char *text = line[0] == '/' ? line + 1 : line;
     if (c->busy) {
-        ui_flash(c->u, "a reply is streaming — Esc stops it");
+        if (c->req == REQ_LOADING) ui_flash(c->u, "loading %s — a moment (Enter again then)", c->mj.path);
+        else ui_flash(c->u, "a reply is streaming — Esc stops it");
         return 0;
     }
     if (editing) { /* the edited version of path[editing - 1] */
@@ -1227,6 +1645,11 @@ static int cb_submit(void *ud, const char *line)
         if (c->tmpl == CHAT_TMPL_NONE && c->conv.n_path) start_reply(c, 1);
         return 1;
     }
+    if (c->rj.running) {
+        ui_flash(c->u, "counting the tokens of %s — a moment (Enter again then)", c->rj.name);
+        return 0;
+    }
+
     char *joined = NULL;
     if (c->attach) { /* /read FILE: the file goes with this message, before it */
         size_t tl = strlen(text), nl = strlen(c->attach_name);
@@ -1328,9 +1751,10 @@ static void load_tree(chat *c, const chatstore_conv *cv)
         long k = conv_add(&c->conv, parent, role, m->text, m->len);
         if (k < 0) break;
         c->conv.node[k].id = m->id;
-        /* a reply keeps the name of the model the conversation was held with */
-        if (role == UI_ROLE_ASSISTANT && cv->model_name[0])
-            conv_set_author(&c->conv, k, cv->model_name);
+        /* a reply keeps the name of the model that wrote it (schema 4), else of the model the
+         * conversation was held with */
+        if (role == UI_ROLE_ASSISTANT && (m->author[0] || cv->model_name[0]))
+            conv_set_author(&c->conv, k, m->author[0] ? m->author : cv->model_name);
         c->conv.node[k].finish = m->finish;
         c->conv.node[k].unreadable = m->problem[0] != 0;
         if (from_path && conv_path_push(&c->conv, k)) break;
@@ -1394,7 +1818,8 @@ static void sessions_refresh(chat *c, const char *status)
             r[i] = (ui_session_row){.id = rows[i].id, .title = rows[i].title, .model = rows[i].model_name,
                                     .date = dates[i], .n_messages = rows[i].n_messages,
                                     .n_branches = rows[i].n_branches,
-                                    .current = rows[i].id == chatstore_current(c->cs)};
+                                    .current = rows[i].id == chatstore_current(c->cs),
+                                    .snippet = rows[i].snippet};
         }
         ui_sessions_show(c->u, r, n, status);
     }
@@ -1500,24 +1925,54 @@ static void bench_fill(chat *c, long n)
  * ("llama"): then the file's name without .gguf ("stories260K"), which says more. */
 static void model_label(const model *m, char *buf, size_t cap)
 {
-    if (m->name && *m->name && (!m->arch_name || strcasecmp(m->name, m->arch_name))) {
-        snprintf(buf, cap, "%s", m->name);
-        return;
-    }
-    const char *path = m->gguf && m->gguf->path ? m->gguf->path : "model";
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    size_t n = strlen(base);
-    if (n > 5 && !strcasecmp(base + n - 5, ".gguf")) n -= 5;
-    snprintf(buf, cap, "%.*s", (int)n, base);
+    chatstore_label(m->name, m->arch_name, m->gguf && m->gguf->path ? m->gguf->path : "model", buf, cap);
 }
 
-int chat_run(engine *e, sampler *s, const chat_options *o)
+/* The chat template of engine e's model: its own (run by the Jinja interpreter), --chat-template's
+ * (override; NULL for none), or the shape table's; an unknown one is chatml (*unknown = 1). */
+static void choose_template(chat *c, const char *override, int *unknown, char *notice, size_t cap)
+{
+    const model *m = engine_model(c->e);
+    char *tmpl_text = NULL;
+    kv_error ke = {0};
+    gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
+    const tokenizer *tk = engine_tokenizer(c->e);
+    int32_t bos = tokenizer_bos(tk), eos = tokenizer_eos(tk);
+    prompt_jinja_free(c->pj);
+    c->pj = NULL;
+    c->tmpl = prompt_choose(tmpl_text, override, bos >= 0 ? tokenizer_token_text(tk, bos) : NULL,
+                            eos >= 0 ? tokenizer_token_text(tk, eos) : NULL, &c->pj, notice, cap);
+    *unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
+    if (*unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
+    free(tmpl_text);
+}
+
+/* The status bar's model fields for the engine in use. */
+static void show_info(chat *c)
+{
+    const model *m = engine_model(c->e);
+    ui_info info = {
+        .model_name = c->model_label,
+        .arch = m->arch_name,
+        .weight_type = quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
+        .mode = c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
+        .n_ctx = engine_n_ctx(c->e),
+        .n_threads = engine_n_threads(c->e),
+    };
+    ui_set_info(c->u, &info);
+}
+
+int chat_run(engine **pe, sampler **ps, const chat_options *o)
 {
     setup_locale();
     chat C, *c = &C;
     memset(c, 0, sizeof *c);
+    engine *e = *pe;
+    sampler *s = *ps;
     c->e = e;
+    c->s = s;
+    if (pipe2(c->rj.done_pipe, O_NONBLOCK | O_CLOEXEC)) c->rj.done_pipe[0] = c->rj.done_pipe[1] = -1;
+    if (pipe2(c->mj.done_pipe, O_NONBLOCK | O_CLOEXEC)) c->mj.done_pipe[0] = c->mj.done_pipe[1] = -1;
     c->opt = *o;
     c->sp = *sampler_get_params(s);
     c->max_tokens = o->n_predict;
@@ -1535,17 +1990,10 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
 
     const model *m = engine_model(e);
     model_label(m, c->model_label, sizeof c->model_label);
-    char *tmpl_text = NULL;
     kv_error ke = {0};
-    gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
-    const tokenizer *tk = engine_tokenizer(e);
-    int32_t bos = tokenizer_bos(tk), eos = tokenizer_eos(tk);
     char tmpl_notice[700];
-    c->tmpl = prompt_choose(tmpl_text, o->chat_template, bos >= 0 ? tokenizer_token_text(tk, bos) : NULL,
-                            eos >= 0 ? tokenizer_token_text(tk, eos) : NULL, &c->pj, tmpl_notice, sizeof tmpl_notice);
-    int tmpl_unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
-    if (tmpl_unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
-    free(tmpl_text);
+    int tmpl_unknown;
+    choose_template(c, o->chat_template, &tmpl_unknown, tmpl_notice, sizeof tmpl_notice);
 
     if (worker_create(e, s, &c->w, &ke)) {
         fprintf(stderr, "kvchat: %s\n", ke.msg);
@@ -1571,6 +2019,13 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     char hist[1024] = "";
     if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
     else chat_history_path(hist, sizeof hist);
+    {
+        int nm = models_names(model_names, N_MODEL_NAMES);
+        model_names[nm] = NULL;
+        int np = 0;
+        for (int i = 0; o->config && i < o->config->n_personas; i++) persona_names[np++] = o->config->persona[i].name;
+        persona_names[np] = NULL;
+    }
     /* completion, help and sliders from the command and settings tables */
     ui_command ucmds[N_COMMANDS];
     for (size_t i = 0; i < N_COMMANDS; i++)
@@ -1613,15 +2068,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         fprintf(stderr, "kvchat: %s\n", why);
         return 1;
     }
-    ui_info info = {
-        .model_name = c->model_label,
-        .arch = m->arch_name,
-        .weight_type = quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
-        .mode = c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
-        .n_ctx = engine_n_ctx(e),
-        .n_threads = engine_n_threads(e),
-    };
-    ui_set_info(c->u, &info);
+    show_info(c);
     c->markdown = o->markdown;
     ui_set_markdown(c->u, c->markdown);
     push_params(c);
@@ -1658,14 +2105,18 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
 
     int status = 0;
     while (!c->quit) {
-        struct pollfd p[3] = {
+        struct pollfd p[5] = {
             {.fd = ui_input_fd(c->u), .events = POLLIN},
             {.fd = worker_fd(c->w), .events = POLLIN},
+            {.fd = c->rj.done_pipe[0], .events = POLLIN},
+            {.fd = c->mj.done_pipe[0], .events = POLLIN},
             {.fd = g_sigpipe[0], .events = POLLIN},
         };
         int t = ui_timeout_ms(c->u);
         if (t < 0 || t > 500) t = 500;
-        poll(p, g_sigpipe[0] >= 0 ? 3 : 2, t);
+        poll(p, g_sigpipe[0] >= 0 ? 5 : 4, t);
+        if (p[2].revents & POLLIN) read_finish(c);
+        if (p[3].revents & POLLIN) model_loaded(c);
         if (g_signal) {
             status = 128 + g_signal;
             break;
@@ -1682,6 +2133,16 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
             drain_events(c);
         }
     }
+    if (c->rj.running) pthread_join(c->rj.th, NULL);
+    if (c->mj.running) { /* a model still loading: wait for it, then let it go */
+        pthread_join(c->mj.th, NULL);
+        worker_destroy(c->mj.w);
+        sampler_free(c->mj.s);
+        engine_close(c->mj.e);
+    }
+    if (c->mj.done_pipe[0] >= 0) close(c->mj.done_pipe[0]), close(c->mj.done_pipe[1]);
+    free(c->rj.buf);
+    if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
     worker_destroy(c->w); /* cancels a running reply and joins the thread (after a KV save) */
     chatstore_close(c->cs);
     ui_close(c->u);
@@ -1695,5 +2156,8 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     prompt_jinja_free(c->pj);
     prompt_buf_free(&c->kb);
     free(c->attach);
+    for (int i = 0; i < N_MODEL_NAMES && model_names[i]; i++) free(model_names[i]);
+    *pe = c->e; /* /model may have replaced them */
+    *ps = c->s;
     return status;
 }

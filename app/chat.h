@@ -22,18 +22,21 @@ typedef struct chat_options {
     int n_stops;
     const char *system;       /* --system: the system prompt of new conversations; NULL: none */
     int markdown;             /* 1: replies are shown as rendered Markdown (--no-markdown: 0) */
+    const struct kv_config *config; /* the settings, for /persona's [persona NAME] sections (NULL: none) */
+    const engine_params *ep;  /* how e was opened: /model opens another model with these (NULL: no /model) */
     const char *const *warnings; /* config.ini / environment warnings to show in the chat */
     int n_warnings;
 } chat_options;
 
-/* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator
- * thread uses them until chat_run returns) until the user quits. Returns an exit status:
+/* Run the full-screen chat on engine *e with sampler *s until the user quits. Both stay the
+ * caller's to close after it returns; /model replaces them (closing the old ones), so *e and *s
+ * are then the ones in use at the end. Returns an exit status:
  * 0, 2 (an unknown --theme), 1 (the screen could not start; message on stderr), 4 (--resume
  * could not be honoured: no database, no such conversation; message on stderr), or 128 + the
  * signal that ended it (SIGTERM, SIGHUP). The terminal is restored on every path, also on a
  * fatal signal (SIGSEGV, SIGABRT …). Conversations are saved as they go (app/chatstore.h);
  * a reply streaming when the chat ends is stopped and saved as partial. */
-int chat_run(engine *e, sampler *s, const chat_options *o);
+int chat_run(engine **e, sampler **s, const chat_options *o);
 
 /* `/set NAME VALUE` for a sampling parameter or max_tokens (the chat's names: temp, top_k, …,
  * seed, max_tokens; ranges from the settings table, app/config.c): applies it to *sp and

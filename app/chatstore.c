@@ -179,6 +179,37 @@ chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, 
     return cs;
 }
 
+int chatstore_switch_engine(chatstore *cs, engine *e, char *why, size_t why_cap)
+{
+    char fp[33];
+    chatstore_fingerprint(e, fp);
+    const model *m = engine_model(e);
+    const quant_traits *wt = quant_traits_of(m->weight_type);
+    store_error err = {0};
+    int64_t model_id;
+    if (store_model_register(cs->db, fp, m->gguf->path, m->name, m->arch_name, wt ? wt->name : "", (int64_t)m->gguf->size,
+                             &model_id, &err)) {
+        util_set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    /* the generator thread's handle belongs to the old worker (gone): the new one opens its own */
+    store_close(cs->kvdb);
+    cs->kvdb = NULL;
+    cs->kv_open_failed = 0;
+    cs->e = e;
+    memcpy(cs->fp, fp, sizeof fp);
+    cs->model_id = model_id;
+    const quant_traits *kt = quant_traits_of(kv_cache_type(engine_kv(e)));
+    snprintf(cs->kv_type, sizeof cs->kv_type, "%s", kt ? kt->name : "?");
+    cs->last_n_conv = N_CONV_UNKNOWN; /* the next prompt's token count is the new model's */
+    cs->last_reply = 0;
+    if (cs->conv && store_conv_set_model(cs->db, cs->conv, model_id, &err)) {
+        util_set_why(why, why_cap, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 void chatstore_close(chatstore *cs)
 {
     if (!cs) return;
@@ -190,6 +221,7 @@ void chatstore_close(chatstore *cs)
 
 const char *chatstore_path(const chatstore *cs) { return cs->path; }
 int64_t chatstore_current(const chatstore *cs) { return cs->conv; }
+store *chatstore_db(chatstore *cs) { return cs ? cs->db : NULL; }
 
 static void note(chatstore *cs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(chatstore *cs, const char *fmt, ...)
@@ -586,6 +618,7 @@ int chatstore_reply(chatstore *cs, int64_t parent, int64_t existing, int64_t use
     g.n_reused = st->n_reused;
     g.n_prefilled = st->n_prefilled;
     g.n_generated = st->n_generated;
+    g.model_id = cs->model_id;
     store_error err = {0};
     int n_tokens = st->n_generated;
     if (existing > 0 && existing == cs->last_reply) n_tokens += cs->last_reply_tokens;
@@ -684,7 +717,54 @@ static void take_msg(chatstore_msg *d, store_msg *m)
     d->parent = m->parent_id;
     d->finish = m->gen.set ? m->gen.finish : 0;
     d->partial = m->partial;
+    d->model_id = m->model_id;
     snprintf(d->problem, sizeof d->problem, "%s", m->problem);
+}
+
+void chatstore_label(const char *name, const char *arch, const char *path, char *buf, size_t cap)
+{
+    if (name && *name && (!arch || strcasecmp(name, arch))) {
+        snprintf(buf, cap, "%s", name);
+        return;
+    }
+    if (!path || !*path) {
+        snprintf(buf, cap, "%s", name && *name ? name : "model");
+        return;
+    }
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcasecmp(base + n - 5, ".gguf")) n -= 5;
+    snprintf(buf, cap, "%.*s", (int)n, base);
+}
+
+/* Each reply's author: the label of the model that wrote it (messages.model_id), looked up once
+ * per model; "" when unknown (the chat then names the conversation's model). */
+static void set_authors(chatstore *cs, chatstore_msg *v, size_t n)
+{
+    int64_t ids[8] = {0};
+    char names[8][128];
+    int n_ids = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[i].author[0] = 0;
+        if (v[i].role != STORE_ROLE_ASSISTANT || v[i].model_id <= 0) continue;
+        int k = 0;
+        while (k < n_ids && ids[k] != v[i].model_id) k++;
+        if (k == n_ids) {
+            store_model sm = {0};
+            if (store_model_get(cs->db, v[i].model_id, &sm, NULL) != STORE_OK) continue;
+            char label[128];
+            chatstore_label(sm.name, sm.arch, sm.path, label, sizeof label);
+            store_model_clear(&sm);
+            if (n_ids == 8) { /* more models than slots: no cache for this one */
+                snprintf(v[i].author, sizeof v[i].author, "%s", label);
+                continue;
+            }
+            ids[n_ids] = v[i].model_id;
+            snprintf(names[n_ids++], sizeof names[0], "%s", label);
+        }
+        snprintf(v[i].author, sizeof v[i].author, "%s", names[k]);
+    }
 }
 
 /* The messages of conversation id that are not on out's path (the other branches). */
@@ -825,6 +905,8 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
         out->n_ctx = c.n_ctx_tokens;
         c.ctx_tokens = NULL;
     }
+    set_authors(cs, out->msgs, out->n);
+    set_authors(cs, out->others, out->n_others);
     cs->conv = id;
     cs->last_n_conv = out->ctx ? out->n_ctx : out->n ? N_CONV_UNKNOWN : 0;
     cs->last_reply = 0;

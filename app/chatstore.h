@@ -48,6 +48,13 @@ void chatstore_fingerprint(const engine *e, char out[33]);
  * budget (0: no KV store). NULL with why on failure. */
 chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, char *why, size_t why_cap);
 void chatstore_close(chatstore *cs); /* NULL is a no-op; call after the worker is destroyed */
+/* /model: the chat goes on with engine e (registered as a model; the current conversation stays
+ * current and from now on names e's model, so --resume opens it with that). Call with the old
+ * worker destroyed and before the new one runs. Returns 0, or -1 with why. */
+int chatstore_switch_engine(chatstore *cs, engine *e, char *why, size_t why_cap);
+/* How a model is named on screen: its general.name, unless that is missing or only the
+ * architecture ("llama"): then the file's name without .gguf, which says more. */
+void chatstore_label(const char *name, const char *arch, const char *path, char *buf, size_t cap);
 const char *chatstore_path(const chatstore *cs);
 
 /* The hooks to install on the worker (worker_set_hooks): KV restore and save. */
@@ -59,6 +66,8 @@ int chatstore_take_note(chatstore *cs, char *buf, size_t cap);
 
 /* ---- the current conversation ----------------------------------------------------------- */
 int64_t chatstore_current(const chatstore *cs); /* 0: none yet */
+/* The UI thread's store handle (for exports from the chat); NULL for a NULL cs. */
+store *chatstore_db(chatstore *cs);
 /* The next message starts a new conversation. */
 void chatstore_new(chatstore *cs);
 /* A user message sent after parent (0: the first): creates the conversation on the first one
@@ -84,6 +93,8 @@ typedef struct chatstore_msg {
     int64_t parent;      /* the message it follows (0: the first); siblings are branches */
     int finish;          /* store_finish of a reply */
     int partial;
+    int64_t model_id;    /* the model that wrote a reply (0: unknown) */
+    char author[128];    /* its name as the screen gives one (chatstore_label); "": unknown */
     char problem[200];   /* "" or why the row could not be read */
 } chatstore_msg;
 

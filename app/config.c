@@ -350,6 +350,38 @@ void config_free(kv_config *c)
         free(c->v[k].value);
         c->v[k].value = NULL;
     }
+    for (int i = 0; i < c->n_personas; i++)
+        for (int k = 0; k < CFG_COUNT; k++) {
+            free(c->persona[i].v[k]);
+            c->persona[i].v[k] = NULL;
+        }
+    c->n_personas = 0;
+}
+
+int config_persona_key(int key)
+{
+    return key == CFG_SYSTEM || (key >= 0 && key < CFG_COUNT && !strcmp(keys[key].section, "sampling"));
+}
+
+const cfg_persona *config_persona_find(const kv_config *c, const char *name)
+{
+    for (int i = 0; i < c->n_personas; i++)
+        if (!strcmp(c->persona[i].name, name)) return &c->persona[i];
+    return NULL;
+}
+
+/* "[persona NAME]": NAME (trimmed) into name; 0, or -1 when section is not a persona's. */
+static int persona_section(const char *section, char *name, size_t cap)
+{
+    if (strncasecmp(section, "persona", 7) || (section[7] != ' ' && section[7] != '\t')) return -1;
+    const char *p = section + 8;
+    while (*p == ' ' || *p == '\t') p++;
+    size_t n = strlen(p);
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    if (!n || n >= cap) return -1;
+    memcpy(name, p, n);
+    name[n] = 0;
+    return 0;
 }
 
 int config_default_path(char *buf, size_t cap)
@@ -431,12 +463,49 @@ static int known_section(const char *s)
     return 0;
 }
 
+/* A line of a [persona NAME] section: system or a [sampling] key, checked as everywhere. */
+static void persona_line(load_ctx *l, const char *pname, const char *name, const char *value)
+{
+    kv_config *c = l->c;
+    int key = config_key_from_name(name);
+    if (key < 0 || !config_persona_key(key)) {
+        warnf(l, "%s '%s' in [persona %s]: a persona sets system and the [sampling] keys; line ignored",
+              key < 0 ? "unknown key" : "key", name, pname);
+        return;
+    }
+    cfg_persona *p = NULL;
+    for (int i = 0; i < c->n_personas && !p; i++)
+        if (!strcmp(c->persona[i].name, pname)) p = &c->persona[i];
+    if (!p) {
+        if (c->n_personas == CFG_MAX_PERSONAS) {
+            warnf(l, "more than %d personas; [persona %s] ignored", CFG_MAX_PERSONAS, pname);
+            return;
+        }
+        p = &c->persona[c->n_personas++];
+        snprintf(p->name, sizeof p->name, "%s", pname);
+    }
+    char norm[1100], why[600];
+    if (config_check(key, value, norm, sizeof norm, why, sizeof why)) {
+        warnf(l, "%s: %s; line ignored", keys[key].name, why);
+        return;
+    }
+    char *dup = strdup(norm);
+    if (!dup) return;
+    free(p->v[key]);
+    p->v[key] = dup;
+}
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     load_ctx *l = user;
     l->got_pair = 1;
+    char pname[64];
+    if (*section && persona_section(section, pname, sizeof pname) == 0) {
+        persona_line(l, pname, name, value);
+        return 1;
+    }
     if (*section && !known_section(section)) {
-        warnf(l, "unknown section '[%s]' (model, sampling, chat, storage); line ignored", section);
+        warnf(l, "unknown section '[%s]' (model, sampling, chat, storage, persona NAME); line ignored", section);
         return 1;
     }
     int key = config_key_from_name(name);
@@ -611,5 +680,10 @@ void config_print(const kv_config *c, FILE *out, const char *resolved_model)
         fprintf(out, "%*s ; %s", w < 52 ? 52 - w : 0, "", src);
         if (k == CFG_MODEL && resolved_model && strcmp(resolved_model, v->value)) fprintf(out, " -> %s", resolved_model);
         fputc('\n', out);
+    }
+    for (int i = 0; i < c->n_personas; i++) {
+        fprintf(out, "\n[persona %s]\n", c->persona[i].name);
+        for (int k = 0; k < CFG_COUNT; k++)
+            if (c->persona[i].v[k]) fprintf(out, "%-18s = %s\n", keys[k].name, c->persona[i].v[k]);
     }
 }

@@ -20,6 +20,7 @@
  *               frequency_penalty, seed, n_predict
  *   [chat]      theme, mouse, system, markdown
  *   [storage]   db, cache_size
+ *   [persona NAME]  system and any [sampling] key: a persona, the chat's /persona NAME
  *
  * Keys may also stand before the first section; '-' and '_' are the same in key names. A line
  * that cannot be used (no '=', unknown section or key, bad value, too long) gives a warning
@@ -45,11 +46,22 @@ typedef struct cfg_value {
     char where[600];   /* "FILE:LINE", "KVCHAT_MODEL", "--temp" */
 } cfg_value;
 
+/* A [persona NAME] section of the config file: a system prompt and sampler settings the chat's
+ * /persona NAME applies together. Its keys are system and the [sampling] keys, checked by the
+ * same table as everywhere (config_check); v[key] the normalized text, NULL when not set. */
+#define CFG_MAX_PERSONAS 32
+typedef struct cfg_persona {
+    char name[64];
+    char *v[CFG_COUNT];
+} cfg_persona;
+
 typedef struct kv_config {
     char path[512];    /* the config file looked for ("" when neither XDG_CONFIG_HOME nor HOME is set) */
     int file_found;    /* 1: it exists and was read */
     int n_warnings;
     cfg_value v[CFG_COUNT];
+    cfg_persona persona[CFG_MAX_PERSONAS];
+    int n_personas;
 } kv_config;
 
 /* Warnings ("FILE:LINE: ...") go here; NULL = stderr with a "kvchat: " prefix. */
@@ -126,6 +138,11 @@ int config_key_range(int key, cfg_range *r);
 void config_range_text(int key, char *buf, size_t cap);
 /* The long option that sets key ("temp", "ctx-size"), or NULL. */
 const char *config_key_option(int key);
+
+/* The persona named name (case-sensitive), or NULL. */
+const cfg_persona *config_persona_find(const kv_config *c, const char *name);
+/* 1 if a persona may set key (system and the [sampling] keys). */
+int config_persona_key(int key);
 
 /* Parse a boolean: 1/0, true/false, yes/no, on/off. Returns 0/1, or -1. */
 int config_parse_bool(const char *s);

@@ -18,6 +18,7 @@
  * so that a norm applied to the wrong vector shows in the logits. The output is a function of
  * (shape, type, layers, vocab, window, seed) only: byte-identical on every run.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,6 +411,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    if (opt->chat_template) gguf_writer_set_str(w, "tokenizer.chat_template", opt->chat_template);
 
     fill_ctx fc = {.seed = seed};
     norm_ctx nc = {.seed = seed, .random = rnd};
@@ -508,6 +510,7 @@ static void gen_usage(FILE *out)
     fprintf(out,
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
             "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--seed N]\n"
+            "                        [--chat-template FILE.jinja]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
@@ -522,7 +525,8 @@ static void gen_usage(FILE *out)
             "  --swa N         override the sliding window (gemma2, gemma3)\n"
             "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
             "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
-            "  --seed N        random seed (default 1)\n");
+            "  --seed N        random seed (default 1)\n"
+            "  --chat-template FILE  store FILE's text as tokenizer.chat_template (chat tests)\n");
 }
 
 int gen_model_main(int argc, char **argv)
@@ -532,7 +536,7 @@ int gen_model_main(int argc, char **argv)
         {"output", required_argument, 0, 'o'}, {"layers", required_argument, 0, 'l'},
         {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {"vocab", required_argument, 0, 'V'},
         {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'},
-        {"attn-softcap", required_argument, 0, 'A'}, {0, 0, 0, 0},
+        {"attn-softcap", required_argument, 0, 'A'}, {"chat-template", required_argument, 0, 'T'}, {0, 0, 0, 0},
     };
     const char *shape = NULL, *type = NULL, *out = NULL;
     gen_model_opts go = {.seed = 1};
@@ -551,6 +555,21 @@ int gen_model_main(int argc, char **argv)
         case 'C': go.n_ctx_orig = atoi(optarg); if (go.n_ctx_orig < 1) goto bad; break;
         case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
         case 'S': go.seed = strtoull(optarg, NULL, 10); break;
+        case 'T': {
+            FILE *f = fopen(optarg, "rb");
+            static char tmpl[1 << 16];
+            size_t n = f ? fread(tmpl, 1, sizeof tmpl - 1, f) : 0;
+            if (!f || ferror(f) || n == sizeof tmpl - 1) {
+                fprintf(stderr, "kvchat gen-model: --chat-template %s: %s\n", optarg,
+                        !f ? strerror(errno) : "unreadable or over 64 KiB");
+                if (f) fclose(f);
+                return 2;
+            }
+            fclose(f);
+            tmpl[n] = 0;
+            go.chat_template = tmpl;
+            break;
+        }
         case 'h': gen_usage(stdout); return 0;
         default: goto bad;
         }

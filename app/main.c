@@ -610,10 +610,10 @@ int main(int argc, char **argv)
                            .markdown = !c.no_markdown,
                            .chat_template = c.chat_template, .resume = c.resume,
                            .stops = c.stops, .n_stops = c.n_stops, .system = c.system,
-                           .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};
+                           .ep = &c.ep, .config = &g_config, .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};
         co.cache_bytes = cache_bytes;
         if (have_db) co.db_path = db_path;
-        rc = chat_run(e, s, &co);
+        rc = chat_run(&e, &s, &co); /* /model may have replaced them */
         if (rc == 1) print_warnings(); /* the screen could not start: they were not shown */
         for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
         g_n_warn = 0;

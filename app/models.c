@@ -26,6 +26,27 @@ int models_dir(char *buf, size_t cap)
     return 0;
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int models_names(char **out, int cap)
+{
+    char dir[4096];
+    if (cap <= 0 || models_dir(dir, sizeof dir)) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while (n < cap && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l <= 5 || strcmp(de->d_name + l - 5, ".gguf") || de->d_name[0] == '.') continue;
+        if (!(out[n] = strndup(de->d_name, l - 5))) break;
+        n++;
+    }
+    closedir(d);
+    qsort(out, (size_t)n, sizeof *out, cmp_str);
+    return n;
+}
+
 static int is_file(const char *p)
 {
     struct stat st;

@@ -15,6 +15,10 @@ int models_dir(char *buf, size_t cap);
  * reports), or -1 (a bare name found nowhere; the message for it is in out). */
 int models_resolve(const char *name, char *out, size_t cap);
 
+/* The models directory's model names (its *.gguf files without .gguf), sorted, at most cap of
+ * them into out (each malloc'd: free them). Returns how many (0 when there is no directory). */
+int models_names(char **out, int cap);
+
 /* The message shown when no model is given: how to get a GGUF model and where to put it. */
 void models_print_no_model(FILE *out);
 

@@ -369,7 +369,7 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
     return out;
 }
 
-static char *export_md(store *s, long long id, char *why, size_t why_cap)
+char *store_cli_export_md(store *s, long long id, char *why, size_t why_cap)
 {
     store_conv c;
     store_msg *m;
@@ -857,7 +857,7 @@ int store_cli_main(int argc, char **argv)
             }
         }
         char *text = rc ? NULL : !strcmp(format, "json") ? store_cli_export_json(s, id, why, sizeof why)
-                                                         : export_md(s, id, why, sizeof why);
+                                                         : store_cli_export_md(s, id, why, sizeof why);
         if (!rc && !text) {
             fprintf(stderr, "kvchat: %s\n", why);
             rc = strstr(why, "no conversation") ? SC_RUNTIME : SC_DB;

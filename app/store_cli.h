@@ -22,5 +22,8 @@ int store_cli_main(int argc, char **argv);
  * with the reason in why. Byte-exact under import → export. */
 struct store;
 char *store_cli_export_json(struct store *s, long long id, char *why, size_t why_cap);
+/* The Markdown export (kvchat export --format md): the current branch, stored text made safe for a
+ * terminal (out_plain). A malloc'd string, or NULL with the reason in why. */
+char *store_cli_export_md(struct store *s, long long id, char *why, size_t why_cap);
 
 #endif

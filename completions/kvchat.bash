@@ -95,7 +95,7 @@ _kvchat()
             if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W '--db --help' -- "$cur"))
             else COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; fi ;;
         bench) COMPREPLY=($(compgen -W '-m --model -p --n-prompt -n --n-gen -t --threads -d --n-depth -r --repetitions --json --help' -- "$cur")) ;;
-        gen-model) COMPREPLY=($(compgen -W '--shape --type -o --layers --seed --vocab --ff --swa --orig-ctx --attn-softcap --help' -- "$cur")) ;;
+        gen-model) COMPREPLY=($(compgen -W '--shape --type -o --layers --seed --vocab --ff --swa --orig-ctx --attn-softcap --chat-template --help' -- "$cur")) ;;
         tokenize) COMPREPLY=($(compgen -W '-m --model --ids --no-bos --parse-special --help' -- "$cur")) ;;
         template-render) COMPREPLY=($(compgen -W '-t --template -m --model --now --spans --help' -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W '-m --model --host --port --parallel --prefill-chunk --api-key -c --ctx-size -t --threads

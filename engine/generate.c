@@ -336,7 +336,14 @@ static int prepare(engine *e, int seq, const int32_t *prompt, int n, int reuse_m
         }
         int k = n - i < chunk ? n - i : chunk;
         double t = now_ms();
+        /* a sliced (interactive) prefill also stops inside a chunk, between layers */
+        if (slice > 0 && cb->should_abort) forward_ctx_set_abort(e->fc, cb->should_abort, cb->ud);
         int rc = feed(e, seq, prompt + i, k, err);
+        forward_ctx_set_abort(e->fc, NULL, NULL);
+        if (rc == KV_ERR_CANCELLED) {
+            *cancelled = 1;
+            return KV_OK;
+        }
         if (rc) return rc;
         i += k;
         if (cb && cb->on_prefill) cb->on_prefill(cb->ud, i, n);

@@ -53,6 +53,11 @@ typedef struct gen_callbacks {
      * model's weights, 2 flops each per token at a conservative speed, the rest from the measured
      * speed). 0: chunks of n_batch. A cancel keeps the chunks computed so far in the cache. */
     double prefill_slice_ms;
+    /* With prefill_slice_ms: polled between the layers of a prefill chunk (so a stop waits for
+     * one layer, not a whole forward pass — on a busy machine a pass of even a few tokens can take
+     * 500 ms); nonzero stops the prefill as should_stop does, the chunk not counted. Must be cheap
+     * (an atomic load): it runs n_layer times per chunk. NULL: chunks run whole. */
+    int (*should_abort)(void *ud);
 } gen_callbacks;
 
 typedef struct engine engine;

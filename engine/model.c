@@ -408,6 +408,8 @@ struct forward_ctx {
     op_attn_seq *aseq;      /* [n_batch]: the sequences of one batched paged attention */
     const uint8_t **mblk;   /* their K and V block pointers, grown as needed */
     size_t mblk_cap;
+    int (*abort_cb)(void *ud); /* forward_ctx_set_abort: polled between layers (NULL: never) */
+    void *abort_ud;
 };
 
 forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error *err)
@@ -482,6 +484,12 @@ void forward_ctx_batch_scratch(forward_ctx *fc, int **i0, int **i1, int **i2, in
     *i2 = fc->ib2;
     *toks = fc->itok;
     *segs = fc->segs;
+}
+
+void forward_ctx_set_abort(forward_ctx *fc, int (*abort_cb)(void *ud), void *ud)
+{
+    fc->abort_cb = abort_cb;
+    fc->abort_ud = ud;
 }
 
 static void add_bias(float *y, const float *b, int n_tokens, int n)
@@ -593,6 +601,10 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
     int n_segs_left;
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
+        /* a stop asked for mid-pass: nothing is committed, so the positions stay unfilled (the
+         * layers already stored wrote only reserved, uncounted slots) */
+        if (il > 0 && fc->abort_cb && fc->abort_cb(fc->abort_ud))
+            return kv_error_set(err, KV_ERR_CANCELLED, "forward: stopped after layer %d of %d", il, hp->n_layer);
         /* attention block: [norm] -> q, k, v [+ bias] [-> q/k norm] [-> RoPE] -> attention -> wo */
         const float *in = fc->x;
         if (L->attn_norm) {

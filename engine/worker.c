@@ -201,6 +201,9 @@ static void cb_on_prefill(void *ud, int done, int total)
     post_live(w, NULL, 0);
 }
 
+/* Between layers of a prefill chunk: only the cancel flag (cheap; no events). */
+static int cb_should_abort(void *ud) { return atomic_load(&((worker *)ud)->cancel); }
+
 static int cb_should_stop(void *ud)
 {
     worker *w = ud;
@@ -437,7 +440,8 @@ static void run_job(worker *w, const worker_request *r)
 
     sampler_reset(w->s);
     gen_callbacks cb = {.on_text = cb_on_text, .should_stop = cb_should_stop, .ud = w, .on_token = cb_on_token,
-                        .on_prefill = cb_on_prefill, .prefill_slice_ms = WORKER_PREFILL_SLICE_MS};
+                        .on_prefill = cb_on_prefill, .prefill_slice_ms = WORKER_PREFILL_SLICE_MS,
+                        .should_abort = cb_should_abort};
     gen_stats st;
     int finish = GEN_FINISH_NONE;
     /* The token limit is enforced here (it may change mid-reply): the engine stops at the

@@ -368,6 +368,12 @@ static const char *const migrations[] = {
     "ALTER TABLE conversations ADD COLUMN seed TEXT;\n"
     "UPDATE conversations SET seed = CASE WHEN seed_i64 >= 0 THEN CAST(seed_i64 AS TEXT) ELSE CAST(((seed_i64 + 9223372036854775807) + 1) / 1000000000 + 9223372036 + ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) / 1000000000 AS TEXT) || printf('%09d', ((((seed_i64 + 9223372036854775807) + 1) % 1000000000) + 854775808) % 1000000000) END WHERE seed_i64 IS NOT NULL;\n"
     "ALTER TABLE conversations DROP COLUMN seed_i64;\n",
+    /* 3 → 4: the model that wrote each reply (a chat may switch models: /model). Older replies
+     * were all written by their conversation's model. A plain INTEGER (no foreign key: models
+     * rows are never deleted, and a column in a foreign key could not be dropped again). */
+    "ALTER TABLE messages ADD COLUMN model_id INTEGER;\n"
+    "UPDATE messages SET model_id = (SELECT c.model_id FROM conversations c WHERE c.id = messages.conversation_id) "
+    "WHERE role = 'assistant';\n",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -835,6 +841,7 @@ void store_conv_clear(store_conv *c)
     free(c->model_path);
     free(c->system_prompt);
     free(c->ctx_tokens);
+    free(c->snippet);
     memset(c, 0, sizeof *c);
 }
 
@@ -867,6 +874,19 @@ static int read_conv(store *s, sqlite3_stmt *st, void *row, store_error *err)
     c->n_branches = sqlite3_column_int(st, 21);
     if (!c->title || !c->model_name || !c->model_fingerprint || !c->model_path ||
         (sqlite3_column_type(st, 6) != SQLITE_NULL && !c->system_prompt)) {
+        store_conv_clear(c);
+        return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
+    }
+    return STORE_OK;
+}
+
+/* read_conv, and column 22: the search's snippet (NULL: the match is in the title only). */
+static int read_conv_snippet(store *s, sqlite3_stmt *st, void *row, store_error *err)
+{
+    int rc = read_conv(s, st, row, err);
+    store_conv *c = row;
+    if (rc || sqlite3_column_type(st, 22) != SQLITE_TEXT) return rc;
+    if (!(c->snippet = col_dup(st, 22, NULL))) {
         store_conv_clear(c);
         return st_set(s, err, STORE_ERR_NOMEM, "out of memory");
     }
@@ -967,7 +987,12 @@ static int list_run(store *s, const char *q, const char *fts, store_conv **rows,
     sqlite3_stmt *st;
     const char *sql_all = "SELECT " CONV_COLUMNS " FROM conversations c LEFT JOIN models m ON m.id = c.model_id "
                           "ORDER BY c.updated_at DESC, c.id DESC";
-    const char *sql_fts = "SELECT " CONV_COLUMNS " FROM conversations c LEFT JOIN models m ON m.id = c.model_id "
+    /* with the newest matching message's snippet (FTS5 snippet(): the match between \x02 and \x03,
+     * about 12 tokens around it, "…" where it is cut) */
+    const char *sql_fts = "SELECT " CONV_COLUMNS ", (SELECT snippet(messages_fts, 0, char(2), char(3), '…', 12) "
+                          "FROM messages_fts JOIN messages x ON x.id = messages_fts.rowid WHERE messages_fts MATCH ?2 "
+                          "AND x.conversation_id = c.id ORDER BY x.id DESC LIMIT 1) "
+                          "FROM conversations c LEFT JOIN models m ON m.id = c.model_id "
                           "WHERE instr(lower(c.title), lower(?1)) > 0 OR c.id IN (SELECT x.conversation_id FROM "
                           "messages_fts f JOIN messages x ON x.id = f.rowid WHERE messages_fts MATCH ?2) "
                           "ORDER BY c.updated_at DESC, c.id DESC";
@@ -978,7 +1003,9 @@ static int list_run(store *s, const char *q, const char *fts, store_conv **rows,
     if (q) sqlite3_bind_text(st, 1, q, -1, SQLITE_STATIC);
     if (q && fts) sqlite3_bind_text(st, 2, fts, -1, SQLITE_STATIC);
     void *v;
-    if ((rc = read_rows(s, st, sizeof **rows, read_conv, drop_convs, "listing conversations", &v, n, err))) return rc;
+    if ((rc = read_rows(s, st, sizeof **rows, fts ? read_conv_snippet : read_conv, drop_convs, "listing conversations",
+                        &v, n, err)))
+        return rc;
     *rows = v;
     return STORE_OK;
 }
@@ -1042,6 +1069,12 @@ int store_conv_set_system(store *s, int64_t id, const char *system_prompt, store
 {
     return conv_update(s, id, "UPDATE conversations SET system_prompt = ?3, updated_at = ?2 WHERE id = ?1",
                        "saving the system prompt", bind_text3, system_prompt, err);
+}
+
+int store_conv_set_model(store *s, int64_t id, int64_t model_id, store_error *err)
+{
+    return conv_update(s, id, "UPDATE conversations SET model_id = ?3, updated_at = ?2 WHERE id = ?1",
+                       "saving the conversation's model", bind_int3, &model_id, err);
 }
 
 int store_conv_set_params(store *s, int64_t id, const store_params *p, store_error *err)
@@ -1170,8 +1203,8 @@ static int msg_insert_locked(store *s, int64_t conv_id, int64_t parent_id, int r
         if (rc) return rc;
     }
     if ((rc = st_prepare(s,
-                         "INSERT INTO messages(conversation_id, parent_id, role, content, n_tokens, created_at, partial) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         "INSERT INTO messages(conversation_id, parent_id, role, content, n_tokens, created_at, partial, "
+                         "model_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          &st, err)))
         return rc;
     sqlite3_bind_int64(st, 1, conv_id);
@@ -1182,6 +1215,8 @@ static int msg_insert_locked(store *s, int64_t conv_id, int64_t parent_id, int r
     sqlite3_bind_int(st, 5, n_tokens);
     sqlite3_bind_int64(st, 6, created);
     sqlite3_bind_int(st, 7, partial);
+    if (gen && gen->model_id > 0) sqlite3_bind_int64(st, 8, gen->model_id);
+    else sqlite3_bind_null(st, 8);
     rc = st_step_done(s, st, "saving a message", err);
     sqlite3_finalize(st);
     if (rc) return rc;
@@ -1231,12 +1266,15 @@ int store_msg_update(store *s, int64_t id, const char *content, size_t len, int 
     int rc = st_begin(s, err);
     if (rc) return rc;
     sqlite3_stmt *st = NULL;
-    if ((rc = st_prepare(s, "UPDATE messages SET content = ?2, n_tokens = ?3, partial = ?4 WHERE id = ?1", &st, err)))
+    if ((rc = st_prepare(s, "UPDATE messages SET content = ?2, n_tokens = ?3, partial = ?4, "
+                            "model_id = COALESCE(?5, model_id) WHERE id = ?1", &st, err)))
         goto done;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_text(st, 2, content ? content : "", (int)len, SQLITE_STATIC);
     sqlite3_bind_int(st, 3, n_tokens);
     sqlite3_bind_int(st, 4, gen_partial(gen));
+    if (gen && gen->model_id > 0) sqlite3_bind_int64(st, 5, gen->model_id);
+    else sqlite3_bind_null(st, 5);
     rc = st_step_done(s, st, "updating a message", err);
     sqlite3_finalize(st);
     if (!rc && sqlite3_changes(s->db) == 0) rc = st_set(s, err, STORE_ERR_NOTFOUND, "no message %lld", (long long)id);
@@ -1280,7 +1318,7 @@ void store_msgs_free(store_msg *msgs, size_t n)
     "m.id, COALESCE(m.parent_id, 0), m.role, m.content, m.n_tokens, m.created_at, m.partial, g.message_id, "   \
     "g.temperature, g.top_k, g.top_p, g.min_p, g.repeat_penalty, g.repeat_last_n, g.presence_penalty, "         \
     "g.frequency_penalty, g.seed, g.max_tokens, g.finish, g.ttft_ms, g.prefill_tps, g.decode_tps, g.n_prompt, " \
-    "g.n_reused, g.n_prefilled, g.n_generated, m.conversation_id "
+    "g.n_reused, g.n_prefilled, g.n_generated, m.conversation_id, m.model_id "
 
 static int read_msg(store *s, sqlite3_stmt *st, void *row, store_error *err)
 {
@@ -1313,6 +1351,7 @@ static int read_msg(store *s, sqlite3_stmt *st, void *row, store_error *err)
     m->n_tokens = sqlite3_column_int(st, 4);
     m->created_at = sqlite3_column_int64(st, 5);
     m->partial = sqlite3_column_int(st, 6) != 0;
+    m->model_id = sqlite3_column_type(st, 27) == SQLITE_INTEGER ? sqlite3_column_int64(st, 27) : 0;
     if (sqlite3_column_type(st, 7) != SQLITE_NULL) {
         store_gen *g = &m->gen;
         g->set = 1;

@@ -17,7 +17,8 @@
  *                  (the message the chat shows last: the tip of the current branch) and the
  *                  token context of that head (the exact tokens the model saw, for resuming)
  *   messages       conversation, parent (branches: siblings share a parent), role, content,
- *                  token count, time; replies are partial = 1 when stopped
+ *                  token count, time; replies are partial = 1 when stopped, and name the model
+ *                  that wrote them (model_id; NULL: unknown — an import)
  *   generations    one per reply: parameters and seed used (seed: the u64 as decimal TEXT), TTFT, prefill / decode tokens/s,
  *                  token counts, finish reason
  *   messages_fts   FTS5 index over messages.content (external content, kept by triggers)
@@ -41,8 +42,9 @@
  * A store handle is used by one thread at a time; use one handle per thread.
  */
 
-#define STORE_SCHEMA_VERSION 3  /* 1: the first schema; 2: kv_prefixes.base_id (deltas); 3: seeds as
-                                   unsigned decimal TEXT (INTEGER is signed: seeds >= 2^63 read negative) */
+#define STORE_SCHEMA_VERSION 4  /* 1: the first schema; 2: kv_prefixes.base_id (deltas); 3: seeds as
+                                   unsigned decimal TEXT (INTEGER is signed: seeds >= 2^63 read negative);
+                                   4: messages.model_id (the model that wrote a reply) */
 #define STORE_APPLICATION_ID 0x6b766368 /* "kvch" */
 #define STORE_KV_CHUNK_DEFAULT (1u << 20)
 
@@ -130,7 +132,13 @@ typedef struct store_conv {
     int64_t ctx_model_id, ctx_head_id;
     int32_t *ctx_tokens;
     size_t n_ctx_tokens;
+    /* store_conv_list with a query: the newest matching message's text around the match, the
+     * matched words between STORE_HL_ON and STORE_HL_OFF bytes, "…" where it is cut (FTS5
+     * snippet()); NULL when only the title matched */
+    char *snippet;
 } store_conv;
+#define STORE_HL_ON '\x02'
+#define STORE_HL_OFF '\x03'
 
 void store_conv_clear(store_conv *c);
 
@@ -151,6 +159,8 @@ int store_conv_rename(store *s, int64_t id, const char *title, store_error *err)
 int store_conv_delete(store *s, int64_t id, store_error *err);
 int store_conv_set_system(store *s, int64_t id, const char *system_prompt, store_error *err);
 int store_conv_set_params(store *s, int64_t id, const store_params *p, store_error *err);
+/* The model the conversation goes on with (after /model); --resume without -m opens it. */
+int store_conv_set_model(store *s, int64_t id, int64_t model_id, store_error *err);
 /* Move the head (e.g. /undo: back to an earlier message; 0: before the first). */
 int store_conv_set_head(store *s, int64_t id, int64_t head_id, store_error *err);
 /* Record the conversation's exact tokens at head_id for model_id (replaces the previous). */
@@ -176,6 +186,8 @@ typedef struct store_gen {
     int finish;                 /* enum store_finish */
     double ttft_ms, prefill_tps, decode_tps;
     int n_prompt, n_reused, n_prefilled, n_generated;
+    int64_t model_id;           /* writing: the model that wrote the reply (messages.model_id; 0:
+                                   unknown); reading gives it in store_msg.model_id */
 } store_gen;
 
 typedef struct store_msg {
@@ -186,6 +198,7 @@ typedef struct store_msg {
     int n_tokens;               /* tokens the message added to the context (0: unknown) */
     int64_t created_at;
     int partial;                /* a reply that was stopped or failed before its end */
+    int64_t model_id;           /* the model that wrote it (0: unknown, or not a reply) */
     store_gen gen;
     char problem[200];          /* "" or why the stored row is unreadable (content is "" then) */
 } store_msg;

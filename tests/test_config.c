@@ -35,6 +35,66 @@ static int setup(void **st)
     return 0;
 }
 
+/* [persona NAME] sections: system and [sampling] keys, checked by the one table; other keys,
+ * bad values and a section named only "persona" are warnings naming the line. */
+static void test_personas(void **st)
+{
+    (void)st;
+    const char *path = write_file("personas.ini", "[sampling]\n"
+                                                  "temp = 0.5\n"
+                                                  "[persona coder]\n"           /* 3 */
+                                                  "system = You write C.\n"
+                                                  "temp = 0.2\n"
+                                                  "top-k = 10\n"
+                                                  "n_ctx = 512\n"               /* 7: not a persona key */
+                                                  "temp = 5\n"                  /* 8: out of range */
+                                                  "[persona  poet ]\n"          /* 9: trimmed */
+                                                  "seed = 42\n"
+                                                  "n_predict = 64\n"
+                                                  "[persona]\n"                 /* 12: no name */
+                                                  "temp = 1\n"                  /* 13 */
+                                                  "[persona coder]\n"           /* 14: the same one again */
+                                                  "min_p = 0.1\n");
+    kv_config c;
+    config_init(&c);
+    tu_warnings w = {0};
+    assert_int_equal(config_load_file(&c, path, tu_collect_warning, &w), 0);
+    assert_string_equal(config_get(&c, CFG_TEMP), "0.5"); /* [sampling] is not touched by personas */
+    assert_int_equal(c.n_personas, 2);
+    const cfg_persona *p = config_persona_find(&c, "coder");
+    assert_non_null(p);
+    assert_string_equal(p->v[CFG_SYSTEM], "You write C.");
+    assert_string_equal(p->v[CFG_TEMP], "0.2");
+    assert_string_equal(p->v[CFG_TOP_K], "10");
+    assert_string_equal(p->v[CFG_MIN_P], "0.1");
+    assert_null(p->v[CFG_N_CTX]);
+    assert_null(p->v[CFG_TOP_P]);
+    const cfg_persona *q = config_persona_find(&c, "poet");
+    assert_non_null(q);
+    assert_string_equal(q->v[CFG_SEED], "42");
+    assert_string_equal(q->v[CFG_N_PREDICT], "64");
+    assert_null(config_persona_find(&c, "Coder"));
+    assert_int_equal(w.n, 3);
+    char want[700];
+    snprintf(want, sizeof want, "%s:7: key 'n_ctx' in [persona coder]: a persona sets system and the [sampling] keys", path);
+    assert_non_null(strstr(w.msg[0], want));
+    snprintf(want, sizeof want, "%s:8: temp: ", path);
+    assert_non_null(strstr(w.msg[1], want));
+    snprintf(want, sizeof want, "%s:13: unknown section '[persona]'", path);
+    assert_non_null(strstr(w.msg[2], want));
+    /* a persona's values apply as the sampling section's would */
+    sampler_params sp;
+    sampler_params_default(&sp);
+    int n_predict = -1;
+    for (int k = 0; k < CFG_COUNT; k++)
+        if (q->v[k]) config_apply_key(k, q->v[k], NULL, &sp, &n_predict);
+    assert_int_equal(n_predict, 64);
+    assert_true(sp.seed == 42);
+    assert_true(config_persona_key(CFG_TEMP) && config_persona_key(CFG_SYSTEM) && !config_persona_key(CFG_DB));
+    config_free(&c);
+    assert_int_equal(c.n_personas, 0);
+}
+
 static void test_defaults(void **st)
 {
     (void)st;
@@ -270,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_models_resolve),
         cmocka_unit_test(test_range_table),
+        cmocka_unit_test(test_personas),
     };
     return cmocka_run_group_tests(tests, setup, tu_tmpdir_teardown);
 }

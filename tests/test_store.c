@@ -329,6 +329,38 @@ static void test_search(void **state)
     assert_int_equal(count_hits(s, "   "), 3);
     assert_int_equal(store_conv_rename(s, c2, "Felines", &err), STORE_OK);
     assert_int_equal(count_hits(s, "feli"), 1); /* titles too */
+    /* each hit carries the newest matching message's snippet, the match marked (FTS5 snippet()) */
+    {
+        store_conv *rows;
+        size_t n;
+        assert_int_equal(store_conv_list(s, "cafe", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 1);
+        assert_string_equal(rows[0].snippet, "It breathed fire at the \x02" "café\x03.");
+        store_conv_list_free(rows, n);
+        assert_int_equal(store_conv_list(s, "drag", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 2);
+        assert_string_equal(rows[0].snippet, "\x02" "Dragons\x03 and cats, together"); /* c3, updated last */
+        assert_string_equal(rows[1].snippet, "A \x02" "dragon\x03 lived in the mountains");
+        store_conv_list_free(rows, n);
+        assert_int_equal(store_conv_list(s, "feli", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 1);
+        assert_null(rows[0].snippet); /* the title matched, no message */
+        store_conv_list_free(rows, n);
+        int64_t c4, m4 = 0;
+        store_conv_create(s, 0, NULL, NULL, 0, &c4, &err);
+        static char longtext[4000];
+        size_t o = 0;
+        for (int i = 0; i < 60; i++) o += (size_t)snprintf(longtext + o, sizeof longtext - o, "word%d 日本語 ", i);
+        snprintf(longtext + o, sizeof longtext - o, "needle and more words after it to cut");
+        m4 = add(s, c4, 0, STORE_ROLE_USER, longtext);
+        (void)m4;
+        assert_int_equal(store_conv_list(s, "needle", &rows, &n, &err), STORE_OK);
+        assert_int_equal(n, 1);
+        assert_non_null(strstr(rows[0].snippet, "\x02" "needle\x03"));
+        assert_true(!strncmp(rows[0].snippet, "…", 3)); /* cut before: marked */
+        assert_true(strlen(rows[0].snippet) < 200);
+        store_conv_list_free(rows, n);
+    }
     assert_int_equal(store_conv_delete(s, c1, &err), STORE_OK);
     assert_int_equal(count_hits(s, "breathed"), 0);
     char *report = NULL;
@@ -776,7 +808,7 @@ static void test_seed_u64(void **state)
     raw_exec(p, "ALTER TABLE generations DROP COLUMN seed; ALTER TABLE generations ADD COLUMN seed INTEGER;"
                 "UPDATE generations SET seed = -81985529216486896;"
                 "ALTER TABLE conversations DROP COLUMN seed; ALTER TABLE conversations ADD COLUMN seed INTEGER;"
-                "UPDATE conversations SET seed = -1; PRAGMA user_version = 2;");
+                "UPDATE conversations SET seed = -1; ALTER TABLE messages DROP COLUMN model_id; PRAGMA user_version = 2;");
     raw_exec(p, "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('b', 0, 0, 1, 42);"
                 "INSERT INTO conversations(title, created_at, updated_at, temperature, seed) VALUES ('c', 0, 0, 1, "
                 "-9223372036854775808);"
@@ -786,7 +818,7 @@ static void test_seed_u64(void **state)
                 "-1000000000);"
                 "INSERT INTO conversations(title, created_at, updated_at) VALUES ('f', 0, 0);");
     assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
-    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 3);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
     t = raw_text(p, "SELECT group_concat(typeof(seed) || ':' || coalesce(seed, '-'), ' ') FROM "
                     "(SELECT seed FROM conversations ORDER BY id)");
     assert_string_equal(t, "text:18446744073709551615 text:42 text:9223372036854775808 text:9223372036854775807 "
@@ -797,6 +829,54 @@ static void test_seed_u64(void **state)
     free(t);
     assert_int_equal(store_conv_messages(s, conv, &m, &n, &err), STORE_OK);
     assert_true(m[1].gen.params.seed == 0xfedcba9876543210ULL);
+    store_msgs_free(m, n);
+    store_close(s);
+}
+
+/* Schema 4: each reply names the model that wrote it; a schema-3 file's replies get their
+ * conversation's model, user messages none; a continued reply keeps or takes the new one. */
+static void test_migration_3_to_4(void **state)
+{
+    (void)state;
+    store *s = open_new("v3.db");
+    store_error err = {0};
+    int64_t ma, mb, conv, u1, r1, u2, r2;
+    assert_int_equal(store_model_register(s, "aaaa", "/m/a.gguf", "A", "llama", "F32", 1, &ma, &err), STORE_OK);
+    assert_int_equal(store_model_register(s, "bbbb", "/m/b.gguf", "B", "llama", "F32", 1, &mb, &err), STORE_OK);
+    assert_int_equal(store_conv_create(s, ma, NULL, NULL, 0, &conv, &err), STORE_OK);
+    store_gen g = {.set = 1, .finish = STORE_FINISH_EOG, .model_id = ma};
+    assert_int_equal(store_msg_add(s, conv, 0, STORE_ROLE_USER, "hi", 2, 0, 0, NULL, &u1, &err), STORE_OK);
+    assert_int_equal(store_msg_add(s, conv, u1, STORE_ROLE_ASSISTANT, "one", 3, 0, 0, &g, &r1, &err), STORE_OK);
+    g.model_id = mb;
+    assert_int_equal(store_msg_add(s, conv, r1, STORE_ROLE_USER, "again", 5, 0, 0, NULL, &u2, &err), STORE_OK);
+    assert_int_equal(store_msg_add(s, conv, u2, STORE_ROLE_ASSISTANT, "two", 3, 0, 0, &g, &r2, &err), STORE_OK);
+    store_msg *m;
+    size_t n;
+    assert_int_equal(store_conv_messages(s, conv, &m, &n, &err), STORE_OK);
+    assert_int_equal(n, 4);
+    assert_true(m[0].model_id == 0 && m[1].model_id == ma && m[2].model_id == 0 && m[3].model_id == mb);
+    store_msgs_free(m, n);
+    /* an update without a model keeps the one it had */
+    store_gen g0 = {.set = 1, .finish = STORE_FINISH_LENGTH};
+    assert_int_equal(store_msg_update(s, r2, "two more", 8, 0, &g0, &err), STORE_OK);
+    assert_int_equal(tu_sql_int(tu_tmp_path("v3.db"), "SELECT model_id FROM messages WHERE content = 'two more'"), mb);
+    assert_int_equal(store_conv_set_model(s, conv, mb, &err), STORE_OK);
+    store_conv c;
+    assert_int_equal(store_conv_get(s, conv, &c, &err), STORE_OK);
+    assert_true(c.model_id == mb);
+    store_conv_clear(&c);
+    assert_int_equal(store_conv_set_model(s, conv, ma, &err), STORE_OK);
+    store_close(s);
+    /* back to schema 3, as kvchat 3 wrote it */
+    const char *p = tu_tmp_path("v3.db");
+    raw_exec(p, "ALTER TABLE messages DROP COLUMN model_id; PRAGMA user_version = 3;");
+    assert_int_equal(store_open(p, STORE_OPEN_READONLY, &s, &err), STORE_ERR_READONLY);
+    assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
+    assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), 4);
+    assert_int_equal(store_conv_messages(s, conv, &m, &n, &err), STORE_OK);
+    assert_int_equal(n, 4);
+    /* every reply: the conversation's model (A); user messages: none */
+    assert_true(m[0].model_id == 0 && m[1].model_id == ma && m[2].model_id == 0 && m[3].model_id == ma);
     store_msgs_free(m, n);
     store_close(s);
 }
@@ -820,7 +900,8 @@ static void test_migration_1_to_2(void **state)
     store_close(s);
     /* back to schema 1, as the first kvchat wrote it (with a prefix and a conversation in it) */
     const char *p = tu_tmp_path("v1.db");
-    raw_exec(p, "DROP INDEX kv_prefixes_base; ALTER TABLE kv_prefixes DROP COLUMN base_id; PRAGMA user_version = 1;");
+    raw_exec(p, "DROP INDEX kv_prefixes_base; ALTER TABLE kv_prefixes DROP COLUMN base_id; "
+                "ALTER TABLE messages DROP COLUMN model_id; PRAGMA user_version = 1;");
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 0);
     /* read-only, it cannot be migrated: said so, untouched */
     assert_int_equal(store_open(p, STORE_OPEN_READONLY, &s, &err), STORE_ERR_READONLY);
@@ -829,7 +910,7 @@ static void test_migration_1_to_2(void **state)
     /* opened for writing: migrated forward, the rows kept */
     assert_int_equal(store_open(p, 0, &s, &err), STORE_OK);
     assert_int_equal(tu_sql_int(p, "PRAGMA user_version"), STORE_SCHEMA_VERSION);
-    assert_int_equal(STORE_SCHEMA_VERSION, 3);
+    assert_int_equal(STORE_SCHEMA_VERSION, 4);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'"), 1);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM sqlite_schema WHERE name = 'kv_prefixes_base'"), 1);
     assert_int_equal(tu_sql_int(p, "SELECT count(*) FROM conversations"), 1);
@@ -1079,6 +1160,7 @@ int main(void)
         cmocka_unit_test(test_kv_corruption_named),
         cmocka_unit_test(test_kv_half_written_never_used),
         cmocka_unit_test(test_migration_1_to_2),
+        cmocka_unit_test(test_migration_3_to_4),
         cmocka_unit_test(test_seed_u64),
         cmocka_unit_test(test_parent_loops),
         cmocka_unit_test(test_kv_deltas),

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -330,6 +331,71 @@ static void test_prefill_cancel_keeps_chunks(void **state)
     engine_close(e);
 }
 
+/* should_abort stops a sliced prefill inside a chunk, between layers (issue 16: Esc within ~100 ms
+ * when one forward pass takes longer): the chunk being computed is not kept, the ones before are,
+ * and prefilling again gives the logits a fresh engine gives. */
+static int abort_calls;
+static int abort_after_7(void *ud)
+{
+    (void)ud;
+    return ++abort_calls >= 7;
+}
+static int never(void *ud)
+{
+    (void)ud;
+    return 0;
+}
+
+static void test_prefill_abort_between_layers(void **state)
+{
+    (void)state;
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 256;
+    ep.n_batch = 8;
+    ep.n_threads = 1;
+    engine *e = NULL, *f = NULL;
+    kv_error err = {0};
+    assert_int_equal(engine_open(&ep, &e, &err), KV_OK);
+    assert_int_equal(engine_open(&ep, &f, &err), KV_OK);
+    int n_layer = engine_model(e)->hp.n_layer;
+    assert_true(n_layer >= 3 && n_layer < 7); /* the 7th poll falls inside the second chunk */
+    const char *text = "Once upon a time there was a little girl named Lily who loved to play outside in the sun";
+    int32_t *t = NULL;
+    size_t n = 0;
+    assert_int_equal(engine_tokenize(e, text, strlen(text), 0, 0, &t, &n, &err), KV_OK);
+    assert_true(n > 24);
+    abort_calls = 0;
+    gen_callbacks cb = {.should_stop = never, .should_abort = abort_after_7, .prefill_slice_ms = 80};
+    gen_stats st;
+    assert_int_equal(engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, t, n, &cb, &st, &err), KV_ERR_CANCELLED);
+    assert_int_equal(abort_calls, 7);            /* polled before every layer but the first */
+    int held = 0;
+    const int32_t *h = engine_seq_tokens(e, ENGINE_SEQ_DEFAULT, &held);
+    assert_int_equal(held, 8);                   /* the first chunk; the second was cut short */
+    assert_memory_equal(h, t, 8 * sizeof *t);
+    /* again, to the end: equal to a fresh engine that was never stopped */
+    cb.should_abort = never;
+    assert_int_equal(engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, t, n, &cb, &st, &err), KV_OK);
+    assert_int_equal(st.n_reused, 8);
+    assert_int_equal(engine_prefill_seq(f, ENGINE_SEQ_DEFAULT, t, n, &cb, &st, &err), KV_OK);
+    int n_vocab = engine_model(e)->hp.n_vocab, best_e = 0, best_f = 0;
+    const float *le = engine_logits(e), *lf = engine_logits(f);
+    double maxd = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        double d = fabs((double)le[i] - lf[i]);
+        if (d > maxd) maxd = d;
+        if (le[i] > le[best_e]) best_e = i;
+        if (lf[i] > lf[best_f]) best_f = i;
+    }
+    assert_int_equal(best_e, best_f);
+    assert_true(maxd < 1e-4);
+    free(t);
+    engine_close(e);
+    engine_close(f);
+}
+
 /* Parameters posted mid-reply reach the sampler before the reply ends, and parameters
  * posted before a request apply from its first token. */
 static void test_live_params(void **state)
@@ -636,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_edit_and_branch),
         cmocka_unit_test(test_ttft_stays),
         cmocka_unit_test(test_prefill_cancel_keeps_chunks),
+        cmocka_unit_test(test_prefill_abort_between_layers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

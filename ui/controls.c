@@ -1,4 +1,4 @@
-/* controls: the sampling sliders panel (F2) — temperature, top-p, top-k, min-p, repeat penalty, max tokens. */
+/* controls: the sampling sliders panel (F2) — temperature, top-p, top-k, min-p, repeat penalty, max tokens — and its keys (controls_key). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,9 +81,10 @@ void controls_adjust(ui *u, int steps, int to_end)
     else if (to_end > 0) v = s->max;
     else {
         /* snap to the grid, then move: an off-grid value from the command line (0.8 + 0.03)
-         * goes to its neighbour on the grid in the direction asked */
+         * goes to its neighbour on the grid in the direction asked; a value that is on the grid
+         * but came through a float (top-p 0.95f = 0.94999999: k = 94.9999988) counts as on it */
         double k = (s->value - s->min) / s->step;
-        double base = steps > 0 ? floor(k + 1e-6) : ceil(k - 1e-6);
+        double base = steps > 0 ? floor(k + 1e-4) : ceil(k - 1e-4);
         v = s->min + (base + steps) * s->step;
     }
     if (v < s->min) v = s->min;
@@ -152,4 +153,27 @@ void controls_draw(ui *u, int y, int x, int h, int w)
             row++;
         }
     }
+}
+
+int controls_key(ui *u, int is_key, wint_t c)
+{
+    if (!is_key) { /* + and - move the selected slider; other characters are the screen's */
+        if (c == '+' || c == '=') controls_adjust(u, +1, 0);
+        else if (c == '-') controls_adjust(u, -1, 0);
+        else return 0;
+        return 1;
+    }
+    switch (c) {
+    case KEY_UP: u->sel_slider = (u->sel_slider + UI_SL_COUNT - 1) % UI_SL_COUNT; u->dirty = 1; break;
+    case KEY_DOWN: u->sel_slider = (u->sel_slider + 1) % UI_SL_COUNT; u->dirty = 1; break;
+    case KEY_LEFT: controls_adjust(u, -1, 0); break;
+    case KEY_RIGHT: controls_adjust(u, +1, 0); break;
+    case KEYX_CTRL_LEFT: controls_adjust(u, -10, 0); break;
+    case KEYX_CTRL_RIGHT: controls_adjust(u, +10, 0); break;
+    case KEY_HOME: controls_adjust(u, 0, -1); break;
+    case KEY_END: controls_adjust(u, 0, +1); break;
+    case KEY_ENTER: u->focus = FOCUS_INPUT; u->dirty = 1; break;
+    default: break; /* the panel swallows the other keys */
+    }
+    return 1;
 }

@@ -1,4 +1,4 @@
-/* help: the F1 overlay — a centred, scrollable box listing every key binding and slash command. */
+/* help: the F1 overlay — a centred, scrollable box listing every key binding and slash command — and its keys (help_key). */
 #include <string.h>
 
 #include "ui_internal.h"
@@ -41,4 +41,19 @@ void help_draw(ui *u)
         }
         p = e ? e + 1 : NULL;
     }
+}
+
+int help_key(ui *u, int is_key, wint_t c)
+{
+    if (!u->help_visible) return 0;
+    if (!is_key) { /* any character (Ctrl-C too) closes it */
+        ui_show_help(u, 0);
+        return 1;
+    }
+    if (c == KEY_UP || c == KEY_PPAGE) u->help_scroll -= c == KEY_UP ? 1 : 10;
+    else if (c == KEY_DOWN || c == KEY_NPAGE) u->help_scroll += c == KEY_DOWN ? 1 : 10;
+    else if (c != KEY_RESIZE && c != KEY_MOUSE) u->help_visible = 0;
+    if (u->help_scroll < 0) u->help_scroll = 0;
+    u->dirty = 1;
+    return c != KEY_RESIZE; /* a resize goes on to the screen */
 }

@@ -1,4 +1,4 @@
-/* pane: the chat pane — messages, their wrap caches, scrollback anchored on a message, drawing only the visible lines. */
+/* pane: the chat pane — messages, their wrap caches, reasoning blocks folded, scrollback anchored on a message, drawing only the visible lines, and its scrolling keys (pane_key). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,23 +9,59 @@
 /* Content width of a pane w cells wide (one cell of margin on each side). */
 static int content_width(int w) { return w > 3 ? w - 2 : 1; }
 
-/* A Markdown reply's rendering, brought up to date with its text. */
+/* Where the answer starts in m->text: after a reasoning block, else 0. */
+static size_t answer_at(const ui_msg *m) { return m->rs.found ? m->rs.answer : 0; }
+
+/* A Markdown reply's rendering, brought up to date with its text (the answer: the reasoning
+ * block is shown apart). */
 static void ensure_rendered(ui_msg *m)
 {
     if (!m->md_on || !m->md_dirty) return;
-    ui_md_render(m->text ? m->text : "", m->len, m->code_base, &m->md);
+    size_t a = answer_at(m);
+    ui_md_render(m->text ? m->text + a : "", m->len - a, m->code_base, &m->md);
     m->md_dirty = 0;
 }
 
-/* The text shown and its length (a Markdown reply's rendering, or the text as it is). */
+/* The text shown and its length (a Markdown reply's rendering, or the text as it is; after the
+ * reasoning block, if any). */
 static const char *shown_text(const ui_msg *m, size_t *len)
 {
     if (m->md_on && m->md.text) {
         *len = m->md.len;
         return m->md.text;
     }
-    *len = m->len;
-    return m->text ? m->text : "";
+    size_t a = answer_at(m);
+    *len = m->len - a;
+    return m->text ? m->text + a : "";
+}
+
+/* Lines the reasoning block takes: none (no block, or an empty one), one folded, or a header and
+ * its wrapped text when unfolded (F4). */
+static int think_lines(ui *u, ui_msg *m, int cw)
+{
+    if (!m->rs.found || (m->rs.closed && m->rs.body_end == m->rs.body)) return 0;
+    if (!u->think_unfold) return 1;
+    if (m->think_wrap != cw) {
+        m->think_lines.n = 0;
+        if (ui_wrap(m->text + m->rs.body, m->rs.body_end - m->rs.body, 0, cw, UI_WRAP_WORD, &m->think_lines) == 0)
+            m->think_wrap = cw;
+        else m->think_wrap = 0, m->think_lines.n = 0;
+    }
+    return 1 + (int)m->think_lines.n;
+}
+
+/* After the text changed: where its reasoning block is, how many words it has. */
+static void update_reasoning(ui_msg *m)
+{
+    if (m->role != UI_ROLE_ASSISTANT) return;
+    ui_reasoning_split(m->text ? m->text : "", m->len, &m->rs);
+    m->think_wrap = 0;
+    m->think_words = 0;
+    for (size_t i = m->rs.body, in = 0; m->rs.found && i < m->rs.body_end; i++) {
+        int sp = m->text[i] == ' ' || m->text[i] == '\n' || m->text[i] == '\t';
+        if (!sp && !in) m->think_words++;
+        in = !sp;
+    }
 }
 
 static void ensure_wrapped(ui_msg *m, int cw)
@@ -62,10 +98,10 @@ static int content_lines(const ui_msg *m)
     return (int)m->lines.n;
 }
 
-int pane_msg_lines(ui_msg *m, int w)
+int pane_msg_lines(ui *u, ui_msg *m, int w)
 {
     ensure_wrapped(m, content_width(w));
-    return (m->label[0] ? 1 : 0) + content_lines(m) + (m->note[0] ? 1 : 0) + 1;
+    return (m->label[0] ? 1 : 0) + think_lines(u, m, content_width(w)) + content_lines(m) + (m->note[0] ? 1 : 0) + 1;
 }
 
 static attr_t text_attr(ui *u, const ui_msg *m)
@@ -96,6 +132,32 @@ static void draw_line(ui *u, ui_msg *m, int k, int y, int x, int w)
         }
         k--;
     }
+    int nt = think_lines(u, m, cw);
+    if (k < nt) { /* the reasoning: dimmed, one line folded */
+        attr_t a = text_attr(u, m) | A_DIM;
+        if (k == 0) {
+            char head[160];
+            snprintf(head, sizeof head, "%s %s (%d word%s) · F4 %s", ui_glyph(u, u->think_unfold ? "▾" : "▸",
+                     u->think_unfold ? "v" : ">"), m->rs.closed ? "reasoning" : ui_glyph(u, "thinking…", "thinking..."),
+                     m->think_words, m->think_words == 1 ? "" : "s", u->think_unfold ? "folds it" : "shows it");
+            int n = ui_puts(u, y, x + 1, cw, head, a);
+            if (!u->think_unfold && n + 4 < cw && m->rs.body_end > m->rs.body) { /* its start, as far as it fits */
+                ui_puts(u, y, x + 1 + n, 3, ": ", a);
+                size_t bl = m->rs.body_end - m->rs.body;
+                const char *b = m->text + m->rs.body;
+                while (bl && (*b == ' ' || *b == '\t')) b++, bl--;
+                size_t nl = 0;
+                while (nl < bl && b[nl] != '\n') nl++;
+                int room = cw - n - 3, used = ui_put(u, y, x + 3 + n, room - 1, b, nl, a);
+                if (nl < bl || used >= room - 1) ui_puts(u, y, x + 3 + n + used, 1, ui_glyph(u, "…", "."), a);
+            }
+        } else {
+            const ui_line *l = &m->think_lines.v[k - 1];
+            ui_put(u, y, x + 1, cw, m->text + m->rs.body + l->start, l->end - l->start, a);
+        }
+        return;
+    }
+    k -= nt;
     int nc = content_lines(m);
     if (k < nc) {
         const ui_line *l = &m->lines.v[k];
@@ -128,7 +190,7 @@ static void bottom_anchor(ui *u, int h, int w, size_t *mi, int *li)
     pane *p = &u->pane;
     int total = 0;
     for (size_t i = p->n; i-- > 0;) {
-        int nl = pane_msg_lines(p->msgs[i], w);
+        int nl = pane_msg_lines(u, p->msgs[i], w);
         if (total + nl >= h) {
             *mi = i;
             *li = total + nl - h;
@@ -146,7 +208,7 @@ static int fits_from(ui *u, size_t mi, int li, int h, int w)
     pane *p = &u->pane;
     int total = -li;
     for (size_t i = mi; i < p->n; i++) {
-        total += pane_msg_lines(p->msgs[i], w);
+        total += pane_msg_lines(u, p->msgs[i], w);
         if (total > h) return 0;
     }
     return 1;
@@ -165,7 +227,7 @@ void pane_draw(ui *u, int y, int x, int h, int w)
     int row = 0;
     for (size_t i = mi; i < p->n && row < h; i++) {
         ui_msg *m = p->msgs[i];
-        int nl = pane_msg_lines(m, w);
+        int nl = pane_msg_lines(u, m, w);
         if (li >= nl) li = nl - 1;
         for (int k = li; k < nl && row < h; k++, row++) draw_line(u, m, k, y + row, x, w);
         li = 0;
@@ -189,13 +251,13 @@ void pane_scroll(ui *u, int delta, int h, int w)
         li += delta;
         while (li < 0 && mi > 0) {
             mi--;
-            li += pane_msg_lines(p->msgs[mi], w);
+            li += pane_msg_lines(u, p->msgs[mi], w);
         }
         if (li < 0) li = 0;
     } else {
         li += delta;
-        while (mi < p->n && li >= pane_msg_lines(p->msgs[mi], w)) {
-            li -= pane_msg_lines(p->msgs[mi], w);
+        while (mi < p->n && li >= pane_msg_lines(u, p->msgs[mi], w)) {
+            li -= pane_msg_lines(u, p->msgs[mi], w);
             mi++;
         }
         if (mi >= p->n) {
@@ -234,6 +296,7 @@ static void msg_free(ui_msg *m)
     free(m->text);
     ui_md_free(&m->md);
     ui_lines_free(&m->lines);
+    ui_lines_free(&m->think_lines);
     free(m);
 }
 
@@ -266,7 +329,12 @@ static void msg_append(ui_msg *m, const char *text, size_t len)
     /* a CR LF split between two tokens: the CR, shown as ␍ at the end of the last piece, goes */
     if (text[0] == '\n' && m->len >= 3 && !memcmp(m->text + m->len - 3, "\xe2\x90\x8d", 3)) m->len -= 3;
     m->len += ui_sanitize(text, len, m->text + m->len, m->cap - m->len);
-    if (m->md_on) { /* rendered again, wrapped again (ensure_wrapped) */
+    int had_block = m->rs.found;
+    update_reasoning(m);
+    if (m->rs.found || had_block) { /* the block moves the answer's start: wrapped again */
+        m->md_dirty = 1;
+        m->wrap_width = 0;
+    } else if (m->md_on) { /* rendered again, wrapped again (ensure_wrapped) */
         m->md_dirty = 1;
         m->wrap_width = 0;
     } else if (m->wrap_width > 0 && m->lines.n > 0) {
@@ -396,6 +464,13 @@ void ui_set_markdown(ui *u, int on)
     ui_mark_dirty(u);
 }
 
+void ui_toggle_reasoning(ui *u)
+{
+    u->think_unfold = !u->think_unfold;
+    for (size_t i = 0; i < u->pane.n; i++) u->pane.msgs[i]->think_wrap = 0;
+    ui_mark_dirty(u);
+}
+
 void ui_pane_clear(ui *u)
 {
     pane_free(&u->pane);
@@ -416,4 +491,19 @@ void ui_notice(ui *u, int role, const char *fmt, ...)
     if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
     ui_msg_add(u, role, NULL, buf, (size_t)n);
     pane_end(u);
+}
+
+int pane_key(ui *u, int is_key, wint_t c)
+{
+    if (!is_key) return 0;
+    switch (c) {
+    case KEY_UP: pane_scroll(u, -1, u->pane_h, u->pane_w); break;
+    case KEY_DOWN: pane_scroll(u, 1, u->pane_h, u->pane_w); break;
+    case KEY_HOME: pane_home(u); break;
+    case KEY_END: pane_end(u); break;
+    case KEY_ENTER: u->focus = FOCUS_INPUT; break;
+    default: break;
+    }
+    u->dirty = 1;
+    return 1;
 }

@@ -18,15 +18,6 @@
 
 #include "ui_internal.h"
 
-/* Keys of our own (define_key): Alt-Enter, bracketed paste, Ctrl-arrows. */
-enum {
-    KEYX_ALT_ENTER = KEY_MAX + 1,
-    KEYX_PASTE_BEGIN,
-    KEYX_PASTE_END,
-    KEYX_CTRL_LEFT,
-    KEYX_CTRL_RIGHT,
-};
-
 #define FRAME_MS 16   /* streamed text redraws at most this often */
 #define SPINNER_MS 100
 #define MIN_COLS 40
@@ -451,17 +442,16 @@ static void page(ui *u, int dir)
     u->dirty = 1;
 }
 
-/* A key from the function-key range (KEY_*). */
+static int input_key(ui *u, int is_key, wint_t c);
+
+/* The widget that has the focus, and its key handler. */
+static const ui_key_fn focus_keys[] = {[FOCUS_INPUT] = input_key, [FOCUS_PANEL] = controls_key, [FOCUS_PANE] = pane_key};
+
+/* A key from the function-key range (KEY_*): the overlay shown, then the screen's own keys
+ * (focus, function keys, scrolling by page, mouse, paste), then the focused widget's. */
 static void on_key(ui *u, int k)
 {
-    if (u->help_visible) {
-        if (k == KEY_UP || k == KEY_PPAGE) u->help_scroll -= k == KEY_UP ? 1 : 10;
-        else if (k == KEY_DOWN || k == KEY_NPAGE) u->help_scroll += k == KEY_DOWN ? 1 : 10;
-        else if (k != KEY_RESIZE && k != KEY_MOUSE) u->help_visible = 0;
-        if (u->help_scroll < 0) u->help_scroll = 0;
-        u->dirty = 1;
-        if (k != KEY_RESIZE) return;
-    }
+    if (help_key(u, 1, (wint_t)k)) return;
     switch (k) {
     case KEY_RESIZE:
         input_resize(LINES, COLS);
@@ -470,6 +460,10 @@ static void on_key(ui *u, int k)
         u->dirty = 1;
         return;
     case KEY_F(1): ui_show_help(u, !u->help_visible); return;
+    case KEY_F(4):
+        ui_toggle_reasoning(u);
+        ui_flash(u, "reasoning %s (F4)", u->think_unfold ? "shown whole" : "folded to one line");
+        return;
     case KEY_F(3):
         if (u->cb.sessions) u->cb.sessions(u->cb.ud, UI_SESS_SHOW, 0, NULL);
         return;
@@ -505,33 +499,14 @@ static void on_key(ui *u, int k)
         return;
     default: break;
     }
-    if (u->focus == FOCUS_PANEL) {
-        switch (k) {
-        case KEY_UP: u->sel_slider = (u->sel_slider + UI_SL_COUNT - 1) % UI_SL_COUNT; u->dirty = 1; return;
-        case KEY_DOWN: u->sel_slider = (u->sel_slider + 1) % UI_SL_COUNT; u->dirty = 1; return;
-        case KEY_LEFT: controls_adjust(u, -1, 0); return;
-        case KEY_RIGHT: controls_adjust(u, +1, 0); return;
-        case KEYX_CTRL_LEFT: controls_adjust(u, -10, 0); return;
-        case KEYX_CTRL_RIGHT: controls_adjust(u, +10, 0); return;
-        case KEY_HOME: controls_adjust(u, 0, -1); return;
-        case KEY_END: controls_adjust(u, 0, +1); return;
-        case KEY_ENTER: u->focus = FOCUS_INPUT; u->dirty = 1; return;
-        default: return;
-        }
-    }
-    if (u->focus == FOCUS_PANE) {
-        switch (k) {
-        case KEY_UP: pane_scroll(u, -1, u->pane_h, u->pane_w); break;
-        case KEY_DOWN: pane_scroll(u, 1, u->pane_h, u->pane_w); break;
-        case KEY_HOME: pane_home(u); break;
-        case KEY_END: pane_end(u); break;
-        case KEY_ENTER: u->focus = FOCUS_INPUT; break;
-        default: break;
-        }
-        u->dirty = 1;
-        return;
-    }
-    /* input focus */
+    focus_keys[u->focus](u, 1, (wint_t)k);
+}
+
+/* The input line's keys (readline's, and Up / Down stepping through your messages to edit). */
+static int input_key(ui *u, int is_key, wint_t c)
+{
+    if (!is_key) return 0;
+    int k = (int)c;
     switch (k) {
     case KEY_HOME:
         if (input_empty()) pane_home(u);
@@ -567,6 +542,7 @@ static void on_key(ui *u, int k)
     default: break;
     }
     u->dirty = 1;
+    return 1;
 }
 
 /* Ctrl-X Ctrl-E: the input in $VISUAL / $EDITOR (else vi), as bash does; the text the editor
@@ -638,11 +614,7 @@ static void on_char(ui *u, wint_t c)
         input_insert(b);
         return;
     }
-    if (u->help_visible) {
-        if (c == 3) on_interrupt(u);
-        else ui_show_help(u, 0);
-        return;
-    }
+    if (help_key(u, 0, c)) return;
     if (c == 3) { /* Ctrl-C */
         on_interrupt(u);
         return;
@@ -677,10 +649,7 @@ static void on_char(ui *u, wint_t c)
         u->dirty = 1;
         return;
     }
-    if (u->focus == FOCUS_PANEL) {
-        if (c == '+' || c == '=') { controls_adjust(u, +1, 0); return; }
-        if (c == '-') { controls_adjust(u, -1, 0); return; }
-    }
+    if (u->focus != FOCUS_INPUT && focus_keys[u->focus](u, 0, c)) return;
     if (c == '\r' || c == '\n') {
         if (u->focus != FOCUS_INPUT) {
             u->focus = FOCUS_INPUT;

@@ -12,6 +12,7 @@ static void rows_free(sessions_view *v)
         free((char *)v->rows[i].title);
         free((char *)v->rows[i].model);
         free((char *)v->rows[i].date);
+        free((char *)v->rows[i].snippet);
     }
     free(v->rows);
     v->rows = NULL;
@@ -44,6 +45,9 @@ void ui_sessions_show(ui *u, const ui_session_row *rows, size_t n, const char *s
             v->rows[i].title = dup_or_empty(rows[i].title);
             v->rows[i].model = dup_or_empty(rows[i].model);
             v->rows[i].date = dup_or_empty(rows[i].date);
+            v->rows[i].snippet = rows[i].snippet ? dup_or_empty(rows[i].snippet) : NULL;
+            for (char *p = (char *)v->rows[i].snippet; p && *p; p++) /* one line */
+                if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
         }
         v->n = n;
     }
@@ -187,6 +191,25 @@ void sessions_key(ui *u, int is_key, wint_t c)
     }
 }
 
+/* A search snippet on one line from x, at most w cells: the text between UI_HL_ON and UI_HL_OFF
+ * in the highlight attribute hl, the rest in a (ui_put counts display cells and keeps UTF-8
+ * whole). */
+static void draw_snippet(ui *u, int y, int x, int w, const char *s, attr_t a, attr_t hl)
+{
+    int on = 0;
+    while (*s && w > 0) {
+        size_t n = strcspn(s, "\x02\x03");
+        if (n) {
+            int used = ui_put(u, y, x, w, s, n, on ? hl : a);
+            if (used <= 0) break;
+            x += used;
+            w -= used;
+        }
+        s += n;
+        if (*s) on = *s++ == UI_HL_ON;
+    }
+}
+
 void sessions_draw(ui *u)
 {
     sessions_view *v = &u->sess;
@@ -212,7 +235,11 @@ void sessions_draw(ui *u)
     ui_puts(u, y++, x, w, line, v->mode == SV_CONFIRM ? u->attr[UI_EL_ERROR] : k);
     snprintf(line, sizeof line, "  %5s  %-16s  %-16s %5s %4s  %s", "ID", "updated", "model", "msgs", "br", "title");
     ui_puts(u, y++, x, w, line, k);
-    int rows = bh - 5;
+    /* a search shows each match's snippet on the line below its row */
+    int per = 1;
+    for (size_t i = 0; i < v->n && per == 1; i++)
+        if (v->rows[i].snippet) per = 2;
+    int rows = (bh - 5) / per;
     if (rows < 1) rows = 1;
     if (v->sel < v->top) v->top = v->sel;
     if (v->sel >= v->top + (size_t)rows) v->top = v->sel - (size_t)rows + 1;
@@ -222,8 +249,10 @@ void sessions_draw(ui *u)
         int sel = v->top + (size_t)r == v->sel;
         snprintf(line, sizeof line, "%s %5lld  %-16.16s  %-16.16s %5d %4d  %s", row->current ? "*" : " ", row->id,
                  row->date, row->model, row->n_messages, row->n_branches, row->title[0] ? row->title : "(untitled)");
-        if (sel) ui_fill(u, y + r, x, w, " ", u->attr[UI_EL_SLIDER_FOCUS]);
-        ui_puts(u, y + r, x, w, line, sel ? u->attr[UI_EL_SLIDER_FOCUS] : a);
+        int ry = y + r * per;
+        if (sel) ui_fill(u, ry, x, w, " ", u->attr[UI_EL_SLIDER_FOCUS]);
+        ui_puts(u, ry, x, w, line, sel ? u->attr[UI_EL_SLIDER_FOCUS] : a);
+        if (row->snippet) draw_snippet(u, ry + 1, x + 9, w - 9, row->snippet, a, k | A_REVERSE);
     }
     const char *foot = u->unicode ? " Enter open · / search · r rename · d delete · n new · Esc close "
                                   : " Enter open - / search - r rename - d delete - n new - Esc close ";

@@ -144,6 +144,9 @@ void ui_msg_set_note(ui *u, ui_msg *m, const char *note, int error);
 /* Replace the label shown above a message ("you", the model's name; e.g. with "· branch 2/3"). */
 void ui_msg_set_label(ui *u, ui_msg *m, const char *label);
 void ui_msg_remove(ui *u, ui_msg *m);
+/* Reasoning blocks of replies (<think>…</think>, ui/reasoning.h) are shown dimmed on one line;
+ * this shows them whole, or folds them again (F4). */
+void ui_toggle_reasoning(ui *u);
 /* Show replies (the model's messages) as rendered Markdown — headings, emphasis, lists, quotes,
  * links, tables, numbered code blocks (ui/markdown.c) — or as their text (on = 0). Applies to the
  * messages shown and those added later; what the user typed is always shown as typed. */
@@ -190,7 +193,11 @@ typedef struct ui_session_row {
     const char *title, *model, *date; /* copied */
     int n_messages, n_branches;
     int current;                      /* the conversation on screen */
+    const char *snippet;              /* copied; a search's matching text, the matched words between
+                                         UI_HL_ON and UI_HL_OFF bytes (shown highlighted); NULL: none */
 } ui_session_row;
+#define UI_HL_ON '\x02'
+#define UI_HL_OFF '\x03'
 
 /* Show the view with these rows (or refresh it: the selection stays on the same id); status is
  * a line above the list ("" for the default hint). */

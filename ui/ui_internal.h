@@ -12,6 +12,7 @@
 #include "theme.h"
 #include "ui.h"
 #include "markdown.h"
+#include "reasoning.h"
 
 /* ---- chat pane ------------------------------------------------------------------------ */
 
@@ -29,6 +30,10 @@ struct ui_msg {
     int md_dirty;      /* md is older than text */
     int code_base;     /* code blocks of the messages above it (their numbers go on) */
     ui_md md;
+    ui_reasoning rs;   /* a reply's reasoning block (ui/reasoning.h): shown dimmed, folded to one line */
+    ui_lines think_lines; /* the reasoning wrapped, when unfolded */
+    int think_wrap;    /* think_lines are valid for this width (0: not wrapped) */
+    int think_words;   /* words of reasoning */
 };
 
 typedef struct pane {
@@ -41,7 +46,7 @@ typedef struct pane {
 } pane;
 
 /* Lines message m takes at content width w (label + text + note + blank separator). */
-int pane_msg_lines(ui_msg *m, int w);
+int pane_msg_lines(ui *u, ui_msg *m, int w);
 /* Draw the pane in the rectangle; cost proportional to h, not to the number of messages. */
 void pane_draw(ui *u, int y, int x, int h, int w);
 /* Scroll by delta lines (negative: up) for a pane of height h and width w. */
@@ -66,6 +71,23 @@ void controls_init(ui *u, const ui_slider_spec *spec, int n_ctx);
 void controls_draw(ui *u, int y, int x, int h, int w);
 /* Move the selected slider by `steps` (or to min/max with to_end = -1/+1); notifies. */
 void controls_adjust(ui *u, int steps, int to_end);
+
+/* Keys of our own (define_key in screen.c): Alt-Enter, bracketed paste, Ctrl-arrows. */
+enum {
+    KEYX_ALT_ENTER = KEY_MAX + 1,
+    KEYX_PASTE_BEGIN,
+    KEYX_PASTE_END,
+    KEYX_CTRL_LEFT,
+    KEYX_CTRL_RIGHT,
+};
+
+/* ---- each widget owns its keys (htop's Panel: the screen only dispatches) ----------------- */
+/* A key for a widget: is_key 1 for a curses KEY_* code, 0 for a character. Returns 1 when the
+ * widget used it (or swallows it), 0 to leave it to the screen. */
+typedef int (*ui_key_fn)(ui *u, int is_key, wint_t c);
+int controls_key(ui *u, int is_key, wint_t c); /* the slider panel (FOCUS_PANEL) */
+int pane_key(ui *u, int is_key, wint_t c);     /* the chat pane's scrolling (FOCUS_PANE) */
+int help_key(ui *u, int is_key, wint_t c);     /* the F1 overlay, while it is shown */
 void controls_format(const slider *s, char *buf, size_t cap);
 
 /* ---- input (readline bridge; readline is process-global, so is this) ------------------ */
@@ -152,6 +174,7 @@ struct ui {
     double flash_until;
     double ctrl_c_at;         /* first Ctrl-C on an empty input (ms), 0 if none */
     int markdown;                    /* replies are rendered as Markdown (ui_set_markdown) */
+    int think_unfold;                /* reasoning blocks shown whole (F4), else one line each */
     int ctrl_x;                      /* Ctrl-X was the last key (Ctrl-X Ctrl-E: the editor) */
     int paste;                /* inside a bracketed paste */
     int editing;              /* the input holds a message being edited (ui_input_edit) */

@@ -217,11 +217,11 @@ else bad "store: kvchat import of out-of-range numbers" "$(cat "$ST/huge.out")";
 V1="$ST/v1.db"
 rm -f "$V1"
 "$BIN" import "$ST/e1.json" --db "$V1" >/dev/null
-st_sql_write "$V1" "DROP INDEX kv_prefixes_base; ALTER TABLE kv_prefixes DROP COLUMN base_id; PRAGMA user_version = 1;"
+st_sql_write "$V1" "DROP INDEX kv_prefixes_base; ALTER TABLE kv_prefixes DROP COLUMN base_id; ALTER TABLE messages DROP COLUMN model_id; PRAGMA user_version = 1;"
 if [ "$(st_sql "$V1" 'PRAGMA user_version')" = 1 ] && "$BIN" list --db "$V1" >"$ST/v1.out" 2>&1 &&
-    grep -q 'Once upon a time' "$ST/v1.out" && [ "$(st_sql "$V1" 'PRAGMA user_version')" = 3 ] &&
+    grep -q 'Once upon a time' "$ST/v1.out" && [ "$(st_sql "$V1" 'PRAGMA user_version')" = 4 ] &&
     [ "$(st_sql "$V1" "SELECT count(*) FROM pragma_table_info('kv_prefixes') WHERE name = 'base_id'")" = 1 ]; then
-    ok "store: kvchat list on a schema-1 database migrates it to the current schema (3) and lists it"
+    ok "store: kvchat list on a schema-1 database migrates it to the current schema (4) and lists it"
 else
     bad "store: kvchat list on a schema-1 database" "$(cat "$ST/v1.out")"
 fi
