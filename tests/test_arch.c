@@ -39,6 +39,7 @@ static arch_case cases[] = {
     {"qwen3", "qwen3", 64},   {"smollm3", "smollm3", 64}, {"granite", "granite", 64},
     {"olmo2", "olmo2", 64},   {"gemma2", "gemma2", 48},   {"gemma2-softcap", "gemma2", 48}, {"gemma3", "gemma3", 48},
     {"gemma3-4b", "gemma3", 64}, {"phi3", "phi3", 64}, {"phi3-long", "phi3", 512},
+    {"qwen3moe", "qwen3moe", 64}, {"qwen2moe", "qwen2moe", 64}, {"olmoe", "olmoe", 64},
 };
 
 static int json_int(const cJSON *o, const char *k)
@@ -53,6 +54,8 @@ static int regen(const cJSON *ref, const char *path, kv_error *err)
     gen_model_opts o = {
         .n_layer = json_int(ref, "layers"), .n_vocab = json_int(ref, "vocab"), .n_ff = json_int(ref, "ff"),
         .n_swa = json_int(ref, "swa"), .n_ctx_orig = json_int(ref, "orig_ctx"), .seed = (uint64_t)json_int(ref, "seed"),
+        .n_expert = json_int(ref, "experts"), .n_expert_used = json_int(ref, "experts_used"),
+        .n_ff_exp = json_int(ref, "ff_exp"), .n_ff_shexp = json_int(ref, "ff_shexp"),
     };
     const cJSON *cap = cJSON_GetObjectItem(ref, "attn_softcap");
     if (cJSON_IsNumber(cap)) o.attn_softcap = (float)cap->valuedouble;
