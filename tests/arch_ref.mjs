@@ -31,6 +31,11 @@ export const CASES = [
   { name: "qwen3moe", shape: "qwen3-30b-a3b", layers: 2, experts: 16, experts_used: 4, ff_exp: 128 },
   { name: "qwen2moe", shape: "qwen1.5-moe-a2.7b", layers: 2, experts: 8, experts_used: 2, ff_exp: 128, ff_shexp: 256 },
   { name: "olmoe", shape: "olmoe-1b-7b", layers: 2, experts: 16, experts_used: 4, ff: 128 },
+  // the real expert counts and widths (Qwen3-30B-A3B: 128 of 768, 8 used; Qwen1.5-MoE-A2.7B: 60 of
+  // 1408, 4 used, shared 5632; OLMoE-1B-7B: 64 of 1024, 8 used), two layers, llama-quantize's Q4_K_M mix
+  { name: "qwen3moe-real", shape: "qwen3-30b-a3b", layers: 2, type: "q4_k_m", ff: 6144 },
+  { name: "qwen2moe-real", shape: "qwen1.5-moe-a2.7b", layers: 2, type: "q4_k_m", ff: 5632 },
+  { name: "olmoe-real", shape: "olmoe-1b-7b", layers: 2, type: "q4_k_m", ff: 1024 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)
