@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "app/experts.h"
 #include "app/tools.h"
 #include "engine/model.h"
 #include "engine/moe.h"
@@ -472,6 +473,41 @@ static void test_load_errors(void **state)
     expect_error(p, KV_ERR_FORMAT, "required tensor 'blk.0.ffn_up_shexp.weight' is missing", NULL);
 }
 
+/* /show experts: bars scaled to each layer's most used expert, used counts, the top three. */
+static void test_experts_report(void **state)
+{
+    (void)state;
+    uint32_t c[2 * 8] = {0, 8, 4, 0, 1, 0, 0, 3, /* layer 1: */ 2, 2, 2, 2, 2, 2, 2, 2};
+    char buf[1024];
+    size_t n = experts_report(c, 2, 8, 0, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(n, strlen(buf));
+    const char *want0 = "L0    █▄ ▁  ▃  4/8 used · top e1 50% e2 25% e7 19%";
+    const char *want1 = "L1   ████████  8/8 used · top e0 12% e1 12% e2 12%";
+    if (!strstr(buf, want0) || !strstr(buf, want1)) print_message("%s\n", buf);
+    assert_non_null(strstr(buf, "16 selections per layer over 8 experts (one bar per expert)"));
+    assert_non_null(strstr(buf, want0));
+    assert_non_null(strstr(buf, want1));
+    assert_int_equal(experts_report(c, 2, 8, 1, buf, sizeof buf) > 0, 1);
+    assert_non_null(strstr(buf, "L0    @+ :  =  4/8 used"));
+    /* over 64 experts: one bar per pair (the larger) */
+    uint32_t big[128] = {0};
+    big[0] = 1, big[127] = 2;
+    experts_report(big, 1, 128, 1, buf, sizeof buf);
+    assert_non_null(strstr(buf, "one bar per two experts"));
+    char *l = strstr(buf, "L0   ");
+    assert_non_null(l);
+    assert_int_equal(l[5], '+');  /* ceil(1 * 9 / 2) = 5: '+' */
+    assert_int_equal(l[5 + 63], '@');
+    assert_int_equal(l[5 + 64], ' ');
+    /* nothing counted: nothing written; a small buffer is cut, still terminated */
+    uint32_t z[8] = {0};
+    assert_int_equal(experts_report(z, 1, 8, 0, buf, sizeof buf), 0);
+    assert_int_equal(buf[0], 0);
+    assert_true(experts_report(c, 2, 8, 0, buf, 20) < 20);
+    assert_int_equal(strlen(buf), 19);
+}
+
 int main(void)
 {
     if (tu_tmpdir_make("moe")) return 1;
@@ -483,6 +519,7 @@ int main(void)
     const struct CMUnitTest once[] = {
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_experts_report),
     };
     int failed = tu_run_every_isa("moe", every_isa, sizeof every_isa / sizeof *every_isa, NULL, NULL);
     failed += cmocka_run_group_tests(once, NULL, NULL);
