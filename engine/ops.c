@@ -258,17 +258,29 @@ static int experts_packable(const gguf_file *f)
     return avail == 0 || need <= avail / 2;
 }
 
+/* Rows per packing work item of w (about `piece` bytes of source rows, whole panels when packed). */
+static int64_t pack_step(const gguf_tensor *w, int kind, size_t piece)
+{
+    int64_t unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
+    size_t rs = quant_row_size(w->type, w->ne[0]);
+    int64_t step = (int64_t)(piece / (rs * (size_t)unit)) * unit;
+    return step < unit ? unit : step;
+}
+
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err)
 {
     *arena = NULL;
     size_t total = 0, bytes;
     long n_items = 0;
     const size_t piece = (size_t)1 << 20; /* about 1 MiB of source rows per work item */
-    int experts = experts_packable(f);
+    int experts = experts_packable(f), kd;
     for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (&f->tensors[i] != skip && pack_kind(&f->tensors[i], &bytes, experts)) {
+        if (&f->tensors[i] != skip && (kd = pack_kind(&f->tensors[i], &bytes, experts))) {
+            /* exactly the items the loop below makes (an estimate from the byte count fell one
+             * short for large 3-D tensors, leaving their last rows unpacked) */
+            int64_t rows = f->tensors[i].ne[1] * f->tensors[i].ne[2], step = pack_step(&f->tensors[i], kd, piece);
             total += (bytes + 63) & ~(size_t)63;
-            n_items += (long)(f->tensors[i].nbytes / piece) + 1;
+            n_items += (long)((rows + step - 1) / step);
         }
     if (!total) return KV_OK;
     size_t huge = (size_t)2 << 20, alloc = (total + huge - 1) & ~(huge - 1);
@@ -291,8 +303,7 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
         int64_t rows = w->ne[1] * w->ne[2], unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
         size_t rs = quant_row_size(w->type, w->ne[0]);
         size_t unit_bytes = kind == 1 ? quant_pack_size(w->type, w->ne[0], QUANT_PANEL_ROWS) : rs;
-        int64_t step = (int64_t)(piece / (rs * (size_t)unit)) * unit;
-        if (step < unit) step = unit;
+        int64_t step = pack_step(w, kind, piece);
         for (int64_t r0 = 0; r0 < rows && k < n_items; r0 += step) {
             int64_t r1 = r0 + step < rows ? r0 + step : rows;
             items[k++] = (pack_item){w, kind, r0, r1, p + off + (size_t)(r0 / unit) * unit_bytes};
