@@ -27,6 +27,15 @@ export const CASES = [
   { name: "gemma3-4b", shape: "gemma3-4b", layers: 6, swa: 32 }, // global layer 5: linear RoPE x8
   { name: "phi3", shape: "phi4-mini", layers: 2 },            // n_ctx 512 <= 4096: short factors
   { name: "phi3-long", shape: "phi4-mini", layers: 2, orig_ctx: 64 }, // 512 > 64: long factors
+  // mixture of experts: small expert counts and widths (the real ones: the *-real cases)
+  { name: "qwen3moe", shape: "qwen3-30b-a3b", layers: 2, experts: 16, experts_used: 4, ff_exp: 128 },
+  { name: "qwen2moe", shape: "qwen1.5-moe-a2.7b", layers: 2, experts: 8, experts_used: 2, ff_exp: 128, ff_shexp: 256 },
+  { name: "olmoe", shape: "olmoe-1b-7b", layers: 2, experts: 16, experts_used: 4, ff: 128 },
+  // the real expert counts and widths (Qwen3-30B-A3B: 128 of 768, 8 used; Qwen1.5-MoE-A2.7B: 60 of
+  // 1408, 4 used, shared 5632; OLMoE-1B-7B: 64 of 1024, 8 used), two layers, llama-quantize's Q4_K_M mix
+  { name: "qwen3moe-real", shape: "qwen3-30b-a3b", layers: 2, type: "q4_k_m", ff: 6144 },
+  { name: "qwen2moe-real", shape: "qwen1.5-moe-a2.7b", layers: 2, type: "q4_k_m", ff: 5632 },
+  { name: "olmoe-real", shape: "olmoe-1b-7b", layers: 2, type: "q4_k_m", ff: 1024 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)
@@ -46,6 +55,10 @@ function genArgs(c, path) {
   if (c.swa) a.push("--swa", String(c.swa));
   if (c.orig_ctx) a.push("--orig-ctx", String(c.orig_ctx));
   if (c.attn_softcap) a.push("--attn-softcap", String(c.attn_softcap));
+  if (c.experts) a.push("--experts", String(c.experts));
+  if (c.experts_used) a.push("--experts-used", String(c.experts_used));
+  if (c.ff_exp) a.push("--ff-exp", String(c.ff_exp));
+  if (c.ff_shexp) a.push("--ff-shexp", String(c.ff_shexp));
   return a;
 }
 
@@ -75,8 +88,10 @@ async function run(llama, kvchat, dir, c) {
   await ctx.dispose();
   await model.dispose();
   rmSync(path);
-  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0 } = c;
-  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, n_ctx,
+  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0, experts = 0,
+          experts_used = 0, ff_exp = 0, ff_shexp = 0 } = c;
+  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, experts, experts_used, ff_exp,
+           ff_shexp, n_ctx,
            reference: "llama.cpp via node-llama-cpp (CPU, f32 KV cache, 2 threads), teacher-forced", prompts };
 }
 
