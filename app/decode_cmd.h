@@ -1,0 +1,47 @@
+/* decode_cmd: the one-shot mode's --beams and --best-of (several candidate replies, one shown). */
+#ifndef KV_APP_DECODE_CMD_H
+#define KV_APP_DECODE_CMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "app/output.h"
+#include "engine/generate.h"
+
+#define DECODE_MAX_N 16
+
+typedef struct decode_opts {
+    int beams;            /* > 1: beam search (engine/beam.h) */
+    int best_of;          /* > 1: best-of-N sampling */
+    float length_penalty; /* beams: score = sum log p / length^A */
+    int n_predict;
+    int json;             /* write JSON lines to j instead of text to stdout */
+    int top_logprobs;
+    const char *prompt_text; /* echoed before the reply in text mode (NULL: none) */
+} decode_opts;
+
+/* One candidate of best-of-N: its tokens and log-probabilities (raw model, per token). */
+typedef struct decode_sample {
+    int32_t *tokens;
+    float *lp;
+    int n;
+    double mean_lp;       /* mean of lp over the tokens (an end-of-generation token included) */
+    int finish;
+    uint64_t seed;
+} decode_sample;
+
+/* N samples from one prefill: the prompt but its last token is prefilled once on seq, each
+ * sample is generated on a fork of it (sampler reseeded to seed + i, i = 0..n-1), and the
+ * samples are ranked by mean log-probability (best first) into out[0..n). Errors of
+ * engine_generate_seq. The caller frees with decode_samples_free. */
+int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t n_prompt, int n, int n_predict,
+                   decode_sample *out, gen_stats *st, kv_error *err);
+void decode_samples_free(decode_sample *s, int n);
+
+/* The one-shot mode with --beams / --best-of: writes the chosen reply (text, or JSON token lines
+ * with logprobs) and says on stderr how it was chosen (the beam's score; every sample's mean
+ * log-prob). */
+int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt, const decode_opts *o, json_out *j,
+                   gen_stats *st, int *finish, kv_error *err);
+
+#endif
