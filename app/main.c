@@ -610,7 +610,8 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     int rc;
     if (c->beams > 1 || c->best_of > 1) {
         decode_opts dop = {.beams = c->beams, .best_of = c->best_of, .length_penalty = c->length_penalty,
-                           .n_predict = c->n_predict, .json = g_json, .top_logprobs = c->top_logprobs};
+                           .n_predict = c->n_predict, .json = g_json, .top_logprobs = c->top_logprobs,
+                           .prompt_text = print_prompt && !g_json ? text : NULL};
         rc = decode_oneshot(e, s, toks, n, &dop, &g_jout, &st, &finish, &err);
         if (!rc && !g_json) o.prompt = NULL; /* decode_oneshot printed prompt and reply */
     } else {
