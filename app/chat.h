@@ -24,6 +24,9 @@ typedef struct chat_options {
     int markdown;             /* 1: replies are shown as rendered Markdown (--no-markdown: 0) */
     const char *const *warnings; /* config.ini / environment warnings to show in the chat */
     int n_warnings;
+    const struct spec_params *spec; /* speculative decoding at start (engine/speculate.h; its draft
+                                 engine stays the caller's); /set draft changes it; NULL: off */
+    const char *draft_path;   /* the draft model's file, for /set draft and /show params */
 } chat_options;
 
 /* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator

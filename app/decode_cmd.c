@@ -6,6 +6,8 @@
 
 #include "engine/beam.h"
 #include "engine/logprob.h"
+#include "engine/speculate.h"
+#include "app/config.h"
 
 typedef struct collect {
     engine *e;
@@ -174,4 +176,36 @@ int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt
     *finish = ds[0].finish;
     decode_samples_free(ds, n);
     return KV_OK;
+}
+
+int decode_set_draft(spec_params *sp, int key, const char *value, const char *draft_path, char *msg, size_t cap)
+{
+    char norm[1100], why[600];
+    if (config_check(key, value, norm, sizeof norm, why, sizeof why)) {
+        snprintf(msg, cap, "/set %s: %s", config_key_name(key), why);
+        return -1;
+    }
+    if (key == CFG_DRAFT_MAX) sp->draft_max = atoi(norm);
+    else if (key == CFG_DRAFT_MIN_P) sp->draft_min_p = (float)atof(norm);
+    else if (!strcmp(norm, "off")) sp->mode = SPEC_OFF;
+    else if (!strcmp(norm, "lookup")) sp->mode = SPEC_LOOKUP;
+    else if (sp->draft && (!strcmp(norm, "model") || (draft_path && !strcmp(norm, draft_path)))) sp->mode = SPEC_DRAFT;
+    else {
+        if (sp->draft) snprintf(msg, cap, "/set draft: off, lookup or model (the draft model %s loaded at start)",
+                                draft_path ? draft_path : "");
+        else snprintf(msg, cap, "/set draft: off or lookup (a draft model is loaded at start: --draft MODEL or draft = "
+                                "MODEL in config.ini)");
+        return -1;
+    }
+    char v[96];
+    decode_draft_text(sp, key, v, sizeof v);
+    snprintf(msg, cap, "%s = %s", config_key_name(key), v);
+    return 0;
+}
+
+void decode_draft_text(const spec_params *sp, int key, char *buf, size_t cap)
+{
+    if (key == CFG_DRAFT_MAX) snprintf(buf, cap, "%d", sp->draft_max);
+    else if (key == CFG_DRAFT_MIN_P) snprintf(buf, cap, "%.2f", (double)sp->draft_min_p);
+    else snprintf(buf, cap, "%s", sp->mode == SPEC_DRAFT ? "model" : spec_mode_name(sp->mode));
 }

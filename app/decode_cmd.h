@@ -44,4 +44,15 @@ void decode_samples_free(decode_sample *s, int n);
 int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt, const decode_opts *o, json_out *j,
                    gen_stats *st, int *finish, kv_error *err);
 
+/* `/set draft off|lookup|model`, `/set draft_max N`, `/set draft_min_p P` (key CFG_DRAFT,
+ * CFG_DRAFT_MAX, CFG_DRAFT_MIN_P; ranges from the settings table) on *sp: "model" (or the draft
+ * model's path) needs the draft model opened at start-up (sp->draft; --draft or config.ini), a
+ * path of another model is refused (a model is loaded only at start). Writes "draft = lookup" or
+ * the error to msg; 0 or -1 (nothing changed). */
+struct spec_params;
+int decode_set_draft(struct spec_params *sp, int key, const char *value, const char *draft_path, char *msg,
+                     size_t cap);
+/* The value of one of those keys as /show params prints it. */
+void decode_draft_text(const struct spec_params *sp, int key, char *buf, size_t cap);
+
 #endif

@@ -596,17 +596,7 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     gen_opts go;
     engine_default_opts(e, &go);
     go.n_predict = c->n_predict;
-    spec_params sp = c->spec;
-    engine *draft = NULL;
-    if (sp.mode == SPEC_DRAFT) {
-        if (spec_draft_open(c->draft_path, e, c->ep.n_threads, &draft, &err)) {
-            fprintf(stderr, "kvchat: --draft: %s\n", err.msg);
-            free(toks);
-            return err.code == KV_ERR_NOMEM ? EXIT_RUNTIME : EXIT_MODEL;
-        }
-        sp.draft = draft;
-    }
-    if (sp.mode != SPEC_OFF) go.spec = &sp;
+    if (c->spec.mode != SPEC_OFF) go.spec = &c->spec;
     int rc;
     if (c->beams > 1 || c->best_of > 1) {
         decode_opts dop = {.beams = c->beams, .best_of = c->best_of, .length_penalty = c->length_penalty,
@@ -617,7 +607,6 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     } else {
         rc = engine_generate_seq(e, ENGINE_SEQ_DEFAULT, toks, n, &go, s, &cb, &st, &finish, &err);
     }
-    engine_close(draft);
     free(toks);
     if (g_json) json_flush_pending(&o);
     free(o.text);
@@ -731,6 +720,17 @@ int main(int argc, char **argv)
         free(stdin_prompt);
         return EXIT_RUNTIME;
     }
+    engine *draft = NULL; /* --draft MODEL (engine/speculate.h) */
+    if (c.spec.mode == SPEC_DRAFT) {
+        if (spec_draft_open(c.draft_path, e, c.ep.n_threads, &draft, &err)) {
+            fprintf(stderr, "kvchat: --draft: %s\n", err.msg);
+            sampler_free(s);
+            engine_close(e);
+            free(stdin_prompt);
+            return err.code == KV_ERR_NOMEM ? EXIT_RUNTIME : EXIT_MODEL;
+        }
+        c.spec.draft = draft;
+    }
     if (c.prompt)
         rc = run_prompt(e, s, c.prompt, &c, 1);
     else {
@@ -753,7 +753,8 @@ int main(int argc, char **argv)
                            .markdown = !c.no_markdown,
                            .chat_template = c.chat_template, .resume = c.resume,
                            .stops = c.stops, .n_stops = c.n_stops, .system = c.system,
-                           .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};
+                           .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn,
+                           .spec = &c.spec, .draft_path = c.draft_path};
         co.cache_bytes = cache_bytes;
         if (have_db) co.db_path = db_path;
         rc = chat_run(e, s, &co);
@@ -764,6 +765,7 @@ int main(int argc, char **argv)
     }
     if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");
     sampler_free(s);
+    engine_close(draft);
     engine_close(e);
     free(stdin_prompt);
     return rc;
