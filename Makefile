@@ -141,6 +141,16 @@ $(BUILD)/rel/tests/bench_kv: tests/bench_kv.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) $(LDLIBS_ALL)
 
+# Batched decode step benchmark, not a test: one model_forward_batch over 1, 2, 4, 8 sequences
+# (tests/bench_batch.c; bench-serve measures the same through HTTP). MODEL=… (default TinyLlama Q4_0).
+BATCH_MODEL = $(if $(filter command line,$(origin MODEL)),$(MODEL),/tmp/kvchat-models/tinyllama-q4_0.gguf)
+.PHONY: bench-batch
+bench-batch: $(BUILD)/rel/tests/bench_batch
+	$(BUILD)/rel/tests/bench_batch $(BATCH_MODEL) 64 $$(nproc) 16
+$(BUILD)/rel/tests/bench_batch: tests/bench_batch.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) $(LDLIBS_ALL)
+
 # Resume benchmark, not a test: TTFT of the first reply after resuming a 1,500-token chat whose KV
 # cache comes back from the SQLite prefix store vs a fresh prefill of it (tests/bench_resume.c).
 bench-resume: $(BUILD)/rel/tests/bench_resume
@@ -300,7 +310,7 @@ $(SERVE_NPM): | $(DEPS_OK)
 	  echo "kvchat: openai $$(node -p 'require("./node_modules/openai/package.json").version') installed in $(BUILD)/npm"
 e2e: serve-test-deps
 
-# kvchat serve's aggregate decode tokens/s with 1, 2, 4, 8 concurrent streams, not a test
+# kvchat serve's aggregate decode tokens/s and ITL with 1, 2, 4, 8 concurrent streams beside llama-server --parallel, not a test
 # (tests/bench_serve.sh; MODEL=… BENCH_TOKENS, BENCH_STREAMS tune it).
 .PHONY: bench-serve
 bench-serve: kvchat

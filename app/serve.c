@@ -23,6 +23,7 @@
 #include "app/models.h"
 #include "app/prompt.h"
 #include "engine/chat_template.h"
+#include "engine/gen_batch.h"
 #include "engine/generate.h"
 #include "engine/gguf.h"
 #include "engine/stop.h"
@@ -66,12 +67,11 @@ typedef struct job {
     gen_opts go;
     sampler_params sp;
     stop_matcher sm0;         /* the request's stop strings, fresh */
-    stop_matcher sm;          /* generator thread only: the choice being generated */
-    int n_choices;            /* "n": choices generated one after another from one prefill */
+    int n_choices;            /* "n": choices decoded together on forks of one prefill */
+    int n_slots;              /* g.mu: scheduler slots still running for it */
     int logprobs, top_n;      /* record lp_entry per token; alternatives per token */
     /* output, under g.mu */
     choice ch[SERVE_MAX_N];
-    int cur;                  /* the choice being generated */
     int done, rc;
     kv_error err;
     gen_stats st;
@@ -84,7 +84,8 @@ static struct {
     char model_id[256];
     int tmpl;                 /* chat template family (CHAT_TMPL_NONE: completion-mode prompts) */
     size_t max_body;
-    int parallel;             /* requests admitted at once (running + waiting) */
+    int parallel;             /* requests admitted at once (decoding together) */
+    int prefill_budget;       /* prefill tokens per step while others decode (--prefill-chunk) */
     engine *e;
     atomic_int ready;         /* the model is loaded */
     atomic_int shutdown;
@@ -111,10 +112,10 @@ static void job_unref(job *j)
     pthread_mutex_unlock(&g.mu);
 }
 
-/* g.mu held: append text to the output of the choice being generated. */
-static int job_append_locked(job *j, const char *t, size_t n)
+/* g.mu held: append text to the output of choice c. */
+static int job_append_locked(job *j, int ci, const char *t, size_t n)
 {
-    choice *c = &j->ch[j->cur];
+    choice *c = &j->ch[ci];
     if (c->len + n + 1 > c->cap) {
         size_t nc = c->cap ? c->cap : 1024;
         while (nc < c->len + n + 1) nc *= 2;
@@ -136,17 +137,35 @@ static int job_completion_tokens(const job *j)
     return n;
 }
 
+/* ---- the scheduler: continuous batching (engine/gen_batch.h) ------------------------------
+ * One thread owns the engine. Each admitted request gets a slot per choice — its own KV
+ * sequence, sampler (the request's parameters, choice i seeded S + i), stop matcher and
+ * gen_stream — and, with n > 1, a base slot that prefills the prompt but its last token once;
+ * the choices then fork it (sharing its blocks) and decode together. Every step is one
+ * gen_batch_step over all slots: one token of each decoding sequence plus prefill chunks of new
+ * ones; requests join and leave between steps. Output goes to the job's per-choice buffers,
+ * which the connections read at their own pace (a slow reader never blocks this thread). */
+typedef struct slot {
+    job *j;
+    int c;                    /* choice index; -1: the base prefill of n > 1 */
+    int seq;
+    sampler *s;
+    stop_matcher sm;
+    gen_stream *gs;
+} slot;
+
 static int gen_on_text(void *ud, const char *text, size_t len, int32_t token)
 {
     (void)token;
-    job *j = ud;
+    slot *sl = ud;
+    job *j = sl->j;
     char out[4096 + STOP_MAX_LEN];
     int hit = 0;
     while (len > 0 && !hit) {
         size_t chunk = len < 4096 ? len : 4096, n = 0;
-        hit = stop_push(&j->sm, text, chunk, out, &n);
+        hit = stop_push(&sl->sm, text, chunk, out, &n);
         pthread_mutex_lock(&g.mu);
-        int bad = n && job_append_locked(j, out, n);
+        int bad = n && job_append_locked(j, sl->c, out, n);
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&g.mu);
         if (bad) return 1;
@@ -185,12 +204,13 @@ static void token_logprobs(const float *logits, int n_vocab, int32_t tok, int to
 
 static void gen_on_token(void *ud, int32_t token, int is_eog)
 {
-    job *j = ud;
+    slot *sl = ud;
+    job *j = sl->j;
     if (is_eog) return;
     lp_entry le;
     int have = 0;
     if (j->logprobs) {
-        const float *logits = engine_logits(g.e); /* those token was sampled from */
+        const float *logits = gen_stream_logits(sl->gs); /* those token was sampled from */
         int n_vocab = engine_model(g.e)->hp.n_vocab;
         if (logits && token >= 0 && token < n_vocab) {
             token_logprobs(logits, n_vocab, token, j->top_n, &le);
@@ -198,7 +218,7 @@ static void gen_on_token(void *ud, int32_t token, int is_eog)
         }
     }
     pthread_mutex_lock(&g.mu);
-    choice *c = &j->ch[j->cur];
+    choice *c = &j->ch[sl->c];
     c->n_completion++;
     if (have && c->n_lp == c->cap_lp) {
         size_t nc = c->cap_lp ? c->cap_lp * 2 : 64;
@@ -211,98 +231,203 @@ static void gen_on_token(void *ud, int32_t token, int is_eog)
 
 static int gen_should_stop(void *ud)
 {
-    job *j = ud;
-    return atomic_load(&j->cancel) || atomic_load(&g.shutdown);
+    slot *sl = ud;
+    return atomic_load(&sl->j->cancel) || atomic_load(&g.shutdown);
 }
 
-/* Generator thread: one choice on sequence seq with a sampler seeded for it; fills its output. */
-static int run_choice(job *j, int seq, uint64_t seed, gen_stats *st, kv_error *err)
+static struct {
+    slot **slots;             /* [cap]: active, in admission order */
+    gen_stream **gs;          /* [cap]: their streams, same order */
+    int n, cap;
+    gen_batch *b;
+} sch;
+
+/* g.mu held or the job not yet visible: the request failed before or during generation. */
+static void job_fail(job *j, int rc, const kv_error *err)
 {
-    engine *e = g.e;
-    int finish = GEN_FINISH_ERROR, rc;
-    sampler_params sp = j->sp;
-    sp.seed = seed;
-    j->sm = j->sm0;
-    sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &sp, err);
-    if (!s) {
-        rc = err->code ? err->code : KV_ERR_NOMEM;
-    } else {
-        gen_callbacks cb = {.on_text = gen_on_text, .should_stop = gen_should_stop, .ud = j, .on_token = gen_on_token};
-        rc = engine_generate_seq(e, seq, j->toks, j->n_toks, &j->go, s, &cb, st, &finish, err);
+    if (j->rc == KV_OK) {
+        j->rc = rc;
+        j->err = *err;
     }
-    sampler_free(s);
-    char tail[STOP_MAX_LEN];
-    size_t n_tail = rc == KV_OK ? stop_flush(&j->sm, tail) : 0;
-    pthread_mutex_lock(&g.mu);
-    if (n_tail) job_append_locked(j, tail, n_tail);
-    j->ch[j->cur].finish = rc == KV_OK ? finish : GEN_FINISH_ERROR;
-    j->ch[j->cur].done = 1;
-    if (rc == KV_OK && j->cur + 1 < j->n_choices) j->cur++;
+}
+
+/* g.mu held: the job's last slot ended (the caller drops its own reference after). */
+static void job_finish_locked(job *j)
+{
+    j->done = 1;
+    g.n_inflight--;
     pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&g.mu);
-    return rc;
 }
 
-/* Generator thread: run j on a new sequence, which is freed afterwards (its full blocks stay in
- * the prefix cache, so the next request sharing the prefix adopts them by hash). With n > 1
- * choices the prompt but its last token is prefilled once on a base sequence and every choice
- * runs on a fork of it (no copy, no recomputation); a fixed seed S gives choice i the seed S + i. */
-static void run_job(job *j)
+/* A slot on sequence seq for choice c (or the base, c = -1) of j; KV_OK or an error (the
+ * sequence is then freed). */
+static int slot_start(job *j, int c, int seq, kv_error *err)
 {
-    engine *e = g.e;
-    kv_error err = {0};
-    gen_stats st = {0}, st_prefill = {0};
-    int seq = -1, base = -1, rc;
-    uint64_t seed = j->sp.seed;
-    if (j->n_choices == 1) {
-        if ((rc = engine_seq_new(e, &seq, &err)) == KV_OK) {
-            rc = run_choice(j, seq, seed, &st, &err);
-            engine_seq_free(e, seq);
-        }
-    } else if ((rc = engine_seq_new(e, &base, &err)) == KV_OK) {
-        gen_callbacks cb = {.should_stop = gen_should_stop, .ud = j};
-        if (j->n_toks > 1) rc = engine_prefill_seq(e, base, j->toks, j->n_toks - 1, &cb, &st_prefill, &err);
-        for (int i = 0; rc == KV_OK && i < j->n_choices && !gen_should_stop(j); i++) {
-            if ((rc = engine_seq_fork(e, base, -1, &seq, &err)) != KV_OK) break;
-            rc = run_choice(j, seq, seed == SAMPLER_SEED_RANDOM ? seed : seed + (uint64_t)i, &st, &err);
-            engine_seq_free(e, seq);
-        }
-        engine_seq_free(e, base);
-        st.n_reused = st_prefill.n_reused; /* what the request found cached */
+    slot *sl = calloc(1, sizeof *sl);
+    if (!sl) {
+        engine_seq_free(g.e, seq);
+        return kv_error_set(err, KV_ERR_NOMEM, "out of memory for a request");
+    }
+    sl->j = j;
+    sl->c = c;
+    sl->seq = seq;
+    int rc = KV_OK;
+    gen_callbacks cb = {.should_stop = gen_should_stop, .ud = sl};
+    if (c >= 0) {
+        sampler_params sp = j->sp;
+        uint64_t seed = j->sp.seed;
+        if (j->n_choices > 1 && seed != SAMPLER_SEED_RANDOM) seed += (uint64_t)c;
+        sp.seed = seed;
+        sl->sm = j->sm0;
+        if (!(sl->s = sampler_create(engine_model(g.e)->hp.n_vocab, &sp, err))) rc = err->code ? err->code : KV_ERR_NOMEM;
+        cb.on_text = gen_on_text;
+        cb.on_token = gen_on_token;
+    }
+    if (!rc)
+        rc = gen_stream_begin(g.e, seq, j->toks, c >= 0 ? j->n_toks : j->n_toks - 1, &j->go, sl->s, &cb, c < 0, &sl->gs,
+                              err);
+    if (rc) {
+        sampler_free(sl->s);
+        engine_seq_free(g.e, seq);
+        free(sl);
+        return rc;
     }
     pthread_mutex_lock(&g.mu);
-    j->rc = rc;
-    j->err = err;
-    j->st = st;
+    j->refs++;
+    j->n_slots++;
     pthread_mutex_unlock(&g.mu);
+    sch.slots[sch.n] = sl;
+    sch.gs[sch.n++] = sl->gs;
+    return KV_OK;
+}
+
+/* Start j: its base prefill (n > 1 with a prompt longer than one token) or its choices. */
+static void job_start(job *j)
+{
+    kv_error err = {0};
+    int rc = KV_OK, seq;
+    if (j->n_choices > 1 && j->n_toks > 1) {
+        if (!(rc = engine_seq_new(g.e, &seq, &err))) rc = slot_start(j, -1, seq, &err);
+    } else {
+        for (int i = 0; i < j->n_choices && !rc; i++)
+            if (!(rc = engine_seq_new(g.e, &seq, &err))) rc = slot_start(j, i, seq, &err);
+    }
+    pthread_mutex_lock(&g.mu);
+    if (rc) {
+        job_fail(j, rc, &err);
+        for (int i = 0; i < j->n_choices; i++)
+            if (!j->ch[i].done) j->ch[i].finish = GEN_FINISH_ERROR, j->ch[i].done = 1;
+    }
+    if (j->n_slots == 0) job_finish_locked(j);
+    job_unref_locked(j); /* the queue's reference: the slots hold theirs */
+    pthread_mutex_unlock(&g.mu);
+}
+
+/* A slot's stream finished: record the choice (or fork the choices from the base), free it. */
+static void slot_end(slot *sl, const kv_error *step_err)
+{
+    job *j = sl->j;
+    int fin = GEN_FINISH_NONE;
+    gen_stream_done(sl->gs, &fin);
+    kv_error err = {0};
+    if (sl->c < 0) { /* the base: every choice forks it (its blocks shared, nothing recomputed) */
+        j->st = *gen_stream_stats(sl->gs);
+        int rc = fin == GEN_FINISH_ERROR ? (err = *step_err, err.code ? err.code : KV_ERR_INVALID) : KV_OK;
+        for (int i = 0; i < j->n_choices && !rc && fin != GEN_FINISH_CANCELLED && fin != GEN_FINISH_CONTEXT; i++) {
+            int seq;
+            if (!(rc = engine_seq_fork(g.e, sl->seq, -1, &seq, &err))) rc = slot_start(j, i, seq, &err);
+        }
+        pthread_mutex_lock(&g.mu);
+        if (rc) job_fail(j, rc, &err);
+        for (int i = 0; i < j->n_choices; i++)
+            if (rc || fin == GEN_FINISH_CANCELLED || fin == GEN_FINISH_CONTEXT)
+                if (!j->ch[i].done) j->ch[i].finish = rc ? GEN_FINISH_ERROR : fin, j->ch[i].done = 1;
+        pthread_mutex_unlock(&g.mu);
+    } else {
+        char tail[STOP_MAX_LEN];
+        size_t n_tail = fin != GEN_FINISH_ERROR ? stop_flush(&sl->sm, tail) : 0;
+        pthread_mutex_lock(&g.mu);
+        if (sl->c == 0 && (j->n_choices == 1 || j->n_toks == 1)) j->st = *gen_stream_stats(sl->gs); /* its reuse */
+        if (n_tail) job_append_locked(j, sl->c, tail, n_tail);
+        j->ch[sl->c].finish = fin;
+        j->ch[sl->c].done = 1;
+        if (fin == GEN_FINISH_ERROR) job_fail(j, step_err->code ? step_err->code : KV_ERR_INVALID, step_err);
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&g.mu);
+    }
+    gen_stream_free(sl->gs);
+    sampler_free(sl->s);
+    engine_seq_free(g.e, sl->seq); /* its full blocks stay cached for the next request's prefix */
+    pthread_mutex_lock(&g.mu);
+    if (--j->n_slots == 0) job_finish_locked(j);
+    job_unref_locked(j);
+    pthread_mutex_unlock(&g.mu);
+    free(sl);
 }
 
 static void *generator_main(void *arg)
 {
     (void)arg;
+    kv_error err = {0};
     for (;;) {
         pthread_mutex_lock(&g.mu);
-        while (!g.head && !atomic_load(&g.shutdown)) pthread_cond_wait(&g.cv_queue, &g.mu);
-        job *j = g.head;
-        if (!j) { /* shutting down with an empty queue */
+        while (!g.head && !sch.n && !atomic_load(&g.shutdown)) pthread_cond_wait(&g.cv_queue, &g.mu);
+        if (atomic_load(&g.shutdown) && !sch.n) { /* queued jobs are freed by serve_main */
             pthread_mutex_unlock(&g.mu);
             return NULL;
         }
-        g.head = j->next;
-        if (!g.head) g.tail = NULL;
-        pthread_mutex_unlock(&g.mu);
-        if (atomic_load(&j->cancel) || atomic_load(&g.shutdown)) {
-            j->rc = KV_OK;
-            for (int i = 0; i < j->n_choices; i++) j->ch[i].finish = GEN_FINISH_CANCELLED;
-        } else {
-            run_job(j);
+        /* admit waiting requests while slots are free (requests join between steps) */
+        job *admit[64];
+        int n_admit = 0, room = sch.cap - sch.n;
+        while (g.head && n_admit < 64) {
+            job *j = g.head;
+            int need = j->n_choices + (j->n_choices > 1);
+            if (need > sch.cap) { /* never fits: -b too small for this many choices */
+                g.head = j->next;
+                if (!g.head) g.tail = NULL;
+                kv_error e2;
+                kv_error_set(&e2, KV_ERR_INVALID, "n = %d choices need %d sequences; this server steps at most %d (raise -b)",
+                             j->n_choices, need, sch.cap);
+                job_fail(j, e2.code, &e2);
+                for (int c = 0; c < j->n_choices; c++) j->ch[c].finish = GEN_FINISH_ERROR, j->ch[c].done = 1;
+                job_finish_locked(j);
+                job_unref_locked(j);
+                continue;
+            }
+            if (need > room) break;
+            room -= need;
+            g.head = j->next;
+            if (!g.head) g.tail = NULL;
+            admit[n_admit++] = j;
         }
-        pthread_mutex_lock(&g.mu);
-        j->done = 1;
-        g.n_inflight--;
-        pthread_cond_broadcast(&j->cv);
-        job_unref_locked(j);
         pthread_mutex_unlock(&g.mu);
+        for (int i = 0; i < n_admit; i++) {
+            job *j = admit[i];
+            if (atomic_load(&j->cancel) || atomic_load(&g.shutdown)) {
+                pthread_mutex_lock(&g.mu);
+                for (int c = 0; c < j->n_choices; c++) j->ch[c].finish = GEN_FINISH_CANCELLED, j->ch[c].done = 1;
+                job_finish_locked(j);
+                job_unref_locked(j);
+                pthread_mutex_unlock(&g.mu);
+                continue;
+            }
+            job_start(j);
+        }
+        if (!sch.n) continue;
+        err = (kv_error){0};
+        gen_batch_step(sch.b, sch.gs, sch.n, g.prefill_budget, &err);
+        /* slots that finished leave (in order; a base adds its choices at the end) */
+        for (int i = 0; i < sch.n;) {
+            if (!gen_stream_done(sch.gs[i], NULL)) {
+                i++;
+                continue;
+            }
+            slot *sl = sch.slots[i];
+            memmove(sch.slots + i, sch.slots + i + 1, sizeof *sch.slots * (size_t)(sch.n - i - 1));
+            memmove(sch.gs + i, sch.gs + i + 1, sizeof *sch.gs * (size_t)(sch.n - i - 1));
+            sch.n--;
+            slot_end(sl, &err);
+        }
     }
 }
 
@@ -1205,8 +1330,10 @@ static void serve_usage(FILE *out)
             "  -m, --model PATH|NAME    GGUF model file, or NAME(.gguf) in the models directory\n"
             "      --host ADDR          address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
             "      --port N             TCP port (default 8080; 0 picks a free one, printed at start)\n"
-            "      --parallel N         requests admitted at once, running or waiting; more get 503 (default 4).\n"
-            "                           They run one at a time, each on its own KV sequence (prefixes shared)\n"
+            "      --parallel N         requests decoding together (continuous batching: one forward pass a\n"
+            "                           step for all of them); more at once get 503 (default 4, at most 256)\n"
+            "      --prefill-chunk N    prompt tokens a step takes while other requests decode (default 32):\n"
+            "                           smaller keeps their inter-token latency low, larger gives a faster TTFT\n"
             "      --api-key KEY        require \"Authorization: Bearer KEY\" on every route but /health\n"
             "                           (env KVCHAT_API_KEY)\n"
             "  -c, --ctx-size N         context length in tokens (prompt + reply of one request)\n"
@@ -1221,7 +1348,7 @@ static void serve_usage(FILE *out)
             "Stops on SIGINT or SIGTERM.\n");
 }
 
-enum { SO_HOST = 2000, SO_PORT, SO_PARALLEL, SO_API_KEY, SO_KV_TYPE, SO_CHAT_TEMPLATE, SO_MAX_BODY };
+enum { SO_HOST = 2000, SO_PORT, SO_PARALLEL, SO_API_KEY, SO_KV_TYPE, SO_CHAT_TEMPLATE, SO_MAX_BODY, SO_PREFILL_CHUNK };
 
 static int serve_int(const char *s, const char *opt, long lo, long hi, int *out)
 {
@@ -1241,6 +1368,7 @@ int serve_main(int argc, char **argv)
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},       {"host", required_argument, 0, SO_HOST},
         {"port", required_argument, 0, SO_PORT},    {"parallel", required_argument, 0, SO_PARALLEL},
+        {"prefill-chunk", required_argument, 0, SO_PREFILL_CHUNK},
         {"api-key", required_argument, 0, SO_API_KEY}, {"ctx-size", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 't'},     {"batch-size", required_argument, 0, 'b'},
         {"kv-type", required_argument, 0, SO_KV_TYPE}, {"chat-template", required_argument, 0, SO_CHAT_TEMPLATE},
@@ -1252,6 +1380,7 @@ int serve_main(int argc, char **argv)
     const char *host = "127.0.0.1", *model_arg = NULL, *tmpl_name = NULL;
     int port = 8080, max_body = SERVE_DEFAULT_MAX_BODY;
     g.parallel = 4;
+    g.prefill_budget = 32;
     g.api_key = getenv("KVCHAT_API_KEY");
     if (g.api_key && !*g.api_key) g.api_key = NULL;
     opterr = 0;
@@ -1262,7 +1391,8 @@ int serve_main(int argc, char **argv)
         case 'm': model_arg = optarg; break;
         case SO_HOST: host = optarg; break;
         case SO_PORT: if (serve_int(optarg, "--port", 0, 65535, &port)) return EXIT_USAGE; break;
-        case SO_PARALLEL: if (serve_int(optarg, "--parallel", 1, 4096, &g.parallel)) return EXIT_USAGE; break;
+        case SO_PARALLEL: if (serve_int(optarg, "--parallel", 1, 256, &g.parallel)) return EXIT_USAGE; break;
+        case SO_PREFILL_CHUNK: if (serve_int(optarg, "--prefill-chunk", 1, 1 << 16, &g.prefill_budget)) return EXIT_USAGE; break;
         case SO_API_KEY: g.api_key = *optarg ? optarg : NULL; break;
         case 'c': if (serve_int(optarg, "-c", 8, 1 << 20, &ep.n_ctx)) return EXIT_USAGE; break;
         case 't': if (serve_int(optarg, "-t", 1, 1024, &ep.n_threads)) return EXIT_USAGE; break;
@@ -1301,6 +1431,7 @@ int serve_main(int argc, char **argv)
         return EXIT_MODEL;
     }
     ep.model_path = model_path;
+    ep.kv_seqs = g.parallel; /* a block budget for every admitted request's sequence */
     g.max_body = (size_t)max_body;
     const char *base = strrchr(model_path, '/');
     snprintf(g.model_id, sizeof g.model_id, "%.200s", base ? base + 1 : model_path);
@@ -1368,6 +1499,17 @@ int serve_main(int argc, char **argv)
                         "(--chat-template NAME to choose)\n");
         g.tmpl = CHAT_TMPL_CHATML;
     }
+    /* scheduler slots: every admitted request's choices (+ a base prefill), at most a batch of rows */
+    int n_batch = forward_ctx_n_batch(engine_forward_ctx(g.e));
+    sch.cap = 2 * g.parallel + SERVE_MAX_N < n_batch ? 2 * g.parallel + SERVE_MAX_N : n_batch;
+    sch.slots = calloc((size_t)sch.cap, sizeof *sch.slots);
+    sch.gs = calloc((size_t)sch.cap, sizeof *sch.gs);
+    if (!sch.slots || !sch.gs || !(sch.b = gen_batch_create(g.e, sch.cap, &err))) {
+        fprintf(stderr, "kvchat serve: %s\n", sch.b ? "out of memory" : err.msg);
+        MHD_stop_daemon(d);
+        engine_close(g.e);
+        return EXIT_RUNTIME;
+    }
     pthread_t gen;
     if (pthread_create(&gen, NULL, generator_main, NULL)) {
         fprintf(stderr, "kvchat serve: cannot start the generator thread\n");
@@ -1376,8 +1518,8 @@ int serve_main(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     atomic_store(&g.ready, 1);
-    fprintf(stderr, "kvchat serve: ready — model %s, n_ctx %d, chat template %s, %d admitted at once%s\n", g.model_id,
-            engine_n_ctx(g.e), chat_template_name(g.tmpl), g.parallel, g.api_key ? ", API key required" : "");
+    fprintf(stderr, "kvchat serve: ready — model %s, n_ctx %d, chat template %s, %d requests batched together%s\n",
+            g.model_id, engine_n_ctx(g.e), chat_template_name(g.tmpl), g.parallel, g.api_key ? ", API key required" : "");
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -1396,6 +1538,9 @@ int serve_main(int argc, char **argv)
         job_unref_locked(j);
     }
     pthread_mutex_unlock(&g.mu);
+    gen_batch_free(sch.b);
+    free(sch.slots);
+    free(sch.gs);
     engine_close(g.e);
     return EXIT_OK;
 }

@@ -139,6 +139,7 @@ int engine_open(const engine_params *p, engine **out, kv_error *err)
         .n_layer = e->m->hp.n_layer, .n_embd_kv = e->m->hp.n_embd_kv, .n_ctx = e->n_ctx, .type = p->kv_type,
         .n_blocks = p->kv_blocks, .reserve = p->kv_reserve,
     };
+    if (!kp.n_blocks && p->kv_seqs > 1) kp.n_blocks = (p->kv_seqs + 1) * ((e->n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE);
     if (!(e->kv = kv_cache_create_ex(&kp, err)) ||
         !(e->fc = forward_ctx_create(e->m, e->n_batch, e->n_ctx, err))) {
         rc = err ? err->code : KV_ERR_NOMEM;
@@ -183,6 +184,8 @@ const float *engine_logits(const engine *e) { return e->logits; }
 const float *engine_token_logits(const engine *e) { return e->tok_logits ? e->tok_logits : e->logits; }
 int engine_n_batch(const engine *e) { return e->n_batch; }
 int engine_kv_type(const engine *e) { return e->kv_type; }
+forward_ctx *engine_forward_ctx(engine *e) { return e->fc; }
+tpool *engine_pool(engine *e) { return e->pool; }
 const char *engine_notice(const engine *e) { return e->notice[0] ? e->notice : NULL; }
 uint64_t engine_model_fingerprint(const engine *e) { return e->fingerprint; }
 void engine_drop_prefix_cache(engine *e) { kv_cache_drop_cached(e->kv); }

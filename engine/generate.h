@@ -23,6 +23,8 @@ typedef struct engine_params {
     int kv_blocks;  /* KV block budget over all sequences and cached prefixes (kv_cache.h);
                        0: 2 * ceil(n_ctx / KV_BLOCK_SIZE) */
     int kv_reserve; /* 1: allocate the whole budget up front; 0 (default): grow block by block */
+    int kv_seqs;    /* > 1 with kv_blocks 0: a budget of (kv_seqs + 1) full sequences (a server's
+                       parallel requests, cached prefixes beside them) */
     int n_keep;     /* context shift: positions kept at the start (at least 4 attention sinks);
                        default for engine_generate / gen_opts.n_keep = 0 */
     int truncate_prompt; /* engine_generate: a prompt longer than the context is truncated
@@ -105,6 +107,10 @@ int engine_kv_type(const engine *e);
 /* One forward call of n tokens (1..n_batch) on seq: logits gets the last row (all_logits 0) or
  * every row ([n][n_vocab], all_logits 1). Errors of model_forward_seq. */
 int engine_forward(engine *e, int seq, const int32_t *tokens, int n, float *logits, int all_logits, kv_error *err);
+/* The engine's forward-pass memory (n_batch rows) and thread pool, for the batched
+ * multi-sequence pass (gen_batch.h, batch.h); used on the engine's thread only. */
+forward_ctx *engine_forward_ctx(engine *e);
+tpool *engine_pool(engine *e);
 
 /* ---- conversations: sequences on the paged KV cache ------------------------------------
  *

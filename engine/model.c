@@ -9,6 +9,7 @@
 #include "ops.h"
 #include "kernels/quant.h"
 #include "ops_extra.h"
+#include "forward_segs.h"
 
 /* ---- loading ------------------------------------------------------------------------- */
 
@@ -401,6 +402,12 @@ struct forward_ctx {
     float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv]: f32 copies of the cache's rows where attention needs them */
     const uint8_t **kblk, **vblk; /* [n_ctx / KV_BLOCK_SIZE + 1]: where an F16 / F32 cache keeps them */
     void *act;      /* activation conversion scratch */
+    int *ib0, *ib1, *ib2; /* [n_batch] each: batch bookkeeping (forward_segs.h) */
+    int32_t *itok;  /* [n_batch] tokens in segment order */
+    fwd_seg *segs;  /* [n_batch] */
+    op_attn_seq *aseq;      /* [n_batch]: the sequences of one batched paged attention */
+    const uint8_t **mblk;   /* their K and V block pointers, grown as needed */
+    size_t mblk_cap;
 };
 
 forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error *err)
@@ -437,7 +444,10 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
         !(fc->k_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) ||
         !(fc->v_tmp = malloc(sizeof(float) * (size_t)n_ctx * hp->n_embd_kv)) || !(fc->act = malloc(act ? act : 1)) ||
         !(fc->kblk = malloc(sizeof *fc->kblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))) ||
-        !(fc->vblk = malloc(sizeof *fc->vblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))))
+        !(fc->vblk = malloc(sizeof *fc->vblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))) ||
+        !(fc->ib0 = malloc(sizeof(int) * B)) || !(fc->ib1 = malloc(sizeof(int) * B)) ||
+        !(fc->ib2 = malloc(sizeof(int) * B)) || !(fc->itok = malloc(sizeof(int32_t) * B)) ||
+        !(fc->segs = malloc(sizeof *fc->segs * B)) || !(fc->aseq = malloc(sizeof *fc->aseq * B)))
         goto nomem;
     if (hp->fused && !(fc->qkv = malloc(sizeof(float) * B * (hp->n_embd_q + 2 * (size_t)hp->n_embd_kv)))) goto nomem;
     fc->rope_factors = model_rope_factors(m, n_ctx);
@@ -458,11 +468,21 @@ void forward_ctx_free(forward_ctx *fc)
     free(fc->x); free(fc->xb); free(fc->xb2); free(fc->q); free(fc->k); free(fc->v); free(fc->att);
     free(fc->qkv); free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->rope_cs_swa);
     free(fc->k_tmp); free(fc->v_tmp); free(fc->kblk); free(fc->vblk);
-    free(fc->act);
+    free(fc->act); free(fc->ib0); free(fc->ib1); free(fc->ib2); free(fc->itok); free(fc->segs);
+    free(fc->aseq); free(fc->mblk);
     free(fc);
 }
 
 int forward_ctx_n_batch(const forward_ctx *fc) { return fc->n_batch; }
+
+void forward_ctx_batch_scratch(forward_ctx *fc, int **i0, int **i1, int **i2, int32_t **toks, fwd_seg **segs)
+{
+    *i0 = fc->ib0;
+    *i1 = fc->ib1;
+    *i2 = fc->ib2;
+    *toks = fc->itok;
+    *segs = fc->segs;
+}
 
 static void add_bias(float *y, const float *b, int n_tokens, int n)
 {
@@ -496,32 +516,81 @@ int model_forward(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, co
 int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tpool *pool, const int32_t *tokens,
                       int n_tokens, float *logits, int all_logits, kv_error *err)
 {
-    const model_hparams *hp = &m->hp;
-    if (!kv_seq_valid(kv, seq)) return kv_error_set(err, KV_ERR_INVALID, "forward: no KV sequence %d", seq);
-    int pos0 = kv_seq_n_tokens(kv, seq);
     if (n_tokens < 1 || n_tokens > fc->n_batch)
         return kv_error_set(err, KV_ERR_INVALID, "forward: batch of %d tokens (1 to %d allowed)", n_tokens, fc->n_batch);
-    if (pos0 + n_tokens > kv_cache_n_ctx(kv) || pos0 + n_tokens > fc->n_ctx)
-        return kv_error_set(err, KV_ERR_CONTEXT, "context is full: %d + %d tokens exceed n_ctx %d", pos0, n_tokens,
-                            kv_cache_n_ctx(kv));
+    fwd_seg seg = {.seq = seq, .row0 = 0, .n_rows = n_tokens};
+    int first = all_logits ? 0 : n_tokens - 1;
+    for (int t = first; t < n_tokens; t++) fc->ib2[t - first] = t;
+    return model_forward_segs(m, fc, kv, pool, tokens, n_tokens, &seg, 1, fc->ib2, n_tokens - first, logits, err);
+}
+
+/* Paged attention of every segment in one op_attention_paged_multi; 0, or -1 (out of memory:
+ * the caller runs them one by one). */
+static int attention_multi(forward_ctx *fc, kv_cache *kv, int il, const fwd_seg *segs, int n_segs,
+                           const model_hparams *hp, tpool *pool)
+{
+    size_t need = 0;
+    for (int g = 0; g < n_segs; g++) need += 2 * (size_t)((segs[g].pos0 + segs[g].n_rows + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE);
+    if (need > fc->mblk_cap) {
+        const uint8_t **nb = realloc(fc->mblk, sizeof *nb * need * 2);
+        if (!nb) return -1;
+        fc->mblk = nb;
+        fc->mblk_cap = need * 2;
+    }
+    const uint8_t **p = fc->mblk;
+    const int EQ = hp->n_embd_q;
+    for (int g = 0; g < n_segs; g++) {
+        int n_kv = segs[g].pos0 + segs[g].n_rows, nb = (n_kv + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
+        kv_cache_blocks(kv, segs[g].seq, il, 0, n_kv, p);
+        kv_cache_blocks(kv, segs[g].seq, il, 1, n_kv, p + nb);
+        fc->aseq[g] = (op_attn_seq){.q = fc->q + (size_t)segs[g].row0 * EQ, .out = fc->att + (size_t)segs[g].row0 * EQ,
+                                    .kb = p, .vb = p + nb, .n_tokens = segs[g].n_rows, .pos0 = segs[g].pos0};
+        p += 2 * nb;
+    }
+    return op_attention_paged_multi(fc->aseq, n_segs, KV_BLOCK_SIZE, kv_cache_row_bytes(kv), kv_cache_type(kv),
+                                    hp->n_head, hp->n_head_kv, hp->head_dim, pool);
+}
+
+int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens, int n_rows,
+                       fwd_seg *segs, int n_segs, const int *out_rows, int n_out, float *logits, kv_error *err)
+{
+    const model_hparams *hp = &m->hp;
+    const int n_tokens = n_rows;
+    if (n_tokens < 1 || n_tokens > fc->n_batch)
+        return kv_error_set(err, KV_ERR_INVALID, "forward: batch of %d tokens (1 to %d allowed)", n_tokens, fc->n_batch);
+    for (int g = 0; g < n_segs; g++) {
+        fwd_seg *sg = &segs[g];
+        if (!kv_seq_valid(kv, sg->seq)) return kv_error_set(err, KV_ERR_INVALID, "forward: no KV sequence %d", sg->seq);
+        sg->pos0 = kv_seq_n_tokens(kv, sg->seq);
+        if (sg->pos0 + sg->n_rows > kv_cache_n_ctx(kv) || sg->pos0 + sg->n_rows > fc->n_ctx)
+            return kv_error_set(err, KV_ERR_CONTEXT, "context is full: %d + %d tokens exceed n_ctx %d%s", sg->pos0,
+                                sg->n_rows, kv_cache_n_ctx(kv) < fc->n_ctx ? kv_cache_n_ctx(kv) : fc->n_ctx,
+                                n_segs > 1 ? " (a sequence of the batch)" : "");
+    }
     const int E = hp->n_embd, EQ = hp->n_embd_q, EKV = hp->n_embd_kv, HD = hp->head_dim, FF = hp->n_ff;
-    for (int t = 0; t < n_tokens; t++) {
+    for (int t = 0; t < n_tokens; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return kv_error_set(err, KV_ERR_INVALID, "forward: token id %d out of range (n_vocab %d)", tokens[t],
                                 hp->n_vocab);
-        op_get_row(m->tok_embd, tokens[t], fc->x + (size_t)t * E);
-        scale_vec(fc->x + (size_t)t * E, (size_t)E, hp->embd_scale);
-        op_rope_cache(fc->rope_cs + (size_t)t * hp->n_rot, pos0 + t, hp->n_rot, hp->rope_freq_base, fc->rope_factors);
-        /* LongRoPE's attention factor scales the rotation (q and k alike); a context shift's
-         * re-rotation (op_rope_shift) is a pure rotation and keeps it */
-        scale_vec(fc->rope_cs + (size_t)t * hp->n_rot, (size_t)hp->n_rot, hp->rope_attn_factor);
-        if (fc->rope_cs_swa)
-            op_rope_cache(fc->rope_cs_swa + (size_t)t * hp->n_rot, pos0 + t, hp->n_rot, hp->rope_freq_base_swa,
-                          fc->rope_factors_swa);
+    for (int g = 0; g < n_segs; g++)
+        for (int j = 0; j < segs[g].n_rows; j++) {
+            int t = segs[g].row0 + j, pos = segs[g].pos0 + j;
+            op_get_row(m->tok_embd, tokens[t], fc->x + (size_t)t * E);
+            scale_vec(fc->x + (size_t)t * E, (size_t)E, hp->embd_scale);
+            op_rope_cache(fc->rope_cs + (size_t)t * hp->n_rot, pos, hp->n_rot, hp->rope_freq_base, fc->rope_factors);
+            /* LongRoPE's attention factor scales the rotation (q and k alike); a context shift's
+             * re-rotation (op_rope_shift) is a pure rotation and keeps it */
+            scale_vec(fc->rope_cs + (size_t)t * hp->n_rot, (size_t)hp->n_rot, hp->rope_attn_factor);
+            if (fc->rope_cs_swa)
+                op_rope_cache(fc->rope_cs_swa + (size_t)t * hp->n_rot, pos, hp->n_rot, hp->rope_freq_base_swa,
+                              fc->rope_factors_swa);
+        }
+    for (int g = 0; g < n_segs; g++) { /* blocks for the new positions (paged cache) */
+        int rc = kv_seq_reserve(kv, segs[g].seq, segs[g].n_rows, err);
+        if (rc) return rc;
     }
-    int rc = kv_seq_reserve(kv, seq, n_tokens, err); /* blocks for the new positions (paged cache) */
-    if (rc) return rc;
     const float def_scale = 1.0f / sqrtf((float)HD);
+    int n_segs_left;
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
         /* attention block: [norm] -> q, k, v [+ bias] [-> q/k norm] [-> RoPE] -> attention -> wo */
@@ -549,7 +618,8 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
         add_bias(fc->k, L->bk, n_tokens, EKV);
         add_bias(fc->v, L->bv, n_tokens, EKV);
         const float *cs_all = L->swa && fc->rope_cs_swa ? fc->rope_cs_swa : fc->rope_cs;
-        for (int t = 0; t < n_tokens; t++) {
+        for (int g = 0; g < n_segs; g++)
+        for (int t = segs[g].row0; t < segs[g].row0 + segs[g].n_rows; t++) {
             float *qt = fc->q + (size_t)t * EQ, *kt = fc->k + (size_t)t * EKV;
             if (hp->qk_norm == QK_NORM_HEAD) {
                 op_rmsnorm_heads(qt, L->q_norm, hp->n_head, HD, hp->rms_norm_eps);
@@ -563,28 +633,36 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
                 op_rope(qt, hp->n_head, HD, hp->n_rot, cs, hp->rope_neox);
                 op_rope(kt, hp->n_head_kv, HD, hp->n_rot, cs, hp->rope_neox);
             }
-            kv_cache_store(kv, seq, il, pos0 + t, kt, fc->v + (size_t)t * EKV);
+            kv_cache_store(kv, segs[g].seq, il, segs[g].pos0 + (t - segs[g].row0), kt, fc->v + (size_t)t * EKV);
         }
-        int n_kv = pos0 + n_tokens;
-        /* a sliding layer's first query (position pos0) reads nothing before pos0 - n_swa + 1 */
-        int kv_lo = L->swa && pos0 - hp->n_swa + 1 > 0 ? pos0 - hp->n_swa + 1 : 0;
         int paged = kv_cache_type(kv) == GGML_TYPE_F16 || kv_cache_type(kv) == GGML_TYPE_F32;
-        if (hp->attn_softcap > 0 || L->swa) {
-            const float *K = kv_cache_k_from(kv, seq, il, kv_lo, n_kv, fc->k_tmp);
-            const float *V = kv_cache_v_from(kv, seq, il, kv_lo, n_kv, fc->v_tmp);
-            op_attention_ext(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, HD, hp->attn_scale,
-                             hp->attn_softcap, L->swa ? hp->n_swa : 0, pool);
-        } else {
-            /* op_attention scales by 1/sqrt(head_dim): fold any other query scale into q */
-            if (hp->attn_scale != def_scale) scale_vec(fc->q, (size_t)n_tokens * EQ, hp->attn_scale / def_scale);
-            if (paged) { /* read in place, block by block: decode at depth copies nothing */
+        int ext = hp->attn_softcap > 0 || L->swa;
+        /* op_attention scales by 1/sqrt(head_dim): fold any other query scale into q */
+        if (!ext && hp->attn_scale != def_scale) scale_vec(fc->q, (size_t)n_tokens * EQ, hp->attn_scale / def_scale);
+        /* attention per sequence, over its own blocks (the batch's other rows are not its history);
+         * several sequences of a paged cache go in one dispatch over the pool */
+        if (!ext && paged && n_segs > 1 && attention_multi(fc, kv, il, segs, n_segs, hp, pool) == 0) n_segs_left = 0;
+        else n_segs_left = n_segs;
+        for (int g = 0; g < n_segs_left; g++) {
+            const int seq = segs[g].seq, pos0 = segs[g].pos0, nt = segs[g].n_rows;
+            const float *q = fc->q + (size_t)segs[g].row0 * EQ;
+            float *att = fc->att + (size_t)segs[g].row0 * EQ;
+            int n_kv = pos0 + nt;
+            /* a sliding layer's first query (position pos0) reads nothing before pos0 - n_swa + 1 */
+            int kv_lo = L->swa && pos0 - hp->n_swa + 1 > 0 ? pos0 - hp->n_swa + 1 : 0;
+            if (ext) {
+                const float *K = kv_cache_k_from(kv, seq, il, kv_lo, n_kv, fc->k_tmp);
+                const float *V = kv_cache_v_from(kv, seq, il, kv_lo, n_kv, fc->v_tmp);
+                op_attention_ext(q, K, V, att, nt, pos0, hp->n_head, hp->n_head_kv, HD, hp->attn_scale,
+                                 hp->attn_softcap, L->swa ? hp->n_swa : 0, pool);
+            } else if (paged) { /* read in place, block by block: decode at depth copies nothing */
                 kv_cache_blocks(kv, seq, il, 0, n_kv, fc->kblk);
                 kv_cache_blocks(kv, seq, il, 1, n_kv, fc->vblk);
-                op_attention_paged(fc->q, fc->kblk, fc->vblk, KV_BLOCK_SIZE, kv_cache_row_bytes(kv), kv_cache_type(kv),
-                                   fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, HD, pool);
+                op_attention_paged(q, fc->kblk, fc->vblk, KV_BLOCK_SIZE, kv_cache_row_bytes(kv), kv_cache_type(kv),
+                                   att, nt, pos0, hp->n_head, hp->n_head_kv, HD, pool);
             } else {
                 const float *K = kv_cache_k(kv, seq, il, n_kv, fc->k_tmp), *V = kv_cache_v(kv, seq, il, n_kv, fc->v_tmp);
-                op_attention(fc->q, K, V, fc->att, n_tokens, pos0, hp->n_head, hp->n_head_kv, HD, pool);
+                op_attention(q, K, V, att, nt, pos0, hp->n_head, hp->n_head_kv, HD, pool);
             }
         }
         op_matmul(L->wo, fc->att, n_tokens, fc->xb2, fc->act, pool);
@@ -617,11 +695,11 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
         op_matmul(L->w_down, fc->hb, n_tokens, fc->xb2, fc->act, pool);
         residual_add(fc->x, fc->xb2, L->ffn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
     }
-    kv_seq_commit(kv, seq, tokens, n_tokens);
+    for (int g = 0; g < n_segs; g++) kv_seq_commit(kv, segs[g].seq, tokens + segs[g].row0, segs[g].n_rows);
 
-    int first = all_logits ? 0 : n_tokens - 1, n_out = n_tokens - first;
-    for (int t = first; t < n_tokens; t++)
-        op_rmsnorm(fc->xb + (size_t)(t - first) * E, fc->x + (size_t)t * E, m->output_norm, E, hp->rms_norm_eps);
+    if (n_out < 1) return KV_OK;
+    for (int k = 0; k < n_out; k++)
+        op_rmsnorm(fc->xb + (size_t)k * E, fc->x + (size_t)out_rows[k] * E, m->output_norm, E, hp->rms_norm_eps);
     op_matmul(m->output, fc->xb, n_out, logits, fc->act, pool);
     size_t n_logits = (size_t)n_out * hp->n_vocab;
     if (hp->logit_scale != 1.0f) scale_vec(logits, n_logits, 1.0f / hp->logit_scale);

@@ -342,3 +342,73 @@ void op_attention_paged(const float *q, const uint8_t *const *kb, const uint8_t 
     j.n_tiles = (n_tokens + j.tq - 1) / j.tq;
     tpool_run(pool, attn_worker, &j);
 }
+
+/* Several sequences' paged attention in one pass over the pool: the jobs are (sequence, kv head,
+ * query tile) triples of all of them, so a decode step of many sequences pays one thread-pool
+ * dispatch per layer, not one per sequence. Each job runs the same tile kernel as
+ * op_attention_paged, so the results are bitwise those of one op_attention_paged per sequence. */
+typedef struct attn_multi {
+    attn_job *jobs;  /* [n]: one per sequence */
+    long *first;     /* [n + 1]: index of each sequence's first job */
+    int n;
+    size_t scratch;  /* floats: the largest of the sequences' */
+    tpool *pool;
+} attn_multi;
+
+static void attn_multi_worker(void *arg, int ith, int nth)
+{
+    const attn_multi *m = arg;
+    const kern_ops *k = kern();
+    float *S = tpool_scratch(m->pool, ith, sizeof(float) * m->scratch), *own = NULL;
+    if (!S && !(S = own = aligned_alloc(64, sizeof(float) * m->scratch + 64))) return;
+    int s = 0;
+    for (long jb = ith; jb < m->first[m->n]; jb += nth) {
+        while (jb >= m->first[s + 1]) s++;
+        const attn_job *j = &m->jobs[s];
+        const kern_attn *a = &j->a;
+        long local = jb - m->first[s];
+        int g = (int)(local % a->n_head_kv), tile = (int)(local / a->n_head_kv);
+        int ld = (a->pos0 + a->n_tokens + 15) & ~15, G = a->n_head / a->n_head_kv;
+        float *KT = S + (size_t)G * j->tq * ld;
+        KT = (float *)(((uintptr_t)KT + 63) & ~(uintptr_t)63);
+        int t0 = tile * j->tq, t1 = t0 + j->tq < a->n_tokens ? t0 + j->tq : a->n_tokens;
+        k->attn_tile(a, g, t0, t1, S, ld, KT);
+    }
+    free(own);
+}
+
+int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t row_bytes, int kv_type, int n_head,
+                             int n_head_kv, int head_dim, tpool *pool)
+{
+    attn_job *jobs = malloc(sizeof *jobs * (size_t)n_seqs);
+    long *first = malloc(sizeof *first * (size_t)(n_seqs + 1));
+    if (!jobs || !first) {
+        free(jobs);
+        free(first);
+        return -1;
+    }
+    attn_multi m = {.jobs = jobs, .first = first, .n = n_seqs, .pool = pool};
+    first[0] = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const op_attn_seq *q = &seqs[i];
+        attn_job *j = &jobs[i];
+        *j = (attn_job){
+            .a = {.q = q->q, .out = q->out, .kb = q->kb, .vb = q->vb, .bs = bs, .row_bytes = row_bytes,
+                  .kv_type = kv_type, .n_tokens = q->n_tokens, .pos0 = q->pos0, .n_head = n_head,
+                  .n_head_kv = n_head_kv, .hd = head_dim, .scale = 1.0f / sqrtf((float)head_dim)},
+            .pool = pool,
+        };
+        int G = n_head / n_head_kv, n_kv = q->pos0 + q->n_tokens;
+        long tq = 65536L / ((long)G * n_kv);
+        j->tq = tq < 1 ? 1 : tq > 32 ? 32 : (int)tq;
+        if (j->tq > q->n_tokens) j->tq = q->n_tokens;
+        j->n_tiles = (q->n_tokens + j->tq - 1) / j->tq;
+        first[i + 1] = first[i] + (long)n_head_kv * j->n_tiles;
+        size_t sf = attn_scratch_floats(j);
+        if (sf > m.scratch) m.scratch = sf;
+    }
+    tpool_run(pool, attn_multi_worker, &m);
+    free(jobs);
+    free(first);
+    return 0;
+}

@@ -65,6 +65,20 @@ void op_attention_paged(const float *q, const uint8_t *const *kb, const uint8_t 
                         int kv_type, float *out, int n_tokens, int pos0, int n_head, int n_head_kv, int head_dim,
                         tpool *pool);
 
+/* op_attention_paged for several sequences at once (a batched decode step): sequence i's
+ * n_tokens queries at positions pos0 … read its own blocks kb / vb (same layout, block size,
+ * row bytes and type for all). One dispatch over the pool for every (sequence, kv head, query
+ * tile); bitwise the results of op_attention_paged per sequence. 0, or -1 out of memory (nothing
+ * computed). */
+typedef struct op_attn_seq {
+    const float *q;
+    float *out;
+    const uint8_t *const *kb, *const *vb;
+    int n_tokens, pos0;
+} op_attn_seq;
+int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t row_bytes, int kv_type, int n_head,
+                             int n_head_kv, int head_dim, tpool *pool);
+
 /* Repack the model's matrices once, at load, into one arena (2 MiB pages where the kernel gives
  * them): types with a panel layout are packed for the panel kernels (quant_pack), other matrices
  * of 1 MiB or more are copied as they are (they stream faster from anonymous memory than from the
