@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/beam.h"
+#include "engine/gen_batch.h"
 #include "engine/logprob.h"
 #include "engine/speculate.h"
 #include "app/config.h"
@@ -13,6 +14,7 @@ typedef struct collect {
     engine *e;
     decode_sample *d;
     size_t cap;
+    gen_stream *gs;   /* the sample's stream: the logits its token came from */
 } collect;
 
 static void on_tok(void *ud, int32_t tok, int eog)
@@ -29,7 +31,8 @@ static void on_tok(void *ud, int32_t tok, int eog)
         c->cap = nc;
     }
     token_logprob tl;
-    logprob_token(engine_token_logits(c->e), engine_model(c->e)->hp.n_vocab, tok, 0, &tl);
+    const float *l = c->gs ? gen_stream_logits(c->gs) : engine_token_logits(c->e);
+    logprob_token(l, engine_model(c->e)->hp.n_vocab, tok, 0, &tl);
     c->d->tokens[c->d->n] = tok;
     c->d->lp[c->d->n++] = tl.lp;
 }
@@ -53,6 +56,8 @@ int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t
                    decode_sample *out, gen_stats *st, kv_error *err)
 {
     memset(out, 0, sizeof *out * (size_t)n);
+    if (n < 1 || n > DECODE_MAX_N) return kv_error_set(err, KV_ERR_INVALID, "best-of: %d samples (1 to %d)", n, DECODE_MAX_N);
+    /* one prefill: the prompt but its last token; each sample's fork feeds that token itself */
     gen_stats pst;
     int rc = n_prompt > 1 ? engine_prefill_seq(e, seq, prompt, n_prompt - 1, NULL, &pst, err) : KV_OK;
     if (rc) return rc;
@@ -61,30 +66,55 @@ int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t
     gen_opts go;
     engine_default_opts(e, &go);
     go.n_predict = n_predict;
+    go.no_context_shift = 1; /* batched streams do not shift */
+    sampler *smp[DECODE_MAX_N] = {0};
+    gen_stream *gs[DECODE_MAX_N] = {0};
+    collect col[DECODE_MAX_N];
+    gen_callbacks cb[DECODE_MAX_N];
+    int forks[DECODE_MAX_N], n_forks = 0;
+    gen_batch *b = gen_batch_create(e, n, err);
+    if (!b) return err && err->code ? err->code : KV_ERR_NOMEM;
+    /* the samples decode together: one batched forward pass per step over every sample's token */
     for (int i = 0; i < n && !rc; i++) {
-        int f;
-        if ((rc = engine_seq_fork(e, seq, -1, &f, err))) break;
+        if ((rc = engine_seq_fork(e, seq, -1, &forks[i], err))) break;
+        n_forks++;
         sp.seed = seed0 + (uint64_t)i == SAMPLER_SEED_RANDOM ? 0 : seed0 + (uint64_t)i;
-        sampler_set_params(s, &sp);
-        sampler_reset(s);
-        out[i].seed = sampler_seed(s);
-        collect c = {.e = e, .d = &out[i]};
-        gen_callbacks cb = {.on_token = on_tok, .ud = &c};
-        gen_stats one;
-        rc = engine_generate_seq(e, f, prompt, n_prompt, &go, s, &cb, &one, &out[i].finish, err);
-        engine_seq_free(e, f);
+        if (!(smp[i] = sampler_create(engine_model(e)->hp.n_vocab, &sp, err))) {
+            rc = err && err->code ? err->code : KV_ERR_NOMEM;
+            break;
+        }
+        out[i].seed = sampler_seed(smp[i]);
+        col[i] = (collect){.e = e, .d = &out[i]};
+        cb[i] = (gen_callbacks){.on_token = on_tok, .ud = &col[i]};
+        rc = gen_stream_begin(e, forks[i], prompt, n_prompt, &go, smp[i], &cb[i], 0, &gs[i], err);
+        col[i].gs = gs[i];
+    }
+    while (!rc) {
+        int r = gen_batch_step(b, gs, n, 0, err);
+        if (r < 0) rc = err && err->code ? err->code : KV_ERR_INVALID;
+        if (r <= 0) break;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        gen_stream_done(gs[i], &out[i].finish);
         double sum = 0;
         for (int k = 0; k < out[i].n; k++) sum += out[i].lp[k];
         out[i].mean_lp = out[i].n ? sum / out[i].n : -1e30;
+        const gen_stats *one = gen_stream_stats(gs[i]);
         if (st) {
-            if (i == 0) *st = one;
+            if (i == 0) *st = *one;
             else {
-                st->n_generated += one.n_generated;
-                st->decode_ms += one.decode_ms;
+                st->n_generated += one->n_generated;
+                if (one->decode_ms > st->decode_ms) st->decode_ms = one->decode_ms;
             }
         }
     }
-    if (st) st->decode_tps = st->decode_ms > 0 ? (st->n_generated - n) / (st->decode_ms / 1e3) : 0;
+    if (st && !rc) st->decode_tps = st->decode_ms > 0 ? (st->n_generated - n) / (st->decode_ms / 1e3) : 0;
+    for (int i = 0; i < n; i++) {
+        gen_stream_free(gs[i]);
+        sampler_free(smp[i]);
+    }
+    for (int i = 0; i < n_forks; i++) engine_seq_free(e, forks[i]);
+    gen_batch_free(b);
     if (rc) {
         decode_samples_free(out, n);
         return rc;

@@ -31,9 +31,11 @@ typedef struct decode_sample {
 } decode_sample;
 
 /* N samples from one prefill: the prompt but its last token is prefilled once on seq, each
- * sample is generated on a fork of it (sampler reseeded to seed + i, i = 0..n-1), and the
- * samples are ranked by mean log-probability (best first) into out[0..n). Errors of
- * engine_generate_seq. The caller frees with decode_samples_free. */
+ * sample is generated on a fork of it with a sampler of s's parameters seeded seed + i
+ * (i = 0..n-1), all decoded together (engine/gen_batch.h: one batched forward pass per step;
+ * no context shift), and the samples are ranked by mean log-probability of the raw model (best
+ * first) into out[0..n). s itself is not used for sampling. Errors of gen_batch / the forward
+ * pass. The caller frees with decode_samples_free. */
 int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t n_prompt, int n, int n_predict,
                    decode_sample *out, gen_stats *st, kv_error *err);
 void decode_samples_free(decode_sample *s, int n);

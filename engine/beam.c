@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "batch.h"
 #include "logprob.h"
 
 typedef struct beam {
@@ -87,8 +88,13 @@ int engine_beam_search(engine *e, int seq, const int32_t *prompt, int n_prompt, 
     memset(bm, 0, sizeof bm);
     memset(nb, 0, sizeof nb);
     cand *cs = malloc(sizeof(cand) * (size_t)(n_beams * n_beams));
+    float *rows = malloc(sizeof(float) * (size_t)nv * (size_t)n_beams);
     int n_live = 0, have = 0, fin = GEN_FINISH_LENGTH;
-    if (!cs) return kv_error_set(err, KV_ERR_NOMEM, "out of memory for beam search");
+    if (!cs || !rows) {
+        free(cs);
+        free(rows);
+        return kv_error_set(err, KV_ERR_NOMEM, "out of memory for beam search");
+    }
     for (int i = 0; i < n_beams; i++) {
         bm[i].logits = malloc(sizeof(float) * (size_t)nv);
         nb[i].logits = malloc(sizeof(float) * (size_t)nv);
@@ -134,10 +140,18 @@ int engine_beam_search(engine *e, int seq, const int32_t *prompt, int n_prompt, 
             q->lp = cs[c].lp;
             if ((rc = engine_seq_fork(e, p->seq, -1, &q->seq, err))) goto done;
             n_new++;
-            /* the new token's logits, unless this is the last step */
-            if (step + 1 < n_predict && (rc = engine_forward(e, q->seq, &q->toks[q->n - 1], 1, q->logits, 0, err)))
-                goto done;
             st->n_generated++;
+        }
+        /* the new beams' next-token logits, unless this is the last step: one forward pass over
+         * every beam's new token (model_forward_batch: weights read once for all beams) */
+        if (step + 1 < n_predict && n_new > 0) {
+            int32_t bt[BEAM_MAX];
+            int bs[BEAM_MAX];
+            for (int b = 0; b < n_new; b++) bt[b] = nb[b].toks[nb[b].n - 1], bs[b] = nb[b].seq;
+            if ((rc = model_forward_batch(engine_model(e), engine_forward_ctx(e), engine_kv(e), engine_pool(e), bt, bs,
+                                          n_new, NULL, rows, err)))
+                goto done;
+            for (int b = 0; b < n_new; b++) memcpy(nb[b].logits, rows + (size_t)b * nv, sizeof(float) * (size_t)nv);
         }
         for (int b = 0; b < n_live; b++) {
             engine_seq_free(e, bm[b].seq);
@@ -168,6 +182,7 @@ done:
         free(nb[i].toks);
     }
     free(cs);
+    free(rows);
     if (rc) beam_result_free(out);
     return rc;
 }

@@ -26,7 +26,8 @@ typedef struct beam_result {
  * n_ctx), when n_beams hypotheses have finished, or when no beam is left. The result is the
  * hypothesis (finished or live) of the highest score = logprob / length^length_penalty
  * (length_penalty 0: the plain sum; 1: the mean). With n_beams 1 it is greedy decoding.
- * Beams are decoded one after another (no multi-sequence batch yet). seq keeps the prompt;
+ * Every step decodes all beams in one batched forward pass (model_forward_batch; with
+ * want_logits NULL: one row per beam, in the order given). seq keeps the prompt;
  * every fork is freed. Errors: KV_ERR_INVALID (n_beams outside 1..BEAM_MAX, empty prompt),
  * KV_ERR_CONTEXT, KV_ERR_NOMEM, those of the forward pass. */
 int engine_beam_search(engine *e, int seq, const int32_t *prompt, int n_prompt, int n_beams, float length_penalty,

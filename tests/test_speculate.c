@@ -387,7 +387,8 @@ static void test_beam_vs_greedy(void **state)
     engine_close(e);
 }
 
-/* Best-of-N: the samples are ranked by their mean log-prob, which is their tokens' own. */
+/* Best-of-N: the samples are ranked by their mean log-prob, which is their tokens' own; each equals
+ * its seed's sample generated alone. */
 static void test_best_of(void **state)
 {
     (void)state;
@@ -407,6 +408,13 @@ static void test_best_of(void **state)
         double lp = seq_logprob(e, p, (int)np, ds[i].tokens, ds[i].n);
         assert_true(fabs(lp / ds[i].n - ds[i].mean_lp) < 1e-3);
         if (i) assert_true(ds[i - 1].mean_lp >= ds[i].mean_lp);
+        /* decoded in one batch, each sample is what its seed gives alone */
+        sampler_params one = sp;
+        one.seed = ds[i].seed;
+        toks alone;
+        run(e, "Once upon a time", 20, &one, NULL, &alone);
+        assert_int_equal(alone.n, ds[i].n);
+        assert_memory_equal(alone.t, ds[i].tokens, sizeof(int32_t) * (size_t)alone.n);
     }
     assert_true(ds[0].mean_lp > ds[3].mean_lp); /* different samples */
     decode_samples_free(ds, 4);
