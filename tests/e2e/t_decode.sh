@@ -57,6 +57,13 @@ for a in "--lookup" "--lookup --draft-max 1" "--draft-max 8 --lookup" "--draft $
 done
 if [ "$spec_ok" = 1 ]; then ok "--lookup and --draft at temperature 0 print plain decoding's text; --stats shows drafted / accepted"
 else bad "--lookup / --draft = plain greedy" "$(head -3 "$dc/spec.fail")"; fi
+# through context shifts (-c 64, 300 tokens) and a stop string, too
+"$BIN" -m "$MODEL" -p "Once upon a time" -c 64 -n 300 --temp 0 --stop park >"$dc/shift.plain" 2>&1
+"$BIN" -m "$MODEL" -p "Once upon a time" -c 64 -n 300 --temp 0 --stop park --lookup >"$dc/shift.lookup" 2>&1
+"$BIN" -m "$MODEL" -p "Once upon a time" -c 64 -n 300 --temp 0 --stop park --draft "$MODEL" >"$dc/shift.draft" 2>&1
+if [ -s "$dc/shift.plain" ] && cmp -s "$dc/shift.plain" "$dc/shift.lookup" && cmp -s "$dc/shift.plain" "$dc/shift.draft"
+then ok "--lookup / --draft = plain greedy through context shifts (-c 64) and a stop string"
+else bad "--lookup / --draft through context shifts" "$(head -c 200 "$dc/shift.lookup")"; fi
 "$BIN" -m "$MODEL" -p "$P" -n 60 --temp 0 --lookup --json 2>/dev/null | tail -1 >"$dc/spec.done"
 if grep -q '"n_drafted": [1-9][0-9]*, "n_accepted": [1-9]' "$dc/spec.done"; then ok "--json's done object has n_drafted / n_accepted"
 else bad "--json's done object has n_drafted / n_accepted" "$(cat "$dc/spec.done")"; fi
