@@ -134,6 +134,12 @@ e2e: kvchat
 bench: kvchat
 	@SHARED=$(SHARED) KVCHAT=./kvchat sh tests/bench.sh
 
+# Speculative decoding benchmark, not a test: plain vs --lookup / --draft on a repeated passage and
+# on a new story, stories260K and a TinyLlama-shaped model (tests/bench_spec.sh; N=, RUNS=, TINY=).
+.PHONY: bench-spec
+bench-spec: kvchat
+	@SHARED=$(SHARED) KVCHAT=./kvchat sh tests/bench_spec.sh
+
 # KV cache benchmark, not a test: /regen TTFT after a 1,500-token conversation vs a fresh
 # prefill of it, prefix-cache reuse after a sequence is freed, decode t/s (tests/bench_kv.c).
 bench-kv: $(BUILD)/rel/tests/bench_kv

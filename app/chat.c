@@ -25,6 +25,8 @@
 #include "engine/stop.h"
 #include "engine/tokenizer.h"
 #include "engine/worker.h"
+#include "engine/speculate.h"
+#include "decode_cmd.h"
 #include "chatstore.h"
 #include "config.h"
 #include "conv_tree.h"
@@ -49,6 +51,7 @@ typedef struct chat {
     ui *u;
     chat_options opt;
     sampler_params sp;
+    spec_params spec;      /* speculative decoding (/set draft ...) */
     int max_tokens;      /* < 0: unlimited */
     int tmpl;            /* CHAT_TMPL_NONE: completion mode */
     prompt_jinja *pj;    /* tmpl CHAT_TMPL_JINJA: the model's own template */
@@ -672,6 +675,8 @@ static const set_param set_params[] = {
     {"seed", NULL, CFG_SEED},                   {"max_tokens", "n_predict", CFG_N_PREDICT},
     {"system", NULL, CFG_SYSTEM},               {"stop", NULL, -1},
     {"markdown", NULL, CFG_MARKDOWN},
+    {"draft", NULL, CFG_DRAFT},                 {"draft_max", NULL, CFG_DRAFT_MAX},
+    {"draft_min_p", NULL, CFG_DRAFT_MIN_P},
 };
 #define N_SET_PARAMS (sizeof set_params / sizeof set_params[0])
 
@@ -735,6 +740,7 @@ static void param_text(const chat *c, int key, char *buf, size_t cap)
             snprintf(buf + l, cap - l, " (last reply: %llu)", (unsigned long long)c->last_seed);
         }
         return;
+    case CFG_DRAFT: case CFG_DRAFT_MAX: case CFG_DRAFT_MIN_P: decode_draft_text(&c->spec, key, buf, cap); return;
     default: snprintf(buf, cap, "?"); return;
     }
     cfg_range r;
@@ -832,6 +838,16 @@ static void cmd_set(chat *c, char *args)
         return;
     }
     if (sp->key < 0) return set_stop(c, value);
+    if (sp->key == CFG_DRAFT || sp->key == CFG_DRAFT_MAX || sp->key == CFG_DRAFT_MIN_P) { /* app/decode_cmd.c */
+        char dm[400];
+        if (decode_set_draft(&c->spec, sp->key, value, c->opt.draft_path, dm, sizeof dm)) {
+            ui_notice(c->u, UI_ROLE_ERROR, "%s", dm);
+            return;
+        }
+        worker_set_spec(c->w, &c->spec);
+        SAY(c, "%s%s", dm, c->busy ? " (from the next reply)" : "");
+        return;
+    }
     if (!*value) {
         ui_notice(c->u, UI_ROLE_ERROR, "/set %s needs a value", sp->name);
         return;
@@ -852,7 +868,8 @@ static void cmd_set(chat *c, char *args)
 int chat_set_param(const char *name, const char *value, sampler_params *sp_io, int *max_tokens_io, char *msg, size_t cap)
 {
     const set_param *sp = set_param_find(name);
-    if (!sp || sp->key < 0 || sp->key == CFG_SYSTEM || sp->key == CFG_MARKDOWN) {
+    if (!sp || sp->key < 0 || sp->key == CFG_SYSTEM || sp->key == CFG_MARKDOWN || sp->key == CFG_DRAFT ||
+        sp->key == CFG_DRAFT_MAX || sp->key == CFG_DRAFT_MIN_P) {
         snprintf(msg, cap, "/set: unknown parameter '%s'", name);
         return -1;
     }
@@ -2023,6 +2040,9 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         fprintf(stderr, "kvchat: %s\n", ke.msg);
         return 1;
     }
+    spec_params_default(&c->spec);
+    if (o->spec) c->spec = *o->spec;
+    worker_set_spec(c->w, &c->spec);
     for (int i = 0; i < o->n_stops && c->n_stops < STOP_MAX_STRINGS; i++) /* --stop */
         if (o->stops[i] && *o->stops[i] && (c->stops[c->n_stops] = strdup(o->stops[i]))) c->n_stops++;
     push_stops(c);

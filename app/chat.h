@@ -26,6 +26,9 @@ typedef struct chat_options {
     const engine_params *ep;  /* how e was opened: /model opens another model with these (NULL: no /model) */
     const char *const *warnings; /* config.ini / environment warnings to show in the chat */
     int n_warnings;
+    const struct spec_params *spec; /* speculative decoding at start (engine/speculate.h; its draft
+                                 engine stays the caller's); /set draft changes it; NULL: off */
+    const char *draft_path;   /* the draft model's file, for /set draft and /show params */
 } chat_options;
 
 /* Run the full-screen chat on engine *e with sampler *s until the user quits. Both stay the

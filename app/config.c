@@ -17,6 +17,7 @@
 #include "engine/chat_template.h"
 #include "app/prompt.h"
 #include "engine/kernels/quant.h"
+#include "engine/speculate.h"
 
 enum cfg_type {
     T_PATH,     /* a file path; "~/" expanded */
@@ -30,6 +31,7 @@ enum cfg_type {
     T_BOOL,
     T_SIZE,     /* MiB, or a size with a unit: 512M, 2G (chatstore_parse_cache_size) */
     T_TEXT,     /* any text (a system prompt) */
+    T_DRAFT,    /* speculative decoding: off, lookup, or a draft model's path */
 };
 
 typedef struct key_def {
@@ -74,6 +76,9 @@ static const key_def keys[CFG_COUNT] = {
     [CFG_MARKDOWN] = {"markdown", "chat", NULL, NULL, T_BOOL, 0, 0, NULL},
     [CFG_DB] = {"db", "storage", "db", "KVCHAT_DB", T_PATH, 0, 0, NULL},
     [CFG_CACHE_SIZE] = {"cache_size", "storage", "cache-size", NULL, T_SIZE, 0, 0, NULL},
+    [CFG_DRAFT] = {"draft", "sampling", "draft", NULL, T_DRAFT, 0, 0, "speculative decoding: off, lookup or a draft model"},
+    [CFG_DRAFT_MAX] = {"draft_max", "sampling", "draft-max", NULL, T_INT, 1, SPEC_MAX_DRAFT, NULL},
+    [CFG_DRAFT_MIN_P] = {"draft_min_p", "sampling", "draft-min-p", NULL, T_FLOAT, 0, 1, NULL},
 };
 
 static const char *const sections[] = {"model", "sampling", "chat", "storage", NULL};
@@ -164,6 +169,10 @@ static int normalize(int key, const char *text, char *out, size_t cap, char *why
             return -1;
         }
         snprintf(out, cap, "%s", t);
+        return 0;
+    case T_DRAFT:
+        if (!strcmp(t, "off") || !strcmp(t, "lookup")) snprintf(out, cap, "%s", t);
+        else expand_home(t, out, cap);
         return 0;
     case T_NAME:
         if (strchr(t, '/')) expand_home(t, out, cap);
@@ -338,6 +347,9 @@ void config_init(kv_config *c)
     if (sp.seed == SAMPLER_SEED_RANDOM) DEF(CFG_SEED, "random"); else DEF(CFG_SEED, "%llu", (unsigned long long)sp.seed);
     DEF(CFG_N_PREDICT, "-1");
     DEF(CFG_THEME, "default");
+    DEF(CFG_DRAFT, "off");
+    DEF(CFG_DRAFT_MAX, "%d", SPEC_DEFAULT_DRAFT_MAX);
+    DEF(CFG_DRAFT_MIN_P, "%g", (double)SPEC_DEFAULT_MIN_P);
     DEF(CFG_MOUSE, "true");
     DEF(CFG_MARKDOWN, "true");
     DEF(CFG_CACHE_SIZE, "%d", CHATSTORE_DEFAULT_CACHE_MIB);
@@ -581,6 +593,10 @@ int config_note_option(kv_config *c, const char *name, const char *optarg_text)
     if (!strcmp(name, "no-mouse")) {
         put(c, CFG_MOUSE, "false", CFG_SRC_CLI, where);
         return CFG_MOUSE;
+    }
+    if (!strcmp(name, "lookup")) { /* --lookup = --draft lookup */
+        put(c, CFG_DRAFT, "lookup", CFG_SRC_CLI, where);
+        return CFG_DRAFT;
     }
     if (!strcmp(name, "no-markdown")) {
         put(c, CFG_MARKDOWN, "false", CFG_SRC_CLI, where);

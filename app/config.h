@@ -17,7 +17,8 @@
  *
  *   [model]     model, n_ctx, n_batch, threads, kv_type, chat_template
  *   [sampling]  temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty,
- *               frequency_penalty, seed, n_predict
+ *               frequency_penalty, seed, n_predict, draft (off, lookup or a draft model's path),
+ *               draft_max (1..32, default 8), draft_min_p (0..1, default 0.5)
  *   [chat]      theme, mouse, system, markdown
  *   [storage]   db, cache_size
  *   [persona NAME]  system and any [sampling] key: a persona, the chat's /persona NAME
@@ -34,6 +35,7 @@ enum cfg_key {
     CFG_TEMP, CFG_TOP_K, CFG_TOP_P, CFG_MIN_P, CFG_REPEAT_PENALTY, CFG_REPEAT_LAST_N,
     CFG_PRESENCE_PENALTY, CFG_FREQUENCY_PENALTY, CFG_SEED, CFG_N_PREDICT,
     CFG_THEME, CFG_MOUSE, CFG_SYSTEM, CFG_MARKDOWN, CFG_DB, CFG_CACHE_SIZE,
+    CFG_DRAFT, CFG_DRAFT_MAX, CFG_DRAFT_MIN_P,
     CFG_COUNT
 };
 

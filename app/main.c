@@ -28,6 +28,9 @@
 #include "engine/chat_template.h"
 #include "engine/generate.h"
 #include "engine/stop.h"
+#include "engine/logprob.h"
+#include "engine/speculate.h"
+#include "app/decode_cmd.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
 
@@ -57,6 +60,12 @@ typedef struct cli {
     const char *db;          /* --db (else the config's db / KVCHAT_DB, else the default) */
     const char *cache_size;  /* --cache-size */
     const char *resume;      /* --resume [ID|last]: "last" or an ID; NULL: a new chat */
+    spec_params spec;        /* --lookup / --draft MODEL, --draft-max, --draft-min-p (the settings table) */
+    const char *draft_path;  /* --draft MODEL */
+    int top_logprobs;        /* --top-logprobs K */
+    int beams;               /* --beams N */
+    float length_penalty;    /* --length-penalty A */
+    int best_of;             /* --best-of N */
 } cli;
 
 static volatile sig_atomic_t g_interrupted;
@@ -69,6 +78,8 @@ static json_out g_jout;
 enum { OPT_JSON = 1100, OPT_PRINT_CONFIG };
 enum { OPT_KEEP = 1200, OPT_TRUNCATE_PROMPT, OPT_NO_CONTEXT_SHIFT }; /* KV cache / context options */
 enum { OPT_DB = 1300, OPT_RESUME, OPT_CACHE_SIZE };                  /* the conversation store */
+enum { OPT_LOOKUP = 1400, OPT_DRAFT, OPT_DRAFT_MAX, OPT_DRAFT_MIN_P, OPT_TOP_LOGPROBS, OPT_BEAMS, OPT_LENGTH_PENALTY,
+       OPT_BEST_OF };                                                 /* decoding (engine/speculate.h, app/decode_cmd.c) */
 
 static void on_sigint(int sig)
 {
@@ -116,6 +127,16 @@ static void usage(FILE *out)
             "      --repeat-last-n N    tokens the penalties look back on (default 64)\n"
             "      --presence-penalty F, --frequency-penalty F   (default 0 = off)\n"
             "      --seed N             random seed, 0 .. 2^64-2 (default: random; --stats and --json say which)\n"
+            "Decoding:\n"
+            "      --lookup             speculative decoding with drafts from n-grams of the prompt and reply\n"
+            "                           (prompt lookup; = --draft lookup)\n"
+            "      --draft MODEL        speculative decoding with a draft model of the same vocabulary\n"
+            "                           (or lookup, or off)\n"
+            "      --draft-max N        tokens drafted per verification pass, 1..32 (default 8)\n"
+            "      --draft-min-p P      stop drafting where the draft model's top probability is below P (default 0.5)\n"
+            "      --beams N            beam search with N beams (one-shot; 2..16), prints the best beam and its score\n"
+            "      --length-penalty A   beam score = sum of log-probs / length^A (default 1)\n"
+            "      --best-of N          N samples from one prefill (2..16), prints the one of highest mean log-prob\n"
             "Chat screen (no prompt, on a terminal):\n"
             "      --theme NAME         colour theme: default, light, solarized-dark, high-contrast, mono,\n"
             "                           or a file path; searched in $XDG_CONFIG_HOME/kvchat/themes,\n"
@@ -136,8 +157,9 @@ static void usage(FILE *out)
             "                           (-n sets the max tokens per reply; TERM=dumb: a line-by-line session)\n"
             "Output:\n"
             "      --stats              print timings (TTFT, prefill and decode tokens/s) to stderr\n"
-            "      --json               one-shot output as JSON lines: {\"token\": ID, \"text\": \"...\"} per token,\n"
-            "                           then one object with the finish reason and timings\n"
+            "      --json               one-shot output as JSON lines: {\"token\": ID, \"text\": \"...\", \"logprob\": L}\n"
+            "                           per sampled token, then one object with the finish reason and timings\n"
+            "      --top-logprobs K     --json lines also list the K most likely tokens, 0..20 (default 0)\n"
             "      --print-config       show every setting, its value and where it came from, and exit\n"
             "  -h, --help               show this help and exit\n"
             "  -V, --version            show version and build information and exit\n"
@@ -243,6 +265,20 @@ enum {
     OPT_STOP, OPT_SYSTEM, OPT_NO_MARKDOWN,
 };
 
+/* "N" in [lo, hi] → *out, else a usage error (-1, message printed). */
+static int parse_float(const char *s, const char *opt, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || !*s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "kvchat: invalid value '%s' for %s (a number from %g to %g)\n", s, opt, lo, hi);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, cli *c)
 {
     static const struct option opts[] = {
@@ -267,11 +303,16 @@ static int parse_args(int argc, char **argv, cli *c)
         {"json", no_argument, 0, OPT_JSON},          {"print-config", no_argument, 0, OPT_PRINT_CONFIG},
         {"db", required_argument, 0, OPT_DB},        {"resume", optional_argument, 0, OPT_RESUME},
         {"cache-size", required_argument, 0, OPT_CACHE_SIZE},
+        {"lookup", no_argument, 0, OPT_LOOKUP},      {"draft", required_argument, 0, OPT_DRAFT},
+        {"draft-max", required_argument, 0, OPT_DRAFT_MAX}, {"draft-min-p", required_argument, 0, OPT_DRAFT_MIN_P},
+        {"top-logprobs", required_argument, 0, OPT_TOP_LOGPROBS}, {"beams", required_argument, 0, OPT_BEAMS},
+        {"length-penalty", required_argument, 0, OPT_LENGTH_PENALTY}, {"best-of", required_argument, 0, OPT_BEST_OF},
         {0, 0, 0, 0},
     };
     engine_params_default(&c->ep);
     sampler_params_default(&c->sp);
     c->n_predict = -1;
+    c->length_penalty = 1.0f;
     /* under the command line: built-in defaults < config file < environment (app/config.c) */
     config_load_all(&g_config, keep_warning, NULL);
     config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
@@ -288,7 +329,17 @@ static int parse_args(int argc, char **argv, cli *c)
         case 'p': c->prompt = optarg; break;
         case 'n': case 'c': case 'b': case 't': case OPT_TEMP: case OPT_TOP_K: case OPT_TOP_P: case OPT_MIN_P:
         case OPT_REPEAT_PENALTY: case OPT_REPEAT_LAST_N: case OPT_PRESENCE: case OPT_FREQUENCY: case OPT_SEED:
+        case OPT_DRAFT: case OPT_DRAFT_MAX: case OPT_DRAFT_MIN_P:
             if (table_option(opts, o, optarg)) return EXIT_USAGE; /* applied after the loop */
+            break;
+        case OPT_LOOKUP: break; /* config_note_getopt records draft = lookup */
+        case OPT_TOP_LOGPROBS:
+            if (parse_int(optarg, "--top-logprobs", 0, LOGPROB_MAX_TOP, &c->top_logprobs)) return EXIT_USAGE;
+            break;
+        case OPT_BEAMS: if (parse_int(optarg, "--beams", 1, DECODE_MAX_N, &c->beams)) return EXIT_USAGE; break;
+        case OPT_BEST_OF: if (parse_int(optarg, "--best-of", 1, DECODE_MAX_N, &c->best_of)) return EXIT_USAGE; break;
+        case OPT_LENGTH_PENALTY:
+            if (parse_float(optarg, "--length-penalty", -10, 10, &c->length_penalty)) return EXIT_USAGE;
             break;
         case OPT_STATS: c->stats = 1; break;
         case OPT_NO_BOS: c->no_bos = 1; break;
@@ -352,6 +403,19 @@ static int parse_args(int argc, char **argv, cli *c)
         config_apply(&g_config, &c->ep, &c->sp, &c->n_predict);
         if (model_cli) c->ep.model_path = model_cli;
     }
+    /* speculative decoding: draft = off | lookup | a model path (the settings table) */
+    spec_params_default(&c->spec);
+    {
+        const char *d = config_get(&g_config, CFG_DRAFT);
+        c->spec.mode = !d || !strcmp(d, "off") ? SPEC_OFF : !strcmp(d, "lookup") ? SPEC_LOOKUP : SPEC_DRAFT;
+        if (c->spec.mode == SPEC_DRAFT) c->draft_path = d;
+        c->spec.draft_max = atoi(config_get(&g_config, CFG_DRAFT_MAX));
+        c->spec.draft_min_p = (float)atof(config_get(&g_config, CFG_DRAFT_MIN_P));
+    }
+    if (c->beams > 1 && c->best_of > 1) return usage_error("%s: choose one of --beams and --best-of", "--beams");
+    if ((c->beams > 1 || c->best_of > 1) && c->spec.mode != SPEC_OFF)
+        return usage_error("%s: speculative decoding works with plain decoding only, not --beams / --best-of",
+                           c->spec.mode == SPEC_LOOKUP ? "--lookup" : "--draft");
     kv_error err = {0};
     if (sampler_params_validate(&c->sp, &err)) {
         fprintf(stderr, "kvchat: %s\n", err.msg);
@@ -413,7 +477,53 @@ typedef struct oneshot_out {
     stop_matcher sm;
     plain_out po;         /* stdout, control characters neutralised (app/output.h) */
     const char *prompt;   /* echoed before the first generated text, once the prompt is accepted */
+    /* --json: one line per sampled token, written when the next one is sampled (or at the end),
+     * with the text its sampling released (possibly none: a partial character, a BOS) */
+    engine *e;
+    int top_logprobs;
+    int pending;          /* a token waits for its text */
+    int32_t tok;
+    int eog;
+    token_logprob lp;
+    char *text;
+    size_t n_text, cap_text;
 } oneshot_out;
+
+static void json_flush_pending(oneshot_out *o)
+{
+    if (!o->pending) return;
+    json_out_token_lp(&g_jout, o->tok, o->text, o->n_text, &o->lp, o->eog, engine_tokenizer(o->e));
+    o->pending = 0;
+    o->n_text = 0;
+}
+
+static void on_token(void *ud, int32_t token, int is_eog)
+{
+    oneshot_out *o = ud;
+    json_flush_pending(o);
+    o->pending = 1;
+    o->tok = token;
+    o->eog = is_eog;
+    logprob_token(engine_token_logits(o->e), engine_model(o->e)->hp.n_vocab, token, o->top_logprobs, &o->lp);
+}
+
+/* Text for the pending token's line (or a line of its own when none is pending). */
+static void json_text(oneshot_out *o, const char *t, size_t n)
+{
+    if (!o->pending) {
+        json_out_token(&g_jout, -1, t, n);
+        return;
+    }
+    if (o->n_text + n > o->cap_text) {
+        size_t nc = (o->n_text + n) * 2 + 64;
+        char *nb = realloc(o->text, nc);
+        if (!nb) return;
+        o->text = nb;
+        o->cap_text = nc;
+    }
+    memcpy(o->text + o->n_text, t, n);
+    o->n_text += n;
+}
 
 static void echo_prompt(oneshot_out *o)
 {
@@ -433,7 +543,7 @@ static int on_text(void *ud, const char *text, size_t len, int32_t token)
     while (len > 0) {
         size_t chunk = len < 4096 ? len : 4096, n;
         int hit = stop_push(sm, text, chunk, out, &n);
-        if (g_json) json_out_token(&g_jout, token, out, n); /* one JSON line per token */
+        if (g_json) json_text(o, out, n);                   /* the pending token's JSON line */
         else plain_out_write(&o->po, out, n);               /* control bytes never raw */
         fflush(stdout);
         if (hit) return 2; /* GEN_FINISH_STOP */
@@ -453,6 +563,10 @@ static int should_stop(void *ud)
  * so a run can be repeated with --seed N */
 static void print_stats(const gen_stats *st, int finish, uint64_t seed)
 {
+    if (st->n_verify)
+        fprintf(stderr, "\nspeculative: %d drafted, %d accepted (%.1f%%), %d verification passes, %.2f tokens per pass",
+                st->n_drafted, st->n_accepted, st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0,
+                st->n_verify, (double)(st->n_generated - 1) / st->n_verify);
     fprintf(stderr,
             "\nprompt: %d tokens (%d reused, %d prefilled) | TTFT %.1f ms | prefill %.1f t/s | "
             "decode %d tokens, %.1f t/s | ITL mean %.2f ms, max %.2f ms | finish: %s | seed %llu\n",
@@ -469,15 +583,33 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
         fprintf(stderr, "kvchat: %s\n", err.msg);
         return EXIT_RUNTIME;
     }
-    oneshot_out o = {.prompt = print_prompt && !g_json ? text : NULL, .po = {.f = stdout}};
+    oneshot_out o = {.prompt = print_prompt && !g_json ? text : NULL, .po = {.f = stdout}, .e = e,
+                     .top_logprobs = c->top_logprobs};
     json_out_init(&g_jout, stdout);
     json_out_set_seed(&g_jout, sampler_seed(s));
+    g_jout.top_logprobs = c->top_logprobs;
     stop_init(&o.sm, c->stops, c->n_stops);
     gen_callbacks cb = {.on_text = on_text, .should_stop = should_stop, .ud = &o};
+    if (g_json) cb.on_token = on_token;
     gen_stats st;
     int finish;
-    int rc = engine_generate(e, toks, n, c->n_predict, s, &cb, &st, &finish, &err);
+    gen_opts go;
+    engine_default_opts(e, &go);
+    go.n_predict = c->n_predict;
+    if (c->spec.mode != SPEC_OFF) go.spec = &c->spec;
+    int rc;
+    if (c->beams > 1 || c->best_of > 1) {
+        decode_opts dop = {.beams = c->beams, .best_of = c->best_of, .length_penalty = c->length_penalty,
+                           .n_predict = c->n_predict, .json = g_json, .top_logprobs = c->top_logprobs,
+                           .prompt_text = print_prompt && !g_json ? text : NULL};
+        rc = decode_oneshot(e, s, toks, n, &dop, &g_jout, &st, &finish, &err);
+        if (!rc && !g_json) o.prompt = NULL; /* decode_oneshot printed prompt and reply */
+    } else {
+        rc = engine_generate_seq(e, ENGINE_SEQ_DEFAULT, toks, n, &go, s, &cb, &st, &finish, &err);
+    }
     free(toks);
+    if (g_json) json_flush_pending(&o);
+    free(o.text);
     if (rc) {
         plain_out_flush(&o.po);
         fprintf(stderr, "%skvchat: %s\n", o.prompt || g_json ? "" : "\n", err.msg);
@@ -588,6 +720,17 @@ int main(int argc, char **argv)
         free(stdin_prompt);
         return EXIT_RUNTIME;
     }
+    engine *draft = NULL; /* --draft MODEL (engine/speculate.h) */
+    if (c.spec.mode == SPEC_DRAFT) {
+        if (spec_draft_open(c.draft_path, e, c.ep.n_threads, &draft, &err)) {
+            fprintf(stderr, "kvchat: --draft: %s\n", err.msg);
+            sampler_free(s);
+            engine_close(e);
+            free(stdin_prompt);
+            return err.code == KV_ERR_NOMEM ? EXIT_RUNTIME : EXIT_MODEL;
+        }
+        c.spec.draft = draft;
+    }
     if (c.prompt)
         rc = run_prompt(e, s, c.prompt, &c, 1);
     else {
@@ -610,7 +753,8 @@ int main(int argc, char **argv)
                            .markdown = !c.no_markdown,
                            .chat_template = c.chat_template, .resume = c.resume,
                            .stops = c.stops, .n_stops = c.n_stops, .system = c.system,
-                           .ep = &c.ep, .config = &g_config, .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn};
+                           .ep = &c.ep, .config = &g_config, .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn,
+                           .spec = &c.spec, .draft_path = c.draft_path};
         co.cache_bytes = cache_bytes;
         if (have_db) co.db_path = db_path;
         rc = chat_run(&e, &s, &co); /* /model may have replaced them */
@@ -621,6 +765,7 @@ int main(int argc, char **argv)
     }
     if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");
     sampler_free(s);
+    engine_close(draft);
     engine_close(e);
     free(stdin_prompt);
     return rc;

@@ -127,7 +127,36 @@ void json_out_set_seed(json_out *j, uint64_t seed)
     j->seed = seed;
 }
 
+/* The fields after "text" of a token line, and its end. */
+static void token_tail(json_out *j, const token_logprob *lp, int eog, const tokenizer *tok)
+{
+    if (eog) fputs(", \"eog\": true", j->f);
+    if (lp) {
+        fprintf(j->f, ", \"logprob\": %.6g", isfinite(lp->lp) ? lp->lp : -9999.0);
+        if (lp->n_top > 0 || j->top_logprobs > 0) {
+            fputs(", \"top_logprobs\": [", j->f);
+            for (int k = 0; k < lp->n_top; k++) {
+                char piece[256];
+                size_t n = tok ? tokenizer_token_to_piece(tok, lp->top[k], 0, piece, sizeof piece) : 0;
+                if (n > sizeof piece) n = sizeof piece;
+                fprintf(j->f, "%s{\"token\": %d, \"text\": ", k ? ", " : "", (int)lp->top[k]);
+                json_write_string(j->f, piece, n);
+                fprintf(j->f, ", \"logprob\": %.6g}", isfinite(lp->top_lp[k]) ? lp->top_lp[k] : -9999.0);
+            }
+            fputc(']', j->f);
+        }
+    }
+    fputs("}\n", j->f);
+    fflush(j->f);
+}
+
 void json_out_token(json_out *j, int32_t token, const char *text, size_t len)
+{
+    json_out_token_lp(j, token, text, len, NULL, 0, NULL);
+}
+
+void json_out_token_lp(json_out *j, int32_t token, const char *text, size_t len, const token_logprob *lp, int eog,
+                       const tokenizer *tk)
 {
     fprintf(j->f, "{\"token\": %d, \"text\": \"", (int)token);
     /* the carried bytes and this text, as one string */
@@ -144,8 +173,8 @@ void json_out_token(json_out *j, int32_t token, const char *text, size_t len)
         if (n < 0) { /* still incomplete (all of text taken): carry it all on */
             memcpy(j->carry, buf, n_carry + take);
             j->n_carry = n_carry + take;
-            fputs("\"}\n", j->f);
-            fflush(j->f);
+            fputc('"', j->f);
+            token_tail(j, lp, eog, tk);
             return;
         }
         if (n > 0) { /* the character completed by text */
@@ -161,8 +190,8 @@ void json_out_token(json_out *j, int32_t token, const char *text, size_t len)
         memcpy(j->carry, s + len - left, left);
         j->n_carry = left;
     }
-    fputs("\"}\n", j->f);
-    fflush(j->f);
+    fputc('"', j->f);
+    token_tail(j, lp, eog, tk);
 }
 
 const char *json_finish_name(int finish)
@@ -203,6 +232,9 @@ void json_out_done(json_out *j, const gen_stats *st, int finish, const char *err
         num(j->f, "decode_tps", st->decode_tps);
         num(j->f, "itl_ms_mean", st->itl_ms_mean);
         num(j->f, "itl_ms_max", st->itl_ms_max);
+        if (st->n_verify) /* speculative decoding */
+            fprintf(j->f, ", \"n_drafted\": %d, \"n_accepted\": %d, \"n_verify\": %d", st->n_drafted,
+                    st->n_accepted, st->n_verify);
     }
     if (j->has_seed) fprintf(j->f, ", \"seed\": \"%llu\"", (unsigned long long)j->seed);
     if (error) {

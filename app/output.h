@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "engine/generate.h"
+#include "engine/logprob.h"
 
 /* Plain text: the model's (or a stored message's) text with every control character
  * neutralised by the rule the chat screen uses (ui_neutralize, ui/text.h): C0 controls other
@@ -37,6 +38,7 @@ typedef struct json_out {
     char carry[4];
     size_t n_carry;
     int has_seed;   /* json_out_set_seed was called */
+    int top_logprobs; /* --top-logprobs K: lines carry "top_logprobs" (an empty list when K is 0 and none given) */
     uint64_t seed;
 } json_out;
 
@@ -47,9 +49,16 @@ void json_out_init(json_out *j, FILE *f);
 void json_out_set_seed(json_out *j, uint64_t seed);
 /* {"token": ID, "text": "..."}\n */
 void json_out_token(json_out *j, int32_t token, const char *text, size_t len);
+/* The same with [, "eog": true] (an end-of-generation token) and, when lp is given,
+ * "logprob": L (natural log, of the raw model's softmax: before penalties and temperature) and,
+ * when lp->n_top > 0, "top_logprobs": [{"token": ID, "text": PIECE, "logprob": L}, ...] most
+ * likely first (PIECE: the token's own text from tk, U+FFFD for a partial character). */
+void json_out_token_lp(json_out *j, int32_t token, const char *text, size_t len, const token_logprob *lp, int eog,
+                       const tokenizer *tk);
 /* The final object: {"done": true, "finish": "eog"|"length"|"context"|"cancelled"|"error"|…,
  * "n_prompt": …, "n_reused": …, "n_prefilled": …, "n_generated": …, "ttft_ms": …,
- * "prefill_tps": …, "decode_tps": …, "itl_ms_mean": …, "itl_ms_max": …[, "seed": "N"][, "error": "…"]}\n.
+ * "prefill_tps": …, "decode_tps": …, "itl_ms_mean": …, "itl_ms_max": …[, "n_drafted": …, "n_accepted": …,
+ * "n_verify": … (speculative decoding)][, "seed": "N"][, "error": "…"]}\n.
  * Any carried bytes are written first as a last {"token": -1, "text": …} object. st may be
  * NULL (an error before generation). */
 void json_out_done(json_out *j, const gen_stats *st, int finish, const char *error);

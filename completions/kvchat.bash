@@ -6,7 +6,8 @@
 _kvchat_opts='-m --model -p --prompt -n --n-predict -c --ctx-size -b --batch-size -t --threads
     --kv-type --keep --no-context-shift --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
     --presence-penalty --frequency-penalty --seed --theme --no-mouse --no-markdown --system --chat-template --db --resume
-    --cache-size --stats --json --print-config -h --help -V --version'
+    --cache-size --stats --json --top-logprobs --lookup --draft --draft-max --draft-min-p --beams --length-penalty --best-of
+    --print-config -h --help -V --version'
 _kvchat_cmds='models themes list export import rm check bench gen-model tokenize template-render serve'
 _kvchat_templates='none chatml llama2 llama2-sys llama2-sys-bos llama2-sys-strip mistral-v1 mistral-v3
     mistral-v3-tekken mistral-v7 phi3 phi4 falcon3 zephyr monarch gemma orion openchat vicuna
@@ -51,6 +52,7 @@ _kvchat()
             -m|--model|-p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--kv-type|--keep|--stop|\
             --temp|--top-k|--top-p|--min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|\
             --frequency-penalty|--seed|--theme|--system|--chat-template|--db|--resume|--cache-size|-r|-o|--shape|--type|--layers|--format|\
+            --top-logprobs|--draft|--draft-max|--draft-min-p|--beams|--length-penalty|--best-of|\
             --vocab|--ff|--swa|--orig-ctx|--attn-softcap|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--prefill-chunk|--api-key|--max-body)
                 ((i++)) ;;
             -*|=) ;;
@@ -65,6 +67,7 @@ _kvchat()
             COMPREPLY=($(compgen -W "$("$self" themes 2>/dev/null | cut -f1)" -- "$cur") $(compgen -f -X '!*.theme' -- "$cur"))
             return ;;
         --kv-type) COMPREPLY=($(compgen -W 'f16 q8_0 f32' -- "$cur")); return ;;
+        --draft) _kvchat_models "$cur"; COMPREPLY+=($(compgen -W 'lookup off' -- "$cur")); return ;;
         --chat-template) COMPREPLY=($(compgen -W "$_kvchat_templates" -- "$cur")); return ;;
         --resume) COMPREPLY=($(compgen -W "last $("$self" list --ids 2>/dev/null)" -- "$cur")); return ;;
         --db|-o) COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
@@ -72,7 +75,8 @@ _kvchat()
         --type) COMPREPLY=($(compgen -W 'f16 q8_0 q4_0 q6_k q4_k_m q5_k_m' -- "$cur")); return ;;
         -p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--keep|--stop|--temp|--top-k|--top-p|\
         --min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|--frequency-penalty|--seed|--cache-size|\
-        --system|-r|--layers|--vocab|--ff|--swa|--orig-ctx|--attn-softcap|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--prefill-chunk|--api-key|--max-body)
+        --system|-r|--layers|--vocab|--ff|--swa|--orig-ctx|--attn-softcap|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--prefill-chunk|--api-key|--max-body|\
+        --top-logprobs|--draft-max|--draft-min-p|--beams|--length-penalty|--best-of)
             return ;; # a value of the user's own
     esac
 

@@ -33,6 +33,9 @@ typedef struct gen_stats {
     int n_keep;            /* positions a context shift keeps (the resolved gen_opts.n_keep) */
     int n_shifts;          /* context shifts during the request */
     int n_discarded;       /* positions they dropped */
+    int n_drafted;         /* speculative decoding: tokens drafted, */
+    int n_accepted;        /* of which the target accepted, */
+    int n_verify;          /* in this many verification passes (forward calls after the first token) */
 } gen_stats;
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
+#include "speculate.h"
 
 #define DEFAULT_N_BATCH 512
 #define MIN_N_KEEP 4          /* attention sinks (StreamingLLM, Xiao et al. 2023) */
@@ -26,6 +27,8 @@ struct engine {
     uint64_t fingerprint;
     char notice[320];
     float *logits;      /* n_vocab */
+    const float *tok_logits; /* engine_token_logits: the row the current token was sampled from */
+    int kv_type;
     char *text;         /* detokenizer output of one token */
     size_t text_cap;
 };
@@ -122,6 +125,7 @@ int engine_open(const engine_params *p, engine **out, kv_error *err)
     }
     e->n_ctx = p->n_ctx > 0 ? p->n_ctx : default_n_ctx(e, p->kv_type);
     e->n_keep = p->n_keep;
+    e->kv_type = p->kv_type;
     e->truncate_prompt = p->truncate_prompt;
     e->no_context_shift = p->no_context_shift;
     {
@@ -182,6 +186,9 @@ kv_cache *engine_kv(engine *e) { return e->kv; }
 int engine_n_ctx(const engine *e) { return e->n_ctx; }
 int engine_n_threads(const engine *e) { return e->n_threads; }
 const float *engine_logits(const engine *e) { return e->logits; }
+const float *engine_token_logits(const engine *e) { return e->tok_logits ? e->tok_logits : e->logits; }
+int engine_n_batch(const engine *e) { return e->n_batch; }
+int engine_kv_type(const engine *e) { return e->kv_type; }
 forward_ctx *engine_forward_ctx(engine *e) { return e->fc; }
 tpool *engine_pool(engine *e) { return e->pool; }
 const char *engine_notice(const engine *e) { return e->notice[0] ? e->notice : NULL; }
@@ -246,6 +253,16 @@ int engine_tokenize_prompt(const engine *e, const char *text, size_t len, const 
 static int feed(engine *e, int seq, const int32_t *tokens, int n, kv_error *err)
 {
     return model_forward_seq(e->m, e->fc, e->kv, seq, e->pool, tokens, n, e->logits, 0, err);
+}
+
+int engine_forward(engine *e, int seq, const int32_t *tokens, int n, float *logits, int all_logits, kv_error *err)
+{
+    return model_forward_seq(e->m, e->fc, e->kv, seq, e->pool, tokens, n, logits, all_logits, err);
+}
+
+static int feed_rows(engine *e, int seq, const int32_t *tokens, int n, float *rows, kv_error *err)
+{
+    return model_forward_seq(e->m, e->fc, e->kv, seq, e->pool, tokens, n, rows, 1, err);
 }
 
 static int emit(engine *e, detok_stream *ds, int32_t tok, const gen_callbacks *cb)
@@ -414,6 +431,98 @@ int engine_generate(engine *e, const int32_t *prompt, size_t n_prompt, int n_pre
     return engine_generate_seq(e, ENGINE_SEQ_DEFAULT, prompt, n_prompt, &o, s, cb, st, finish, err);
 }
 
+/* The decode loop's state: what deliver() needs for every sampled token. */
+typedef struct dec_state {
+    engine *e;
+    int seq;
+    const gen_opts *o;
+    sampler *s;
+    const gen_callbacks *cb;
+    gen_stats *st;
+    detok_stream ds;
+    double t0, t_prev, t_first, itl_sum;
+} dec_state;
+
+/* A sampled token (e->tok_logits: the row it came from): timings, penalty history, callbacks,
+ * text, and the end conditions. Returns a gen_finish (GEN_FINISH_NONE: go on). */
+static int deliver(dec_state *d, int32_t tok)
+{
+    engine *e = d->e;
+    gen_stats *st = d->st;
+    const gen_callbacks *cb = d->cb;
+    double t = now_ms();
+    st->n_generated++;
+    if (st->n_generated == 1) {
+        st->ttft_ms = t - d->t0;
+        d->t_first = t;
+    } else {
+        double gap = t - d->t_prev;
+        d->itl_sum += gap;
+        if (gap > st->itl_ms_max) st->itl_ms_max = gap;
+    }
+    d->t_prev = t;
+    sampler_accept(d->s, tok);
+    int eog = tokenizer_is_eog(e->tok, tok);
+    if (cb && cb->on_token) cb->on_token(cb->ud, tok, eog);
+    if (eog) return GEN_FINISH_EOG;
+    int stop = emit(e, &d->ds, tok, cb);
+    if (stop) return stop == 2 ? GEN_FINISH_STOP : GEN_FINISH_CANCELLED;
+    if (d->o->n_predict >= 0 && st->n_generated >= d->o->n_predict) return GEN_FINISH_LENGTH;
+    if (d->o->n_predict < 0 && !d->o->no_length_cap && st->n_generated >= e->n_ctx)
+        return GEN_FINISH_CONTEXT; /* a whole context's worth: never endless */
+    if (cb && cb->should_stop && cb->should_stop(cb->ud)) return GEN_FINISH_CANCELLED;
+    return GEN_FINISH_NONE;
+}
+
+/* One pass of speculative decoding (engine/speculate.h): the pending token *tok and up to k
+ * drafts through the target at once, then each row decides a token until the first rejection;
+ * the sequence is cut back to hold everything emitted but the last token, which becomes *tok. */
+static int spec_step(dec_state *d, spec_state *sp, int32_t *tok, int *fin, kv_error *err)
+{
+    engine *e = d->e;
+    int base = kv_seq_n_tokens(e->kv, d->seq);
+    int max_k = e->n_ctx - base - 1;
+    if (d->o->n_predict >= 0 && d->o->n_predict - d->st->n_generated - 1 < max_k)
+        max_k = d->o->n_predict - d->st->n_generated - 1;
+    int32_t batch[SPEC_MAX_DRAFT + 1];
+    batch[0] = *tok;
+    int k = 0;
+    if (max_k > 0) {
+        /* the context: the sequence's tokens and the pending one */
+        int n_hist = base + 1;
+        int32_t *hist = malloc(sizeof(int32_t) * (size_t)n_hist);
+        if (!hist) return kv_error_set(err, KV_ERR_NOMEM, "out of memory drafting");
+        memcpy(hist, kv_seq_tokens(e->kv, d->seq), sizeof(int32_t) * (size_t)base);
+        hist[base] = *tok;
+        k = spec_propose(sp, hist, n_hist, max_k, d->s, batch + 1, err);
+        free(hist);
+        if (k < 0) return err && err->code ? err->code : KV_ERR_INVALID;
+    }
+    float *rows = spec_rows(sp);
+    int rc = feed_rows(e, d->seq, batch, k + 1, rows, err);
+    if (rc) return rc;
+    d->st->n_verify++;
+    d->st->n_drafted += k;
+    int m = 0, j = 0;
+    for (int i = 0; i <= k; i++) {
+        int32_t t;
+        int acc;
+        const float *row = rows + (size_t)i * e->m->hp.n_vocab;
+        if ((rc = spec_verify(sp, d->s, row, i, i < k ? batch[i + 1] : -1, &t, &acc, err))) break;
+        j += acc;
+        m++;
+        e->tok_logits = row;
+        *tok = t;
+        *fin = deliver(d, t);
+        if (*fin || !acc) break;
+    }
+    e->tok_logits = NULL;
+    d->st->n_accepted += j;
+    spec_feedback(sp, k, j);
+    kv_seq_truncate(e->kv, d->seq, base + m);
+    return rc;
+}
+
 int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prompt, const gen_opts *o, sampler *s,
                         const gen_callbacks *cb, gen_stats *st, int *finish, kv_error *err)
 {
@@ -465,48 +574,19 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
     st->prefill_ms = t_prefill - t0;
     st->prefill_tps = st->prefill_ms > 0 ? st->n_prefilled / (st->prefill_ms / 1e3) : 0;
 
-    detok_stream ds;
-    detok_stream_init(&ds);
-    double t_prev = 0, t_first = 0, itl_sum = 0;
+    dec_state d = {.e = e, .seq = seq, .o = o, .s = s, .cb = cb, .st = st, .t0 = t0};
+    detok_stream_init(&d.ds);
     int fin = GEN_FINISH_NONE;
-    for (;;) {
-        int32_t tok;
-        if ((rc = sampler_sample(s, e->logits, &tok, err))) break;
-        double t = now_ms();
-        st->n_generated++;
-        if (st->n_generated == 1) {
-            st->ttft_ms = t - t0;
-            t_first = t;
-        } else {
-            double gap = t - t_prev;
-            itl_sum += gap;
-            if (gap > st->itl_ms_max) st->itl_ms_max = gap;
-        }
-        t_prev = t;
-        sampler_accept(s, tok);
-        int eog = tokenizer_is_eog(e->tok, tok);
-        if (cb && cb->on_token) cb->on_token(cb->ud, tok, eog);
-        if (eog) {
-            fin = GEN_FINISH_EOG;
-            break;
-        }
-        int stop = emit(e, &ds, tok, cb);
-        if (stop) {
-            fin = stop == 2 ? GEN_FINISH_STOP : GEN_FINISH_CANCELLED;
-            break;
-        }
-        if (o->n_predict >= 0 && st->n_generated >= o->n_predict) {
-            fin = GEN_FINISH_LENGTH;
-            break;
-        }
-        if (o->n_predict < 0 && !o->no_length_cap && st->n_generated >= e->n_ctx) {
-            fin = GEN_FINISH_CONTEXT; /* a whole context's worth: never endless */
-            break;
-        }
-        if (cb && cb->should_stop && cb->should_stop(cb->ud)) {
-            fin = GEN_FINISH_CANCELLED;
-            break;
-        }
+    int32_t tok;
+    spec_state *sp = NULL;
+    if (o->spec && o->spec->mode != SPEC_OFF &&
+        !(sp = spec_state_create(o->spec, e->m->hp.n_vocab, e->n_batch, sampler_seed(s))))
+        rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for speculative decoding");
+    if (!rc && !(rc = sampler_sample(s, e->logits, &tok, err))) {
+        e->tok_logits = e->logits;
+        fin = deliver(&d, tok);
+    }
+    while (!rc && !fin) {
         if (kv_seq_n_tokens(e->kv, seq) >= e->n_ctx) {
             if (o->no_context_shift) {
                 fin = GEN_FINISH_CONTEXT;
@@ -514,8 +594,19 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
             }
             if ((rc = shift(e, seq, n_keep, st, err))) break;
         }
+        if (sp) {
+            rc = spec_step(&d, sp, &tok, &fin, err);
+            continue;
+        }
         if ((rc = feed(e, seq, &tok, 1, err))) break;
+        if ((rc = sampler_sample(s, e->logits, &tok, err))) break;
+        e->tok_logits = e->logits;
+        fin = deliver(&d, tok);
     }
+    spec_state_free(sp);
+    e->tok_logits = NULL;
+    detok_stream ds = d.ds;
+    double t_prev = d.t_prev, t_first = d.t_first, itl_sum = d.itl_sum;
     size_t nt = detok_stream_flush(&ds, e->text, e->text_cap);
     if (nt && cb && cb->on_text) cb->on_text(cb->ud, e->text, nt < e->text_cap ? nt : e->text_cap, -1);
     if (st->n_generated > 1) {

@@ -106,6 +106,15 @@ int engine_generate(engine *e, const int32_t *prompt, size_t n_prompt, int n_pre
 
 /* Logits of the last forward pass (n_vocab floats), for tests and tools. */
 const float *engine_logits(const engine *e);
+/* The logits the token being reported was sampled from (n_vocab floats): valid inside
+ * gen_callbacks.on_token / on_text; with speculative decoding a row of the verification pass,
+ * otherwise engine_logits(). Raw model output: before penalties and temperature. */
+const float *engine_token_logits(const engine *e);
+int engine_n_batch(const engine *e);
+int engine_kv_type(const engine *e);
+/* One forward call of n tokens (1..n_batch) on seq: logits gets the last row (all_logits 0) or
+ * every row ([n][n_vocab], all_logits 1). Errors of model_forward_seq. */
+int engine_forward(engine *e, int seq, const int32_t *tokens, int n, float *logits, int all_logits, kv_error *err);
 /* The engine's forward-pass memory (n_batch rows) and thread pool, for the batched
  * multi-sequence pass (gen_batch.h, batch.h); used on the engine's thread only. */
 forward_ctx *engine_forward_ctx(engine *e);
@@ -155,6 +164,8 @@ typedef struct gen_opts {
     int no_context_shift;/* finish with GEN_FINISH_CONTEXT when the sequence is full */
     int no_length_cap;   /* with n_predict < 0: no cap at n_ctx tokens (the caller stops it, e.g.
                             a live token limit or a cancel) */
+    const struct spec_params *spec; /* speculative decoding (engine/speculate.h); NULL or mode off:
+                            plain decoding, one token per forward pass */
 } gen_opts;
 
 /* The gen_opts engine_generate uses (n_keep, truncate_prompt, no_context_shift from the

@@ -1,5 +1,6 @@
 /* worker: the generator thread — owns the engine while a request runs, streams text and live stats through an event queue, honours cancel and live sampling parameters. */
 #include "worker.h"
+#include "speculate.h"
 
 #include "stop.h"
 
@@ -33,6 +34,7 @@ struct worker {
     int keep_wanted;      /* worker thread: the last request's keep_seg positions */
     worker_hooks hooks;
     sampler_params params;
+    spec_params spec;          /* worker_set_spec: speculative decoding of the next requests */
     char stops[STOP_MAX_STRINGS][STOP_MAX_LEN]; /* worker_set_stops */
     int n_stops;
     int signaled;         /* a byte sits in the wake-up pipe */
@@ -453,6 +455,10 @@ static void run_job(worker *w, const worker_request *r)
     go.no_length_cap = atomic_load(&w->limit) >= 0;
     w->keep_wanted = keep_positions(w, r, toks, n);
     if (w->keep_wanted > go.n_keep) go.n_keep = w->keep_wanted;
+    pthread_mutex_lock(&w->mu);
+    spec_params spec = w->spec;
+    pthread_mutex_unlock(&w->mu);
+    if (spec.mode != SPEC_OFF) go.spec = &spec;
     rc = engine_generate_seq(w->e, ENGINE_SEQ_DEFAULT, toks, n, &go, w->s, &cb, &st, &finish, &err);
     remember_conversation(w, toks, n, st.n_generated);
     free(toks);
@@ -652,6 +658,14 @@ int worker_set_stops(worker *w, const char *const *stops, int n)
     }
     pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+void worker_set_spec(worker *w, const spec_params *p)
+{
+    pthread_mutex_lock(&w->mu);
+    if (p) w->spec = *p;
+    else w->spec.mode = SPEC_OFF;
+    pthread_mutex_unlock(&w->mu);
 }
 
 void worker_set_params(worker *w, const sampler_params *p)

@@ -122,6 +122,11 @@ int worker_busy(worker *w);
 #define WORKER_PREFILL_SLICE_MS 80
 void worker_cancel(worker *w);
 
+/* Speculative decoding (engine/speculate.h) for the requests from the next one on (copied; a
+ * draft engine in it must outlive the worker's use of it; NULL: off). */
+struct spec_params;
+void worker_set_spec(worker *w, const struct spec_params *p);
+
 /* Post new sampling parameters (validated by the caller: sampler_params_validate). They are
  * applied with sampler_set_params before the next token of a running request, and at the
  * start of every request. */

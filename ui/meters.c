@@ -177,6 +177,11 @@ void draw_stats(ui *u, int y, int w)
         else
             snprintf(s, sizeof s, " decode %.1f t/s%sTTFT %.0fms%sITL %.1fms", st->decode_tps, d, st->ttft_ms, d,
                      st->itl_ms_mean);
+        if (form < 3 && st->n_verify > 0) { /* speculative decoding: drafted / accepted */
+            size_t l = strlen(s);
+            snprintf(s + l, sizeof s - l, "%sdraft %d/%d (%.0f%%)", d, st->n_accepted, st->n_drafted,
+                     st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0);
+        }
         if (ui_text_width(s, strlen(s)) <= w) break;
     }
     ui_puts(u, y, 0, w, s, a);

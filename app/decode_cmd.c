@@ -1,0 +1,241 @@
+/* decode_cmd: --beams (engine/beam.c) and --best-of N in the one-shot mode: run the candidates, print the chosen one. */
+#include "app/decode_cmd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/beam.h"
+#include "engine/gen_batch.h"
+#include "engine/logprob.h"
+#include "engine/speculate.h"
+#include "app/config.h"
+
+typedef struct collect {
+    engine *e;
+    decode_sample *d;
+    size_t cap;
+    gen_stream *gs;   /* the sample's stream: the logits its token came from */
+} collect;
+
+static void on_tok(void *ud, int32_t tok, int eog)
+{
+    (void)eog;
+    collect *c = ud;
+    if ((size_t)c->d->n == c->cap) {
+        size_t nc = c->cap ? c->cap * 2 : 64;
+        int32_t *nt = realloc(c->d->tokens, nc * sizeof *nt);
+        if (nt) c->d->tokens = nt;
+        float *nl = realloc(c->d->lp, nc * sizeof *nl);
+        if (nl) c->d->lp = nl;
+        if (!nt || !nl) return;
+        c->cap = nc;
+    }
+    token_logprob tl;
+    const float *l = c->gs ? gen_stream_logits(c->gs) : engine_token_logits(c->e);
+    logprob_token(l, engine_model(c->e)->hp.n_vocab, tok, 0, &tl);
+    c->d->tokens[c->d->n] = tok;
+    c->d->lp[c->d->n++] = tl.lp;
+}
+
+void decode_samples_free(decode_sample *s, int n)
+{
+    for (int i = 0; s && i < n; i++) {
+        free(s[i].tokens);
+        free(s[i].lp);
+    }
+}
+
+static int by_mean(const void *a, const void *b)
+{
+    const decode_sample *x = a, *y = b;
+    if (x->mean_lp != y->mean_lp) return x->mean_lp > y->mean_lp ? -1 : 1;
+    return x->seed < y->seed ? -1 : x->seed > y->seed;
+}
+
+int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t n_prompt, int n, int n_predict,
+                   decode_sample *out, gen_stats *st, kv_error *err)
+{
+    memset(out, 0, sizeof *out * (size_t)n);
+    if (n < 1 || n > DECODE_MAX_N) return kv_error_set(err, KV_ERR_INVALID, "best-of: %d samples (1 to %d)", n, DECODE_MAX_N);
+    /* one prefill: the prompt but its last token; each sample's fork feeds that token itself */
+    gen_stats pst;
+    int rc = n_prompt > 1 ? engine_prefill_seq(e, seq, prompt, n_prompt - 1, NULL, &pst, err) : KV_OK;
+    if (rc) return rc;
+    sampler_params sp = *sampler_get_params(s);
+    uint64_t seed0 = sampler_seed(s);
+    gen_opts go;
+    engine_default_opts(e, &go);
+    go.n_predict = n_predict;
+    go.no_context_shift = 1; /* batched streams do not shift */
+    sampler *smp[DECODE_MAX_N] = {0};
+    gen_stream *gs[DECODE_MAX_N] = {0};
+    collect col[DECODE_MAX_N];
+    gen_callbacks cb[DECODE_MAX_N];
+    int forks[DECODE_MAX_N], n_forks = 0;
+    gen_batch *b = gen_batch_create(e, n, err);
+    if (!b) return err && err->code ? err->code : KV_ERR_NOMEM;
+    /* the samples decode together: one batched forward pass per step over every sample's token */
+    for (int i = 0; i < n && !rc; i++) {
+        if ((rc = engine_seq_fork(e, seq, -1, &forks[i], err))) break;
+        n_forks++;
+        sp.seed = seed0 + (uint64_t)i == SAMPLER_SEED_RANDOM ? 0 : seed0 + (uint64_t)i;
+        if (!(smp[i] = sampler_create(engine_model(e)->hp.n_vocab, &sp, err))) {
+            rc = err && err->code ? err->code : KV_ERR_NOMEM;
+            break;
+        }
+        out[i].seed = sampler_seed(smp[i]);
+        col[i] = (collect){.e = e, .d = &out[i]};
+        cb[i] = (gen_callbacks){.on_token = on_tok, .ud = &col[i]};
+        rc = gen_stream_begin(e, forks[i], prompt, n_prompt, &go, smp[i], &cb[i], 0, &gs[i], err);
+        col[i].gs = gs[i];
+    }
+    while (!rc) {
+        int r = gen_batch_step(b, gs, n, 0, err);
+        if (r < 0) rc = err && err->code ? err->code : KV_ERR_INVALID;
+        if (r <= 0) break;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        gen_stream_done(gs[i], &out[i].finish);
+        double sum = 0;
+        for (int k = 0; k < out[i].n; k++) sum += out[i].lp[k];
+        out[i].mean_lp = out[i].n ? sum / out[i].n : -1e30;
+        const gen_stats *one = gen_stream_stats(gs[i]);
+        if (st) {
+            if (i == 0) *st = *one;
+            else {
+                st->n_generated += one->n_generated;
+                if (one->decode_ms > st->decode_ms) st->decode_ms = one->decode_ms;
+            }
+        }
+    }
+    if (st && !rc) st->decode_tps = st->decode_ms > 0 ? (st->n_generated - n) / (st->decode_ms / 1e3) : 0;
+    for (int i = 0; i < n; i++) {
+        gen_stream_free(gs[i]);
+        sampler_free(smp[i]);
+    }
+    for (int i = 0; i < n_forks; i++) engine_seq_free(e, forks[i]);
+    gen_batch_free(b);
+    if (rc) {
+        decode_samples_free(out, n);
+        return rc;
+    }
+    qsort(out, (size_t)n, sizeof *out, by_mean);
+    return KV_OK;
+}
+
+/* The reply's tokens as text (or JSON lines with each token's log-prob and alternatives,
+ * recomputed from the logits when top_logprobs is asked: then lp_of is NULL). */
+static void print_tokens(engine *e, const int32_t *toks, const float *lps, int n, const decode_opts *o, json_out *j)
+{
+    const tokenizer *tk = engine_tokenizer(e);
+    detok_stream ds;
+    detok_stream_init(&ds);
+    char buf[4096];
+    plain_out po = {.f = stdout};
+    if (!o->json && o->prompt_text) out_plain(stdout, o->prompt_text, strlen(o->prompt_text));
+    for (int i = 0; i < n; i++) {
+        int eog = tokenizer_is_eog(tk, toks[i]);
+        size_t m = eog ? 0 : detok_stream_push(&ds, tk, toks[i], buf, sizeof buf);
+        if (m > sizeof buf) m = sizeof buf;
+        if (o->json) {
+            token_logprob tl = {.tok = toks[i], .lp = lps ? lps[i] : 0};
+            json_out_token_lp(j, toks[i], buf, m, &tl, eog, tk);
+        } else {
+            plain_out_write(&po, buf, m);
+        }
+    }
+    size_t m = detok_stream_flush(&ds, buf, sizeof buf);
+    if (m > sizeof buf) m = sizeof buf;
+    if (o->json && m) json_out_token(j, -1, buf, m);
+    else if (!o->json) {
+        plain_out_write(&po, buf, m);
+        plain_out_flush(&po);
+    }
+    fflush(stdout);
+}
+
+int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt, const decode_opts *o, json_out *j,
+                   gen_stats *st, int *finish, kv_error *err)
+{
+    memset(st, 0, sizeof *st);
+    *finish = GEN_FINISH_ERROR;
+    if (o->beams > 1) {
+        beam_result r;
+        int rc = engine_beam_search(e, ENGINE_SEQ_DEFAULT, prompt, (int)n_prompt, o->beams, o->length_penalty,
+                                    o->n_predict, &r, st, err);
+        if (rc) return rc;
+        /* per-token log-probs of the chosen beam: replay it (teacher-forced) on a fork */
+        float *lps = calloc((size_t)(r.n_tokens ? r.n_tokens : 1), sizeof(float));
+        int f;
+        if (lps && !engine_seq_fork(e, ENGINE_SEQ_DEFAULT, -1, &f, err)) {
+            int nv = engine_model(e)->hp.n_vocab, ok = 1;
+            float *lg = malloc(sizeof(float) * (size_t)nv);
+            engine_seq_truncate(e, f, (int)n_prompt - 1);
+            int32_t cur = prompt[n_prompt - 1];
+            for (int i = 0; lg && ok && i < r.n_tokens; i++) {
+                if (engine_forward(e, f, &cur, 1, lg, 0, err)) ok = 0;
+                else {
+                    token_logprob tl;
+                    logprob_token(lg, nv, r.tokens[i], 0, &tl);
+                    lps[i] = tl.lp;
+                    cur = r.tokens[i];
+                }
+            }
+            free(lg);
+            engine_seq_free(e, f);
+        }
+        print_tokens(e, r.tokens, lps, r.n_tokens, o, j);
+        free(lps);
+        fprintf(stderr, "%sbeam search: %d beams, chose the beam of score %.4f (sum of log-probs %.4f over %d tokens, "
+                "length penalty %g; %d finished hypotheses)\n", o->json ? "" : "\n", o->beams, r.score, r.logprob,
+                r.n_tokens, (double)o->length_penalty, r.n_finished);
+        *finish = r.finish;
+        st->n_prompt = (int)n_prompt;
+        beam_result_free(&r);
+        return KV_OK;
+    }
+    decode_sample ds[DECODE_MAX_N];
+    int n = o->best_of;
+    int rc = decode_best_of(e, ENGINE_SEQ_DEFAULT, s, prompt, n_prompt, n, o->n_predict, ds, st, err);
+    if (rc) return rc;
+    print_tokens(e, ds[0].tokens, ds[0].lp, ds[0].n, o, j);
+    fprintf(stderr, "%sbest of %d: chose the sample of the highest mean log-prob %.4f (seed %llu); the others:",
+            o->json ? "" : "\n", n, ds[0].mean_lp, (unsigned long long)ds[0].seed);
+    for (int i = 1; i < n; i++) fprintf(stderr, " %.4f", ds[i].mean_lp);
+    fprintf(stderr, "\n");
+    *finish = ds[0].finish;
+    decode_samples_free(ds, n);
+    return KV_OK;
+}
+
+int decode_set_draft(spec_params *sp, int key, const char *value, const char *draft_path, char *msg, size_t cap)
+{
+    char norm[1100], why[600];
+    if (config_check(key, value, norm, sizeof norm, why, sizeof why)) {
+        snprintf(msg, cap, "/set %s: %s", config_key_name(key), why);
+        return -1;
+    }
+    if (key == CFG_DRAFT_MAX) sp->draft_max = atoi(norm);
+    else if (key == CFG_DRAFT_MIN_P) sp->draft_min_p = (float)atof(norm);
+    else if (!strcmp(norm, "off")) sp->mode = SPEC_OFF;
+    else if (!strcmp(norm, "lookup")) sp->mode = SPEC_LOOKUP;
+    else if (sp->draft && (!strcmp(norm, "model") || (draft_path && !strcmp(norm, draft_path)))) sp->mode = SPEC_DRAFT;
+    else {
+        if (sp->draft) snprintf(msg, cap, "/set draft: off, lookup or model (the draft model %s loaded at start)",
+                                draft_path ? draft_path : "");
+        else snprintf(msg, cap, "/set draft: off or lookup (a draft model is loaded at start: --draft MODEL or draft = "
+                                "MODEL in config.ini)");
+        return -1;
+    }
+    char v[96];
+    decode_draft_text(sp, key, v, sizeof v);
+    snprintf(msg, cap, "%s = %s", config_key_name(key), v);
+    return 0;
+}
+
+void decode_draft_text(const spec_params *sp, int key, char *buf, size_t cap)
+{
+    if (key == CFG_DRAFT_MAX) snprintf(buf, cap, "%d", sp->draft_max);
+    else if (key == CFG_DRAFT_MIN_P) snprintf(buf, cap, "%.2f", (double)sp->draft_min_p);
+    else snprintf(buf, cap, "%s", sp->mode == SPEC_DRAFT ? "model" : spec_mode_name(sp->mode));
+}

@@ -1,0 +1,91 @@
+/* speculate: speculative decoding — drafts from n-grams of the context (prompt lookup) or from a draft model of the same vocabulary, and the verification rule that keeps the target's output distribution exact. */
+#ifndef KV_SPECULATE_H
+#define KV_SPECULATE_H
+
+#include <stdint.h>
+
+#include "kv_error.h"
+#include "sampler.h"
+
+/* How it runs (engine_generate_seq with gen_opts.spec): the last sampled token t and up to
+ * draft_max drafted tokens d1..dk go through the target in ONE forward pass that returns every
+ * row's logits (model_forward_seq, all_logits); row i is the distribution after d_i (row 0 after
+ * t). Drafts are checked left to right; the first rejected one is replaced by a token of the
+ * target's, after the last accepted one a "bonus" token is sampled from the next row, so every
+ * pass yields between 1 and k+1 tokens. The target's (and the draft model's) KV cache is cut back
+ * past the first rejection (kv_seq_truncate).
+ *   temperature 0: a draft is accepted iff it is the target's greedy token, so the output is
+ *                  token for token that of plain decoding.
+ *   temperature > 0: p = the target's distribution (sampler_dist: after penalties, top-k, top-p,
+ *                  min-p and temperature), q = the drafter's (the draft model's sampler_dist with
+ *                  the same filters and temperature, no penalties; a one-hot q for lookup drafts).
+ *                  Draft d is accepted with probability min(1, p(d) / q(d)); on rejection the token
+ *                  is drawn from max(0, p - q) renormalised (Leviathan, Kalman & Matias 2023,
+ *                  "Fast Inference from Transformers via Speculative Decoding", Algorithm 1; Chen
+ *                  et al. 2023, "Accelerating Large Language Model Decoding with Speculative
+ *                  Sampling"), which makes every emitted token follow p exactly.
+ * The drafter backs off: after a pass whose first draft is rejected it drafts nothing for 1, 3,
+ * 7 … 31 steps (plain decoding), and the draft length follows the last acceptance (the accepted
+ * count + 1, growing by 2 while everything is accepted), so rejected drafts cost little. */
+
+enum spec_mode { SPEC_OFF = 0, SPEC_LOOKUP, SPEC_DRAFT };
+
+#define SPEC_MAX_DRAFT 32          /* draft_max at most */
+#define SPEC_DEFAULT_DRAFT_MAX 8
+#define SPEC_DEFAULT_MIN_P 0.5f
+#define SPEC_NGRAM_MAX 4           /* lookup: longest n-gram matched (then shorter, down to 2) */
+#define SPEC_NGRAM_MIN 2
+
+struct engine;
+
+typedef struct spec_params {
+    int mode;                 /* enum spec_mode */
+    int draft_max;            /* tokens drafted per pass at most, 1..SPEC_MAX_DRAFT (0: default 8) */
+    float draft_min_p;        /* draft model: stop drafting before a token whose probability under the
+                                 draft (softmax of its logits) is below this, in [0, 1] */
+    struct engine *draft;     /* SPEC_DRAFT: the draft model (spec_draft_open); not owned */
+    int no_backoff;           /* tests: always draft draft_max tokens when a draft exists */
+    int test_accept_all;      /* tests only: accept every draft — a WRONG rule that lets a statistical
+                                 test show it can fail */
+} spec_params;
+
+void spec_params_default(spec_params *p);
+
+/* "off", "lookup" or "draft" → enum spec_mode, or -1. */
+int spec_mode_from_name(const char *name);
+const char *spec_mode_name(int mode);
+
+/* Open draft_path as a draft model for target: same n_ctx, batch and KV type as the target's,
+ * n_threads threads (0: the target's). Its vocabulary must be the target's: the same n_vocab and
+ * the same text of every token (KV_ERR_FORMAT otherwise: "DRAFT: its vocabulary differs from
+ * TARGET's: N tokens vs M" or "token ID is 'x' there and 'y' here"). Errors of engine_open. */
+int spec_draft_open(const char *draft_path, const struct engine *target, int n_threads, struct engine **out,
+                    kv_error *err);
+
+/* ---- internals of the decode loop (engine/generate.c) ------------------------------------- */
+
+typedef struct spec_state spec_state;
+
+/* Buffers for a request (rows of logits, dense p and q, the RNG seeded from seed). NULL: no memory. */
+spec_state *spec_state_create(const spec_params *p, int n_vocab, int n_batch, uint64_t seed);
+void spec_state_free(spec_state *st);
+
+/* Propose up to max_k drafts after hist[0..n_hist) (the target sequence's tokens and the pending
+ * token, which is hist[n_hist-1]) into drafts; returns k >= 0, or < 0 with err set (a draft model
+ * error). The sampler s gives the parameters (temperature, filters) the draft model drafts with. */
+int spec_propose(spec_state *st, const int32_t *hist, int n_hist, int max_k, const sampler *s, int32_t *drafts,
+                 kv_error *err);
+
+/* Row storage for the verification pass: (SPEC_MAX_DRAFT + 1) rows of n_vocab floats. */
+float *spec_rows(spec_state *st);
+
+/* Decide position i of a pass: row = the target's logits there; draft = d_{i+1}, or -1 for the
+ * bonus token after the last draft. *tok gets the token to emit, *accepted 1 when it is the draft.
+ * Errors of sampler_sample / sampler_dist. */
+int spec_verify(spec_state *st, sampler *s, const float *row, int i, int32_t draft, int32_t *tok, int *accepted,
+                kv_error *err);
+
+/* After a pass of k drafts of which j were accepted: adapt the length, back off. */
+void spec_feedback(spec_state *st, int k, int j);
+
+#endif
