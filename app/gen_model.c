@@ -92,11 +92,12 @@ const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5
                    "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
-enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K };
+enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_MXFP4 };
 static const struct { const char *name, *title; int file_type; } FTYPES[] = {
     [FT_F16] = {"f16", "F16", 1}, [FT_Q8_0] = {"q8_0", "Q8_0", 7},
     [FT_Q4_0] = {"q4_0", "Q4_0", 2}, [FT_Q4_K_M] = {"q4_k_m", "Q4_K_M", 15},
     [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", 17}, [FT_Q6_K] = {"q6_k", "Q6_K", 18},
+    [FT_MXFP4] = {"mxfp4", "MXFP4", 38}, /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE */
 };
 
 /* ---- random numbers: splitmix64 ------------------------------------------------------------ */
@@ -133,6 +134,8 @@ static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64
     case FT_Q8_0: return GGML_TYPE_Q8_0;
     case FT_Q4_0: return GGML_TYPE_Q4_0;
     case FT_Q6_K: return ne0 % QUANT_QK_K ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K; /* llama-quantize's fallback */
+    /* as the released gpt-oss files: the FFN (the experts) MXFP4, every other matrix Q8_0 */
+    case FT_MXFP4: return kind == TK_GATE || kind == TK_UP || kind == TK_DOWN ? GGML_TYPE_MXFP4 : GGML_TYPE_Q8_0;
     default: break;
     }
     /* Q4_K_M / Q5_K_M (llama_tensor_get_type): the base K type; Q6_K for the output (or the
@@ -211,6 +214,9 @@ static int fill_random(void *user, const gguf_writer_chunk *c, kv_error *err)
             k->d = fp32_to_fp16(5e-5f);
             k->dmin = fp32_to_fp16(7.5e-4f);
         }
+        break;
+    case GGML_TYPE_MXFP4: /* codes uniform (doubled grid rms 5.85) times 2^(e-128) = 2^-8: std 0.023 */
+        for (size_t b = 0; b < nb; b++) p[b * sizeof(block_mxfp4)] = 120;
         break;
     case GGML_TYPE_Q6_K: /* d·sc·(q - 32), scales kept within -32..31 */
         for (size_t b = 0; b < nb; b++) {
@@ -337,7 +343,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     for (int i = 0; i < (int)(sizeof FTYPES / sizeof *FTYPES); i++)
         if (!strcmp(FTYPES[i].name, type_name)) ft = i;
     if (ft < 0)
-        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m)", type_name);
+        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m, mxfp4)", type_name);
     int n_layer = opt->n_layer > 0 ? opt->n_layer : sh->n_layer;
     int n_vocab = opt->n_vocab > 0 ? opt->n_vocab : sh->n_vocab;
     int n_swa = opt->n_swa > 0 && sh->n_swa ? opt->n_swa : sh->n_swa;
@@ -514,7 +520,8 @@ static void gen_usage(FILE *out)
             "                  phi4-mini\n"
             "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
-            "                  attn_v / ffn_down)\n"
+            "                  attn_v / ffn_down), or mxfp4 (the FFN / experts MXFP4, other matrices\n"
+            "                  Q8_0, as the released gpt-oss files)\n"
             "  -o FILE         output path (files are large: TinyLlama F16 is 2.1 GiB)\n"
             "  --layers N      override the number of layers\n"
             "  --vocab N       override the vocabulary size (at least 260)\n"

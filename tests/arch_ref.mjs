@@ -27,6 +27,8 @@ export const CASES = [
   { name: "gemma3-4b", shape: "gemma3-4b", layers: 6, swa: 32 }, // global layer 5: linear RoPE x8
   { name: "phi3", shape: "phi4-mini", layers: 2 },            // n_ctx 512 <= 4096: short factors
   { name: "phi3-long", shape: "phi4-mini", layers: 2, orig_ctx: 64 }, // 512 > 64: long factors
+  // MXFP4 FFN matrices (the gpt-oss expert type) and Q8_0 for the rest, on a dense llama
+  { name: "mxfp4", shape: "tiny", layers: 2, type: "mxfp4" },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)

@@ -39,6 +39,7 @@ static arch_case cases[] = {
     {"qwen3", "qwen3", 64},   {"smollm3", "smollm3", 64}, {"granite", "granite", 64},
     {"olmo2", "olmo2", 64},   {"gemma2", "gemma2", 48},   {"gemma2-softcap", "gemma2", 48}, {"gemma3", "gemma3", 48},
     {"gemma3-4b", "gemma3", 64}, {"phi3", "phi3", 64}, {"phi3-long", "phi3", 512},
+    {"mxfp4", "llama", 64}, /* MXFP4 FFN, Q8_0 elsewhere */
 };
 
 static int json_int(const cJSON *o, const char *k)
