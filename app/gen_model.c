@@ -408,6 +408,14 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         set_arch_f32(w, a, "rope.scaling.factor", sh->rope_scale);
     }
     if (sh->rope_attn_factor) set_arch_f32(w, a, "rope.scaling.attn_factor", sh->rope_attn_factor);
+    float yarn = opt->rope_yarn;
+    if (yarn) { /* YaRN (gpt-oss: factor 32 over 4096 positions) */
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        gguf_writer_set_str(w, key, "yarn");
+        set_arch_f32(w, a, "rope.scaling.factor", yarn);
+        if (!n_ctx_orig) set_arch_u32(w, a, "rope.scaling.original_context_length", 4096);
+    }
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)v.n);
     gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v.scores, (uint64_t)v.n);
@@ -513,7 +521,7 @@ static void gen_usage(FILE *out)
 {
     fprintf(out,
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
-            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--seed N]\n"
+            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--yarn F] [--seed N]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
@@ -529,6 +537,7 @@ static void gen_usage(FILE *out)
             "  --swa N         override the sliding window (gemma2, gemma3)\n"
             "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
             "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
+            "  --yarn F        YaRN RoPE scaling by F over 4096 original positions (any shape)\n"
             "  --seed N        random seed (default 1)\n");
 }
 
@@ -539,7 +548,7 @@ int gen_model_main(int argc, char **argv)
         {"output", required_argument, 0, 'o'}, {"layers", required_argument, 0, 'l'},
         {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {"vocab", required_argument, 0, 'V'},
         {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'},
-        {"attn-softcap", required_argument, 0, 'A'}, {0, 0, 0, 0},
+        {"attn-softcap", required_argument, 0, 'A'}, {"yarn", required_argument, 0, 'Y'}, {0, 0, 0, 0},
     };
     const char *shape = NULL, *type = NULL, *out = NULL;
     gen_model_opts go = {.seed = 1};
@@ -557,6 +566,7 @@ int gen_model_main(int argc, char **argv)
         case 'W': go.n_swa = atoi(optarg); if (go.n_swa < 1) goto bad; break;
         case 'C': go.n_ctx_orig = atoi(optarg); if (go.n_ctx_orig < 1) goto bad; break;
         case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
+        case 'Y': go.rope_yarn = strtof(optarg, NULL); if (!(go.rope_yarn >= 1)) goto bad; break;
         case 'S': go.seed = strtoull(optarg, NULL, 10); break;
         case 'h': gen_usage(stdout); return 0;
         default: goto bad;

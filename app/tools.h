@@ -31,6 +31,7 @@ int gen_model_write(const char *path, const char *shape, const char *type, int n
 typedef struct gen_model_opts {
     int n_layer, n_vocab, n_ff, n_swa, n_ctx_orig;
     float attn_softcap; /* gemma2's attn_logit_softcapping; 0 keeps the shape's 50 */
+    float rope_yarn;    /* > 0: YaRN RoPE of this factor over original_context_length 4096 (any shape) */
     uint64_t seed;
 } gen_model_opts;
 int gen_model_write_ex(const char *path, const char *shape, const char *type, const gen_model_opts *opts,

@@ -29,6 +29,8 @@ export const CASES = [
   { name: "phi3-long", shape: "phi4-mini", layers: 2, orig_ctx: 64 }, // 512 > 64: long factors
   // MXFP4 FFN matrices (the gpt-oss expert type) and Q8_0 for the rest, on a dense llama
   { name: "mxfp4", shape: "tiny", layers: 2, type: "mxfp4" },
+  // YaRN RoPE (gpt-oss's factor 32 over 4096 positions): pairs 0-9 kept, 10-23 ramped, 24-31 / 32
+  { name: "yarn", shape: "tiny", layers: 2, yarn: 32 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)
@@ -48,6 +50,7 @@ function genArgs(c, path) {
   if (c.swa) a.push("--swa", String(c.swa));
   if (c.orig_ctx) a.push("--orig-ctx", String(c.orig_ctx));
   if (c.attn_softcap) a.push("--attn-softcap", String(c.attn_softcap));
+  if (c.yarn) a.push("--yarn", String(c.yarn));
   return a;
 }
 
@@ -77,8 +80,8 @@ async function run(llama, kvchat, dir, c) {
   await ctx.dispose();
   await model.dispose();
   rmSync(path);
-  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0 } = c;
-  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, n_ctx,
+  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0, yarn = 0 } = c;
+  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, yarn, n_ctx,
            reference: "llama.cpp via node-llama-cpp (CPU, f32 KV cache, 2 threads), teacher-forced", prompts };
 }
 

@@ -40,6 +40,7 @@ static arch_case cases[] = {
     {"olmo2", "olmo2", 64},   {"gemma2", "gemma2", 48},   {"gemma2-softcap", "gemma2", 48}, {"gemma3", "gemma3", 48},
     {"gemma3-4b", "gemma3", 64}, {"phi3", "phi3", 64}, {"phi3-long", "phi3", 512},
     {"mxfp4", "llama", 64}, /* MXFP4 FFN, Q8_0 elsewhere */
+    {"yarn", "llama", 64},  /* YaRN RoPE */
 };
 
 static int json_int(const cJSON *o, const char *k)
@@ -57,6 +58,8 @@ static int regen(const cJSON *ref, const char *path, kv_error *err)
     };
     const cJSON *cap = cJSON_GetObjectItem(ref, "attn_softcap");
     if (cJSON_IsNumber(cap)) o.attn_softcap = (float)cap->valuedouble;
+    const cJSON *yarn = cJSON_GetObjectItem(ref, "yarn");
+    if (cJSON_IsNumber(yarn)) o.rope_yarn = (float)yarn->valuedouble;
     return gen_model_write_ex(path, cJSON_GetObjectItem(ref, "shape")->valuestring,
                               cJSON_GetObjectItem(ref, "type")->valuestring, &o, err);
 }
