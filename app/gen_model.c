@@ -1,4 +1,4 @@
-/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3), for benchmarks and reference tests. */
+/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3; MoE qwen3moe, qwen2moe, olmoe), for benchmarks and reference tests. */
 /*
  * Speed does not depend on weight values, so these files let `kvchat bench` and llama.cpp's
  * bench measure TinyLlama-, Llama-3.2-1B- and Qwen2.5-0.5B-sized models without a download.
@@ -15,7 +15,12 @@
  * The shapes of the newer architectures also carry what those add (q/k norms, post-norms,
  * sliding windows, scales, fused projections, LongRoPE factors), with the metadata keys and
  * tensor names llama.cpp's gguf-py writes; their norm weights are random around 1 (not all 1)
- * so that a norm applied to the wrong vector shows in the logits. The output is a function of
+ * so that a norm applied to the wrong vector shows in the logits. The mixture-of-experts shapes
+ * write the router ffn_gate_inp (F32, as convert_hf_to_gguf keeps it), the 3-D expert tensors
+ * ffn_{gate,up,down}_exps ([n_embd, n_ff_exp, n_expert] / [n_ff_exp, n_embd, n_expert], typed as
+ * their dense counterparts) and, for qwen2moe, the shared expert ffn_{gate,up,down}_shexp with its
+ * F32 gate vector ffn_gate_inp_shexp, plus expert_count / expert_used_count /
+ * expert_feed_forward_length / expert_shared_feed_forward_length. The output is a function of
  * (shape, type, layers, vocab, window, seed) only: byte-identical on every run.
  */
 #include <getopt.h>
@@ -55,6 +60,19 @@ typedef struct shape {
     float rope_attn_factor; /* rope.scaling.attn_factor (phi3 LongRoPE; 0: no key) */
 } model_shape;
 
+/* What the mixture-of-experts shapes add (by shape name; a shape not listed is dense). */
+typedef struct moe_shape {
+    const char *name;
+    int n_expert, n_expert_used;
+    int n_ff_exp;   /* expert_feed_forward_length (0: no key, the experts are n_ff wide: olmoe) */
+    int n_ff_shexp; /* expert_shared_feed_forward_length and a shared expert (0: none) */
+} moe_shape;
+static const moe_shape MOE_SHAPES[] = {
+    {"qwen3-30b-a3b", 128, 8, 768, 0},      /* 128 experts of 768, 8 per token */
+    {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632}, /* 60 experts of 1408, 4 per token, a shared expert */
+    {"olmoe-1b-7b", 64, 8, 0, 0},           /* 64 experts of feed_forward_length 1024, 8 per token */
+};
+
 #define R SH_RANDOM_NORMS
 static const model_shape SHAPES[] = {
     {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
@@ -81,15 +99,23 @@ static const model_shape SHAPES[] = {
     /* Phi-4-mini: partial rotary (96 of 128 dims), LongRoPE over 4096 original positions */
     {"phi4-mini", "phi3", "Phi-4-mini", 200064, 3072, 32, 24, 8, 8192, 131072, 10000.0f, 1e-5f, 1, SH_FUSED | R,
      128, 96, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 1.1902f},
+    /* mixture of experts (MOE_SHAPES): Qwen3-30B-A3B (top-k weights normalised), Qwen1.5-MoE-A2.7B
+     * (a shared expert), OLMoE-1B-7B-0924 */
+    {"qwen3-30b-a3b", "qwen3moe", "Qwen3-30B-A3B", 151936, 2048, 48, 32, 4, 6144, 40960, 1000000.0f, 1e-6f, 0,
+     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5-MoE-A2.7B", 151936, 2048, 24, 16, 16, 5632, 8192, 1000000.0f, 1e-6f, 0,
+     SH_QKV_BIAS | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"olmoe-1b-7b", "olmoe", "OLMoE-1B-7B", 50304, 2048, 16, 16, 16, 1024, 4096, 10000.0f, 1e-5f, 0,
+     SH_QK_NORM_FULL | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #undef R
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
 const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", "qwen3-0.6b", "smollm3-3b",
                                         "granite-3-2b", "olmo2-1b", "gemma2-2b", "gemma3-1b", "gemma3-4b", "phi4-mini",
-                                        NULL};
+                                        "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "olmoe-1b-7b", NULL};
 #define SHAPE_LIST "tinyllama, llama3.2-1b, qwen2.5-0.5b, tiny, qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, " \
-                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini"
+                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
 enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_MXFP4 };
@@ -177,6 +203,14 @@ static int fill_random(void *user, const gguf_writer_chunk *c, kv_error *err)
     const quant_traits *qt = quant_traits_of(c->type);
     size_t nb = n / qt->type_size;
     switch (c->type) {
+    case GGML_TYPE_F32: /* uniform in (-0.0346, 0.0346): std 0.02 */
+        for (size_t k = 0; k < n / 4; k++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * k, 4);
+            float v = ((float)(u >> 8) / 16777216.0f * 2.0f - 1.0f) * 0.0346f;
+            memcpy(p + 4 * k, &v, 4);
+        }
+        break;
     case GGML_TYPE_F16:
         /* sign, exponent 2^-7 or 2^-6, random mantissa: |w| in [0.0078, 0.031) */
         for (size_t k = 0; k < n / 2; k++) {
@@ -349,6 +383,18 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     int n_swa = opt->n_swa > 0 && sh->n_swa ? opt->n_swa : sh->n_swa;
     int n_ctx_orig = opt->n_ctx_orig > 0 && sh->n_ctx_orig ? opt->n_ctx_orig : sh->n_ctx_orig;
     const int n_ff = opt->n_ff > 0 ? opt->n_ff : sh->n_ff;
+    const moe_shape *ms = NULL, dense = {0};
+    for (size_t i = 0; i < sizeof MOE_SHAPES / sizeof *MOE_SHAPES; i++)
+        if (!strcmp(MOE_SHAPES[i].name, sh->name)) ms = &MOE_SHAPES[i];
+    if (!ms) ms = &dense;
+    const int n_expert = ms->n_expert && opt->n_expert > 0 ? opt->n_expert : ms->n_expert;
+    const int n_expert_used = ms->n_expert && opt->n_expert_used > 0 ? opt->n_expert_used : ms->n_expert_used;
+    /* the experts' width: expert_feed_forward_length where the shape has that key, else n_ff */
+    const int n_ff_exp = !ms->n_expert ? 0 : !ms->n_ff_exp ? n_ff : opt->n_ff_exp > 0 ? opt->n_ff_exp : ms->n_ff_exp;
+    const int n_ff_shexp = ms->n_ff_shexp && opt->n_ff_shexp > 0 ? opt->n_ff_shexp : ms->n_ff_shexp;
+    if (n_expert && (n_expert_used < 1 || n_expert_used > n_expert))
+        return kv_error_set(err, KV_ERR_INVALID, "%d experts used of %d: must be 1 to the expert count", n_expert_used,
+                            n_expert);
     uint64_t seed = opt->seed;
     if (n_vocab < 3 + 256 + 1)
         return kv_error_set(err, KV_ERR_INVALID, "vocabulary of %d tokens: at least 260 needed (<unk> <s> </s> and 256 bytes)",
@@ -415,6 +461,12 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         gguf_writer_set_str(w, key, "yarn");
         set_arch_f32(w, a, "rope.scaling.factor", yarn);
         if (!n_ctx_orig) set_arch_u32(w, a, "rope.scaling.original_context_length", 4096);
+    }
+    if (n_expert) {
+        set_arch_u32(w, a, "expert_count", (uint32_t)n_expert);
+        set_arch_u32(w, a, "expert_used_count", (uint32_t)n_expert_used);
+        if (ms->n_ff_exp) set_arch_u32(w, a, "expert_feed_forward_length", (uint32_t)n_ff_exp);
+        if (n_ff_shexp) set_arch_u32(w, a, "expert_shared_feed_forward_length", (uint32_t)n_ff_shexp);
     }
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)v.n);
@@ -485,6 +537,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
             int kind = mats[k].kind, fused = (fl & SH_FUSED) != 0;
             if (fused && (kind == TK_Q || kind == TK_K || kind == TK_V || kind == TK_GATE)) continue;
             if (!fused && kind == TK_QKV) continue;
+            if (n_expert && (kind == TK_GATE || kind == TK_UP || kind == TK_DOWN)) continue; /* experts below */
             int64_t n_in = kind == TK_DOWN ? n_ff : kind == TK_O ? EQ : E;
             int64_t n_out = kind == TK_K || kind == TK_V ? EKV
                             : kind == TK_Q                ? EQ
@@ -496,6 +549,37 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
             snprintf(nm, sizeof nm, "blk.%d.%s", il, mats[k].suffix);
             gguf_writer_add_tensor_fill(w, nm, tensor_type(ft, kind, il, n_layer, sh->tied, n_in), 2, ne2,
                                         fill_random, &fc);
+        }
+        if (n_expert) {
+            /* the router (F32, never quantized), the experts (typed as the dense matrices would
+             * be), the shared expert and its gate vector */
+            int64_t nr[4] = {E, n_expert, 1, 1};
+            snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", il);
+            gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 2, nr, fill_random, &fc);
+            static const struct { const char *exps, *shexp; int kind; } ex[] = {
+                {"ffn_gate_exps.weight", "ffn_gate_shexp.weight", TK_GATE},
+                {"ffn_up_exps.weight", "ffn_up_shexp.weight", TK_UP},
+                {"ffn_down_exps.weight", "ffn_down_shexp.weight", TK_DOWN},
+            };
+            for (int k = 0; k < 3; k++) {
+                int down = ex[k].kind == TK_DOWN;
+                int64_t ne3[4] = {down ? n_ff_exp : E, down ? E : n_ff_exp, n_expert, 1};
+                snprintf(nm, sizeof nm, "blk.%d.%s", il, ex[k].exps);
+                gguf_writer_add_tensor_fill(w, nm, tensor_type(ft, ex[k].kind, il, n_layer, sh->tied, ne3[0]), 3, ne3,
+                                            fill_random, &fc);
+            }
+            if (n_ff_shexp) {
+                for (int k = 0; k < 3; k++) {
+                    int down = ex[k].kind == TK_DOWN;
+                    int64_t ne2[4] = {down ? n_ff_shexp : E, down ? E : n_ff_shexp, 1, 1};
+                    snprintf(nm, sizeof nm, "blk.%d.%s", il, ex[k].shexp);
+                    gguf_writer_add_tensor_fill(w, nm, tensor_type(ft, ex[k].kind, il, n_layer, sh->tied, ne2[0]), 2,
+                                                ne2, fill_random, &fc);
+                }
+                int64_t ng[4] = {E, 1, 1, 1};
+                snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp_shexp.weight", il);
+                gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 1, ng, fill_random, &fc);
+            }
         }
         if (fl & SH_QKV_BIAS) {
             int64_t nq[4] = {EQ, 1, 1, 1}, nkv[4] = {EKV, 1, 1, 1};
@@ -521,11 +605,12 @@ static void gen_usage(FILE *out)
 {
     fprintf(out,
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
-            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--yarn F] [--seed N]\n"
+            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--yarn F] [--experts N]\n"
+            "                        [--experts-used N] [--ff-exp N] [--ff-shexp N] [--seed N]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
-            "                  phi4-mini\n"
+            "                  phi4-mini; mixture of experts: qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b\n"
             "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
             "                  attn_v / ffn_down), or mxfp4 (the FFN / experts MXFP4, other matrices\n"
@@ -538,6 +623,10 @@ static void gen_usage(FILE *out)
             "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
             "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
             "  --yarn F        YaRN RoPE scaling by F over 4096 original positions (any shape)\n"
+            "  --experts N     override the expert count (MoE shapes)\n"
+            "  --experts-used N  override the experts used per token\n"
+            "  --ff-exp N      override the experts' width (olmoe: --ff)\n"
+            "  --ff-shexp N    override the shared expert's width (qwen1.5-moe-a2.7b)\n"
             "  --seed N        random seed (default 1)\n");
 }
 
@@ -548,7 +637,10 @@ int gen_model_main(int argc, char **argv)
         {"output", required_argument, 0, 'o'}, {"layers", required_argument, 0, 'l'},
         {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {"vocab", required_argument, 0, 'V'},
         {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'},
-        {"attn-softcap", required_argument, 0, 'A'}, {"yarn", required_argument, 0, 'Y'}, {0, 0, 0, 0},
+        {"attn-softcap", required_argument, 0, 'A'}, {"yarn", required_argument, 0, 'Y'},
+        {"experts", required_argument, 0, 'X'},
+        {"experts-used", required_argument, 0, 'K'}, {"ff-exp", required_argument, 0, 'G'},
+        {"ff-shexp", required_argument, 0, 'H'}, {0, 0, 0, 0},
     };
     const char *shape = NULL, *type = NULL, *out = NULL;
     gen_model_opts go = {.seed = 1};
@@ -568,6 +660,10 @@ int gen_model_main(int argc, char **argv)
         case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
         case 'Y': go.rope_yarn = strtof(optarg, NULL); if (!(go.rope_yarn >= 1)) goto bad; break;
         case 'S': go.seed = strtoull(optarg, NULL, 10); break;
+        case 'X': go.n_expert = atoi(optarg); if (go.n_expert < 1 || go.n_expert > 4096) goto bad; break;
+        case 'K': go.n_expert_used = atoi(optarg); if (go.n_expert_used < 1 || go.n_expert_used > 4096) goto bad; break;
+        case 'G': go.n_ff_exp = atoi(optarg); if (go.n_ff_exp < 32 || go.n_ff_exp % 32) goto bad; break;
+        case 'H': go.n_ff_shexp = atoi(optarg); if (go.n_ff_shexp < 32 || go.n_ff_shexp % 32) goto bad; break;
         case 'h': gen_usage(stdout); return 0;
         default: goto bad;
         }

@@ -19,7 +19,8 @@ int gen_model_main(int argc, char **argv);
 /* The shapes gen-model knows (NULL-terminated names) and the library call behind it:
  * shape "tinyllama", "llama3.2-1b", "qwen2.5-0.5b" or "tiny" (a 2-layer model for tests), or
  * one of the newer architectures' "qwen3-0.6b", "smollm3-3b", "granite-3-2b", "olmo2-1b",
- * "gemma2-2b", "gemma3-1b", "phi4-mini";
+ * "gemma2-2b", "gemma3-1b", "phi4-mini", or a mixture of experts: "qwen3-30b-a3b",
+ * "qwen1.5-moe-a2.7b", "olmoe-1b-7b";
  * type "f16", "q8_0", "q4_0", "q4_k_m" or "q5_k_m"; n_layer > 0 overrides the shape's layer count.
  * Writes `path` (through path.tmp). */
 extern const char *const gen_model_shapes[];
@@ -33,6 +34,9 @@ typedef struct gen_model_opts {
     float attn_softcap; /* gemma2's attn_logit_softcapping; 0 keeps the shape's 50 */
     float rope_yarn;    /* > 0: YaRN RoPE of this factor over original_context_length 4096 (any shape) */
     uint64_t seed;
+    /* mixture-of-experts shapes (qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b): expert_count,
+     * expert_used_count, expert_feed_forward_length (olmoe: n_ff), expert_shared_feed_forward_length */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 } gen_model_opts;
 int gen_model_write_ex(const char *path, const char *shape, const char *type, const gen_model_opts *opts,
                        kv_error *err);

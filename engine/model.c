@@ -56,7 +56,49 @@ static const arch_info ARCHS[] = {
     {"gemma2",  ARCH_GEMMA2,  1, 0, QK_NORM_NONE, 1, 1, FFN_GELU_TANH, 0, 2, 0, 1},
     {"gemma3",  ARCH_GEMMA3,  1, 0, QK_NORM_HEAD, 1, 1, FFN_GELU_TANH, 0, 6, 0, 1},
     {"phi3",    ARCH_PHI3,    1, 0, QK_NORM_NONE, 1, 0, FFN_SILU,      1, 0, 0, 0},
+    {"qwen2moe", ARCH_QWEN2MOE, 1, 1, QK_NORM_NONE, 1, 0, FFN_SILU,    0, 0, 0, 0},
+    {"qwen3moe", ARCH_QWEN3MOE, 1, 0, QK_NORM_HEAD, 1, 0, FFN_SILU,    0, 0, 0, 0},
+    {"olmoe",   ARCH_OLMOE,   1, 0, QK_NORM_FULL, 1, 0, FFN_SILU,      0, 0, 0, 0},
 };
+
+/* The mixture-of-experts architectures, as llama.cpp builds them (its build_moe_ffn calls):
+ * norm_w: the top-k weights divided by their sum (qwen3moe; hard-coded there, no GGUF key);
+ * shared: a shared expert with a sigmoid gate (qwen2moe); ff_exp_key: the experts' width is
+ * {arch}.expert_feed_forward_length (default n_ff / n_expert_used), else feed_forward_length (olmoe). */
+static const struct { int arch, norm_w, shared, ff_exp_key; } MOE_ARCHS[] = {
+    {ARCH_QWEN2MOE, 0, 1, 1},
+    {ARCH_QWEN3MOE, 1, 0, 1},
+    {ARCH_OLMOE,    0, 0, 0},
+};
+
+/* {arch}.expert_count, expert_used_count, the experts' widths (none of them for a dense model). */
+static int load_moe_hparams(const gguf_file *f, const char *a, model_hparams *hp, kv_error *err)
+{
+    int mi = -1, rc;
+    for (int i = 0; i < (int)(sizeof MOE_ARCHS / sizeof *MOE_ARCHS); i++)
+        if (MOE_ARCHS[i].arch == hp->arch) mi = i;
+    if (mi < 0) return KV_OK;
+    moe_config *c = &hp->moe;
+    if ((rc = get_int(f, a, "expert_count", 1, &c->n_expert, err)) ||
+        (rc = get_int(f, a, "expert_used_count", 1, &c->n_expert_used, err)))
+        return rc;
+    if (c->n_expert < 1 || c->n_expert > 4096 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert)
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.expert_used_count %d must be 1 to %s.expert_count %d (at most 4096)",
+                            f->path, a, c->n_expert_used, a, c->n_expert);
+    c->gating = MOE_GATING_SOFTMAX;
+    c->act = MOE_ACT_SILU;
+    c->norm_w = MOE_ARCHS[mi].norm_w;
+    c->n_ff_exp = MOE_ARCHS[mi].ff_exp_key ? hp->n_ff / c->n_expert_used : hp->n_ff;
+    if (MOE_ARCHS[mi].ff_exp_key && (rc = get_int(f, a, "expert_feed_forward_length", 0, &c->n_ff_exp, err))) return rc;
+    if (MOE_ARCHS[mi].shared) {
+        c->n_ff_shexp = hp->n_ff;
+        if ((rc = get_int(f, a, "expert_shared_feed_forward_length", 0, &c->n_ff_shexp, err))) return rc;
+    }
+    if (c->n_ff_exp < 1 || (MOE_ARCHS[mi].shared && c->n_ff_shexp < 1))
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.expert_feed_forward_length %d / expert_shared_feed_forward_length %d must be positive",
+                            f->path, a, c->n_ff_exp, c->n_ff_shexp);
+    return KV_OK;
+}
 
 /* Find a tensor and check its shape ([ne0, ne1], ne1 = 0 for 1-D) and that its type is
  * usable. Missing and optional → *out = NULL. */
@@ -220,6 +262,7 @@ static int load_hparams(model *m, kv_error *err)
     if (hp->arch == ARCH_PHI3 && (rc = get_float(f, a, "rope.scaling.attn_factor", 0, &hp->rope_attn_factor, err)))
         return rc;
     hp->rope_uniform = !hp->no_rope_step && hp->rope_freq_base_swa == hp->rope_freq_base;
+    if ((rc = load_moe_hparams(f, a, hp, err))) return rc;
 
     char *name = NULL;
     if ((rc = gguf_get_str(f, "general.name", 0, &name, err))) return rc;
@@ -292,7 +335,7 @@ int model_load(const char *path, model **out, kv_error *err)
     if (!m->output) m->output = m->tok_embd;
 
     const size_t E = (size_t)hp->n_embd, EQ = (size_t)hp->n_embd_q, EKV = (size_t)hp->n_embd_kv;
-    size_t per_layer = 4 * E + 2 * EQ + 3 * EKV; /* every norm and bias a layer may have */
+    size_t per_layer = 5 * E + 2 * EQ + 3 * EKV; /* every norm and bias a layer may have (+ a shared expert's gate) */
     m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + E + 3 * (size_t)hp->n_rot));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) {
@@ -355,13 +398,21 @@ int model_load(const char *path, model **out, kv_error *err)
             T2(wv, "attn_v.weight", hp->n_embd, hp->n_embd_kv)
         }
         T2(wo, "attn_output.weight", hp->n_embd_q, hp->n_embd)
-        if (hp->fused) {
+        if (hp->moe.n_expert) {
+            /* router, 3-D experts [, shared expert and its sigmoid gate] (engine/moe.c) */
+            if ((rc = moe_find_layer(m->gguf, il, hp->n_embd, &hp->moe, &L->moe, err))) goto fail;
+            if (hp->moe.n_ff_shexp) {
+                T1(moe.gate_inp_shexp, "ffn_gate_inp_shexp.weight", hp->n_embd, 0)
+            }
+        } else if (hp->fused) {
             T2(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)
         } else {
             T2(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff)
             T2(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff)
         }
-        T2(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
+        if (!hp->moe.n_expert) {
+            T2(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd)
+        }
         if (ARCHS[hp->arch].qkv_bias) {
             T1(bq, "attn_q.bias", hp->n_embd_q, bias_opt)
             T1(bk, "attn_k.bias", hp->n_embd_kv, bias_opt)
@@ -382,6 +433,13 @@ int model_load(const char *path, model **out, kv_error *err)
     }
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
         if (counts[t] > counts[m->weight_type]) m->weight_type = t;
+    m->n_params_active = m->n_params;
+    for (int il = 0; il < hp->n_layer && hp->moe.n_expert; il++) {
+        const gguf_tensor *ex[] = {m->layers[il].moe.gate_exps, m->layers[il].moe.up_exps, m->layers[il].moe.down_exps};
+        for (int i = 0; i < 3; i++)
+            m->n_params_active -= (uint64_t)ex[i]->n_elements / (uint64_t)hp->moe.n_expert *
+                                  (uint64_t)(hp->moe.n_expert - hp->moe.n_expert_used);
+    }
     /* matrices are repacked once, here, into the layouts the matmul kernels read (engine/ops.c) */
     if ((rc = op_weights_pack(m->gguf, m->output == m->tok_embd ? NULL : m->tok_embd, &m->packed, err)))
         goto fail;
@@ -409,6 +467,12 @@ uint64_t model_weight_bytes(const model *m)
     for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
         const gguf_tensor *t = &m->gguf->tensors[i];
         if (t->n_dims == 2 && t != m->tok_embd) b += t->nbytes;
+    }
+    /* MoE: each token reads n_expert_used of the n_expert matrices of every 3-D expert tensor */
+    for (int il = 0; il < m->hp.n_layer && m->hp.moe.n_expert; il++) {
+        const moe_layer *L = &m->layers[il].moe;
+        const gguf_tensor *ex[] = {L->gate_exps, L->up_exps, L->down_exps};
+        for (int i = 0; i < 3; i++) b += ex[i]->nbytes / (uint64_t)m->hp.moe.n_expert * (uint64_t)m->hp.moe.n_expert_used;
     }
     if (m->output == m->tok_embd) b += m->tok_embd->nbytes;
     return b;
@@ -439,6 +503,9 @@ struct forward_ctx {
     float *k_tmp, *v_tmp; /* [n_ctx][n_embd_kv]: f32 copies of the cache's rows where attention needs them */
     const uint8_t **kblk, **vblk; /* [n_ctx / KV_BLOCK_SIZE + 1]: where an F16 / F32 cache keeps them */
     void *act;      /* activation conversion scratch */
+    moe_scratch *moe;         /* MoE FFN buffers, or NULL (dense) */
+    uint32_t *expert_counts;  /* [n_layer][n_expert] selections since the last reset, or NULL */
+    int n_layer, n_expert;
 };
 
 forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error *err)
@@ -477,6 +544,21 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
         !(fc->kblk = malloc(sizeof *fc->kblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))) ||
         !(fc->vblk = malloc(sizeof *fc->vblk * ((size_t)n_ctx / KV_BLOCK_SIZE + 1))))
         goto nomem;
+    if (hp->moe.n_expert) {
+        model_layer *L0 = m->layers;
+        moe_layer *ml = malloc(sizeof *ml * (size_t)hp->n_layer);
+        if (!ml) goto nomem;
+        for (int il = 0; il < hp->n_layer; il++) ml[il] = L0[il].moe;
+        fc->moe = moe_scratch_create(&hp->moe, hp->n_embd, n_batch, ml, hp->n_layer, err);
+        free(ml);
+        if (!fc->moe) {
+            forward_ctx_free(fc);
+            return NULL;
+        }
+        fc->n_layer = hp->n_layer;
+        fc->n_expert = hp->moe.n_expert;
+        if (!(fc->expert_counts = calloc((size_t)hp->n_layer * hp->moe.n_expert, sizeof(uint32_t)))) goto nomem;
+    }
     if (hp->fused && !(fc->qkv = malloc(sizeof(float) * B * (hp->n_embd_q + 2 * (size_t)hp->n_embd_kv)))) goto nomem;
     fc->rope_factors = model_rope_factors(m, n_ctx);
     fc->rope_factors_swa = fc->rope_factors;
@@ -497,10 +579,24 @@ void forward_ctx_free(forward_ctx *fc)
     free(fc->qkv); free(fc->hb); free(fc->hb2); free(fc->rope_cs); free(fc->rope_cs_swa);
     free(fc->k_tmp); free(fc->v_tmp); free(fc->kblk); free(fc->vblk);
     free(fc->act);
+    moe_scratch_free(fc->moe);
+    free(fc->expert_counts);
     free(fc);
 }
 
 int forward_ctx_n_batch(const forward_ctx *fc) { return fc->n_batch; }
+
+const uint32_t *forward_ctx_expert_counts(const forward_ctx *fc, int *n_layer, int *n_expert)
+{
+    *n_layer = fc->expert_counts ? fc->n_layer : 0;
+    *n_expert = fc->expert_counts ? fc->n_expert : 0;
+    return fc->expert_counts;
+}
+
+void forward_ctx_expert_counts_reset(forward_ctx *fc)
+{
+    if (fc->expert_counts) memset(fc->expert_counts, 0, sizeof(uint32_t) * (size_t)fc->n_layer * fc->n_expert);
+}
 
 static void add_bias(float *y, const float *b, int n_tokens, int n)
 {
@@ -635,7 +731,11 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
                 op_rmsnorm(fc->xb + (size_t)t * E, fc->x + (size_t)t * E, L->ffn_norm, E, hp->rms_norm_eps);
             in = fc->xb;
         }
-        if (!L->w_gate) {
+        if (L->moe.gate_inp) {
+            /* mixture of experts: router, top-k, the selected experts [+ shared expert] */
+            moe_ffn(&hp->moe, &L->moe, in, n_tokens, fc->xb2, fc->moe,
+                    fc->expert_counts + (size_t)il * fc->n_expert, pool);
+        } else if (!L->w_gate) {
             /* fused gate|up: the first n_ff outputs are the gate, the next n_ff the up projection */
             op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
             for (int t = 0; t < n_tokens; t++) {
@@ -652,7 +752,7 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
                 else op_swiglu(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
             }
         }
-        op_matmul(L->w_down, fc->hb, n_tokens, fc->xb2, fc->act, pool);
+        if (!L->moe.gate_inp) op_matmul(L->w_down, fc->hb, n_tokens, fc->xb2, fc->act, pool);
         residual_add(fc->x, fc->xb2, L->ffn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
     }
     kv_seq_commit(kv, seq, tokens, n_tokens);

@@ -1,4 +1,4 @@
-/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3) and its forward pass. */
+/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3; mixture-of-experts qwen2moe, qwen3moe, olmoe) and its forward pass. */
 #ifndef KV_MODEL_H
 #define KV_MODEL_H
 
@@ -8,10 +8,12 @@
 #include "gguf.h"
 #include "kv_cache.h"
 #include "kv_error.h"
+#include "moe.h"
 #include "kernels/threadpool.h"
 
 enum model_arch {
     ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_SMOLLM3, ARCH_GRANITE, ARCH_OLMO2, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3,
+    ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_OLMOE, /* mixture of experts (engine/moe.h) */
 };
 enum { QK_NORM_NONE = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 }; /* per head [head_dim] / whole projection */
 enum { FFN_SILU = 0, FFN_GELU_TANH = 1 };                         /* the gated FFN's activation */
@@ -53,6 +55,7 @@ typedef struct model_hparams {
                                q.k grows by its square (LongRoPE's attention scaling); default 1 */
     int rope_uniform;     /* 1: every layer rotates alike (context shift can re-rotate the cache) */
     int rope_yarn;        /* 1: YaRN RoPE (rope.scaling.type yarn): factors in rope_freqs, mscale in rope_attn_factor */
+    moe_config moe;       /* mixture of experts: moe.n_expert > 0 (qwen2moe, qwen3moe, olmoe), else all 0 */
 } model_hparams;
 
 typedef struct model_layer {
@@ -65,6 +68,7 @@ typedef struct model_layer {
     const gguf_tensor *wq, *wk, *wv, *wo;        /* [n_embd -> n_embd_q], [n_embd -> n_embd_kv] … */
     const gguf_tensor *wqkv;                     /* fused [n_embd -> n_embd_q + 2 n_embd_kv] (phi3) or NULL */
     const gguf_tensor *w_gate, *w_up, *w_down;   /* gated FFN; fused: no gate, w_up [n_embd -> 2 n_ff] */
+    moe_layer moe;                               /* MoE FFN (moe.gate_inp != NULL) instead of w_gate/up/down */
 } model_layer;
 
 typedef struct model {
@@ -74,6 +78,8 @@ typedef struct model {
     const char *arch_name;   /* general.architecture: "llama", "qwen2", "qwen3", ... */
     int weight_type;         /* ggml_type of most 2-D weights (for the status bar) */
     uint64_t n_params;
+    uint64_t n_params_active;  /* parameters a token uses: n_params less the unselected experts'
+                                  (n_params for dense models) */
     const gguf_tensor *tok_embd, *output;   /* output == tok_embd when tied */
     const float *output_norm;
     const float *rope_freqs;                /* n_rot/2 factors or NULL */
@@ -91,7 +97,7 @@ typedef struct model {
  * unsupported weight type is an error naming the tensor and type). Weights stay mmap'd.
  * Errors name the file and the key or tensor. Source: GGUF spec, llama.cpp's tensor naming. */
 int model_load(const char *path, model **out, kv_error *err);
-#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3"
+#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, qwen2moe, qwen3moe, olmoe"
 void model_free(model *m);
 
 /* Working memory of the forward pass for batches of up to n_batch tokens and a cache of up
@@ -112,7 +118,10 @@ int forward_ctx_n_batch(const forward_ctx *fc);
  * logits (IBM Granite 3.0 report); olmo2 norms after the blocks and over whole q/k (OLMo 2,
  * 2024); gemma2/gemma3 sqrt(n_embd) embeddings, post-norms, GeGLU, sliding-window layers and
  * soft-capping (Gemma Team 2024, 2025); phi3 fused projections and LongRoPE factors
- * (Ding et al. 2024), the long ones when the context exceeds original_context_length.
+ * (Ding et al. 2024), the long ones when the context exceeds original_context_length;
+ * qwen2moe / qwen3moe / olmoe replace the FFN with a mixture of experts (moe_ffn, engine/moe.h:
+ * qwen3moe normalises the top-k weights, qwen2moe adds a sigmoid-gated shared expert) and count
+ * each layer's expert choices (forward_ctx_expert_counts).
  * Tensor names and metadata keys as llama.cpp's gguf-py writes them. */
 int model_forward(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens,
                   int n_tokens, float *logits, int all_logits, kv_error *err);
@@ -127,7 +136,14 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
  * original_context_length, else short ones; others: rope_freqs), NULL for none. */
 const float *model_rope_factors(const model *m, int n_ctx);
 
-/* Bytes of weights read per decoded token (every 2-D weight once), for bandwidth figures. */
+/* Bytes of weights read per decoded token (every 2-D weight once; of each 3-D expert tensor the
+ * n_expert_used / n_expert share a token selects), for bandwidth figures. */
 uint64_t model_weight_bytes(const model *m);
+
+/* Expert usage of a MoE model since the last reset: counts[il * n_expert + e] is how many
+ * (token, expert) selections layer il made of expert e (prefill and decode alike). NULL with
+ * *n_layer = *n_expert = 0 for a dense model. */
+const uint32_t *forward_ctx_expert_counts(const forward_ctx *fc, int *n_layer, int *n_expert);
+void forward_ctx_expert_counts_reset(forward_ctx *fc);
 
 #endif

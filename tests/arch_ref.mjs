@@ -31,6 +31,15 @@ export const CASES = [
   { name: "mxfp4", shape: "tiny", layers: 2, type: "mxfp4" },
   // YaRN RoPE (gpt-oss's factor 32 over 4096 positions): pairs 0-9 kept, 10-23 ramped, 24-31 / 32
   { name: "yarn", shape: "tiny", layers: 2, yarn: 32 },
+  // mixture of experts: small expert counts and widths (the real ones: the *-real cases)
+  { name: "qwen3moe", shape: "qwen3-30b-a3b", layers: 2, experts: 16, experts_used: 4, ff_exp: 128 },
+  { name: "qwen2moe", shape: "qwen1.5-moe-a2.7b", layers: 2, experts: 8, experts_used: 2, ff_exp: 128, ff_shexp: 256 },
+  { name: "olmoe", shape: "olmoe-1b-7b", layers: 2, experts: 16, experts_used: 4, ff: 128 },
+  // the real expert counts and widths (Qwen3-30B-A3B: 128 of 768, 8 used; Qwen1.5-MoE-A2.7B: 60 of
+  // 1408, 4 used, shared 5632; OLMoE-1B-7B: 64 of 1024, 8 used), two layers, llama-quantize's Q4_K_M mix
+  { name: "qwen3moe-real", shape: "qwen3-30b-a3b", layers: 2, type: "q4_k_m", ff: 6144 },
+  { name: "qwen2moe-real", shape: "qwen1.5-moe-a2.7b", layers: 2, type: "q4_k_m", ff: 5632 },
+  { name: "olmoe-real", shape: "olmoe-1b-7b", layers: 2, type: "q4_k_m", ff: 1024 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)
@@ -51,6 +60,10 @@ function genArgs(c, path) {
   if (c.orig_ctx) a.push("--orig-ctx", String(c.orig_ctx));
   if (c.attn_softcap) a.push("--attn-softcap", String(c.attn_softcap));
   if (c.yarn) a.push("--yarn", String(c.yarn));
+  if (c.experts) a.push("--experts", String(c.experts));
+  if (c.experts_used) a.push("--experts-used", String(c.experts_used));
+  if (c.ff_exp) a.push("--ff-exp", String(c.ff_exp));
+  if (c.ff_shexp) a.push("--ff-shexp", String(c.ff_shexp));
   return a;
 }
 
@@ -80,8 +93,10 @@ async function run(llama, kvchat, dir, c) {
   await ctx.dispose();
   await model.dispose();
   rmSync(path);
-  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0, yarn = 0 } = c;
-  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, yarn, n_ctx,
+  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0, yarn = 0, experts = 0,
+          experts_used = 0, ff_exp = 0, ff_shexp = 0 } = c;
+  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, yarn, experts, experts_used, ff_exp,
+           ff_shexp, n_ctx,
            reference: "llama.cpp via node-llama-cpp (CPU, f32 KV cache, 2 threads), teacher-forced", prompts };
 }
 

@@ -1,11 +1,11 @@
-/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3) against llama.cpp's teacher-forced logits (tests/arch-ref). */
+/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3; MoE qwen3moe, qwen2moe, olmoe) against llama.cpp's teacher-forced logits (tests/arch-ref). */
 /*
  * Each tests/arch-ref/NAME.json (written by tests/arch_ref.sh with node-llama-cpp) names the
  * `kvchat gen-model` arguments of a small synthetic model of that architecture; the test
  * regenerates the model (gen-model output is byte-stable, checked below), runs a short and a long
  * prompt (longer than the sliding windows) in chunks and its last 8 tokens one by one, and compares at every position the
  * reference's 10 largest logits and their log-probabilities (logit - logsumexp) with ours. The
- * tolerance is ../shared/golden/README.md's for F16 weights (2e-2) on average and 5x that at
+ * tolerance is ../shared/golden/README.md's for F16 weights (2e-2; Q4_K_M files: 1e-1) on average and 5x that at
  * worst (the reference rounds activations to f16 inside its matmuls); our argmax must equal the
  * reference's wherever its top two are further apart than the tolerance.
  */
@@ -23,6 +23,7 @@
 #include "app/tools.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
 #include "engine/kernels/threadpool.h"
 #include "tests/support/testutil.h"
@@ -33,14 +34,27 @@ typedef struct arch_case {
     const char *ref;  /* tests/arch-ref/<ref>.json */
     const char *arch; /* the general.architecture the model must load as */
     int n_batch;      /* prefill chunk (smaller than the long prompt: windows across chunks) */
+    float tol;        /* 0: TOL (F16 weights); the golden README's 1e-1 for Q4 / Q5 / Q6 */
+    const char *isa;  /* NULL: the best kernel level; else this lower one (skipped where missing) */
+    const char *name; /* the test's name when the reference is run twice */
 } arch_case;
 
 static arch_case cases[] = {
-    {"qwen3", "qwen3", 64},   {"smollm3", "smollm3", 64}, {"granite", "granite", 64},
-    {"olmo2", "olmo2", 64},   {"gemma2", "gemma2", 48},   {"gemma2-softcap", "gemma2", 48}, {"gemma3", "gemma3", 48},
-    {"gemma3-4b", "gemma3", 64}, {"phi3", "phi3", 64}, {"phi3-long", "phi3", 512},
-    {"mxfp4", "llama", 64}, /* MXFP4 FFN, Q8_0 elsewhere */
-    {"yarn", "llama", 64},  /* YaRN RoPE */
+    {"qwen3", "qwen3", 64, 0, NULL, NULL},     {"smollm3", "smollm3", 64, 0, NULL, NULL},
+    {"granite", "granite", 64, 0, NULL, NULL}, {"olmo2", "olmo2", 64, 0, NULL, NULL},
+    {"gemma2", "gemma2", 48, 0, NULL, NULL},   {"gemma2-softcap", "gemma2", 48, 0, NULL, NULL},
+    {"gemma3", "gemma3", 48, 0, NULL, NULL},   {"gemma3-4b", "gemma3", 64, 0, NULL, NULL},
+    {"phi3", "phi3", 64, 0, NULL, NULL},       {"phi3-long", "phi3", 512, 0, NULL, NULL},
+    {"qwen3moe", "qwen3moe", 64, 0, NULL, NULL}, {"qwen2moe", "qwen2moe", 64, 0, NULL, NULL},
+    {"olmoe", "olmoe", 64, 0, NULL, NULL},
+    {"mxfp4", "llama", 64, 0, NULL, NULL}, /* MXFP4 FFN, Q8_0 elsewhere */
+    {"yarn", "llama", 64, 0, NULL, NULL},  /* YaRN RoPE */
+    /* the real expert counts and widths in Q4_K_M, at the best level and at AVX2 (other kernels
+     * for Q4_K / Q6_K / Q5_0 and no panels of AVX-512) */
+    {"qwen3moe-real", "qwen3moe", 64, 1e-1f, NULL, NULL}, {"qwen2moe-real", "qwen2moe", 64, 1e-1f, NULL, NULL},
+    {"olmoe-real", "olmoe", 64, 1e-1f, NULL, NULL},
+    {"qwen3moe-real", "qwen3moe", 64, 1e-1f, "avx2", "qwen3moe-real@avx2"},
+    {"qwen2moe", "qwen2moe", 64, 0, "avx2", "qwen2moe@avx2"}, {"olmoe", "olmoe", 64, 0, "avx2", "olmoe@avx2"},
 };
 
 static int json_int(const cJSON *o, const char *k)
@@ -55,6 +69,8 @@ static int regen(const cJSON *ref, const char *path, kv_error *err)
     gen_model_opts o = {
         .n_layer = json_int(ref, "layers"), .n_vocab = json_int(ref, "vocab"), .n_ff = json_int(ref, "ff"),
         .n_swa = json_int(ref, "swa"), .n_ctx_orig = json_int(ref, "orig_ctx"), .seed = (uint64_t)json_int(ref, "seed"),
+        .n_expert = json_int(ref, "experts"), .n_expert_used = json_int(ref, "experts_used"),
+        .n_ff_exp = json_int(ref, "ff_exp"), .n_ff_shexp = json_int(ref, "ff_shexp"),
     };
     const cJSON *cap = cJSON_GetObjectItem(ref, "attn_softcap");
     if (cJSON_IsNumber(cap)) o.attn_softcap = (float)cap->valuedouble;
@@ -76,6 +92,15 @@ static double logsumexp(const float *x, int n)
 static void run_case(void **state)
 {
     const arch_case *ac = *state;
+    const float tol = ac->tol > 0 ? ac->tol : TOL;
+    if (!ac->isa) kern_select(kern_best()); /* after a failed lower-level case too */
+    if (ac->isa) {
+        int isa = kern_isa_parse(ac->isa);
+        if (isa < 0 || kern_select((kern_isa)isa)) {
+            print_message("%s: this CPU has no %s level, skipped\n", ac->ref, ac->isa);
+            skip();
+        }
+    }
     char rpath[256];
     snprintf(rpath, sizeof rpath, "tests/arch-ref/%s.json", ac->ref);
     cJSON *ref = tu_read_json(rpath);
@@ -134,7 +159,7 @@ static void run_case(void **state)
                 max_d = d > max_d ? d : max_d;
                 sum += d;
                 cnt++;
-                if (d > 5 * TOL && bad++ < 3)
+                if (d > 5 * tol && bad++ < 3)
                     print_message("%s %s pos %d: token %d logit %f log-prob %f, reference %f / %f\n", ac->ref, label, s,
                                   id, lg[id], lg[id] - lse, rv, rv - rlse);
             }
@@ -144,7 +169,7 @@ static void run_case(void **state)
             int rid = cJSON_GetArrayItem(cJSON_GetArrayItem(top, 0), 0)->valueint, mine = 0;
             for (int i = 1; i < n_vocab; i++)
                 if (lg[i] > lg[mine]) mine = i;
-            if (r0 - r1 > TOL) {
+            if (r0 - r1 > tol) {
                 n_greedy++;
                 if (mine == rid) n_greedy_ok++;
                 else if (bad++ < 3)
@@ -152,12 +177,14 @@ static void run_case(void **state)
                                   r0 - r1);
             }
         }
-        print_message("%-10s %-5s %3d tokens (batch %3d): |d| max %.2e mean %.1e (tol %.0e), argmax %d/%d\n", ac->ref,
-                      label, n, ac->n_batch, max_d, cnt ? sum / cnt : 0.0, TOL, n_greedy_ok, n_greedy);
+        print_message("%-10s %-5s %3d tokens (batch %3d): |d| max %.2e mean %.1e (tol %.0e), argmax %d/%d\n",
+                      ac->name ? ac->name : ac->ref, label, n, ac->n_batch, max_d, cnt ? sum / cnt : 0.0, tol,
+                      n_greedy_ok, n_greedy);
         assert_int_equal(bad, 0);
         assert_true(cnt > 0);
-        assert_true(sum / cnt <= TOL);
-        assert_true(n_greedy > n / 2);
+        assert_true(sum / cnt <= tol);
+        /* a Q4_K_M tolerance leaves fewer positions that are no near-tie */
+        assert_true(n_greedy > (ac->tol > TOL ? n / 3 : n / 2));
         kv_cache_free(kv);
         free(logits);
         free(toks);
@@ -166,6 +193,7 @@ static void run_case(void **state)
     tpool_free(pool);
     model_free(m);
     cJSON_Delete(ref);
+    if (ac->isa) kern_select(kern_best());
 }
 
 /* gen-model writes the same bytes for the same arguments (the test relies on regenerating the
@@ -252,12 +280,15 @@ int main(void)
     struct CMUnitTest tests[sizeof cases / sizeof *cases + 2];
     static char names[sizeof cases / sizeof *cases][64];
     for (size_t i = 0; i < n; i++) {
-        snprintf(names[i], sizeof names[i], "arch_%s", cases[i].ref);
+        snprintf(names[i], sizeof names[i], "arch_%s", cases[i].name ? cases[i].name : cases[i].ref);
         tests[i] = (struct CMUnitTest){names[i], run_case, NULL, NULL, &cases[i]};
     }
     tests[n] = (struct CMUnitTest)cmocka_unit_test(test_gen_model_stable);
     tests[n + 1] = (struct CMUnitTest)cmocka_unit_test(test_hparams);
-    /* at the best kernel level only: the kernels themselves are checked at every level by
-     * test_quant, test_ops and test_golden; this checks the architectures' forward passes */
+    /* at the best kernel level (the MoE ones also at AVX2): the kernels themselves are checked at
+     * every level by test_quant, test_ops and test_golden; this checks the architectures' forward
+     * passes. KVCHAT_TEST_ONLY=pattern runs only the matching tests. */
+    const char *only = getenv("KVCHAT_TEST_ONLY");
+    if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, tu_tmpdir_teardown);
 }

@@ -1,0 +1,491 @@
+/* test_moe: the mixture-of-experts block (engine/moe.c) against a plain double-precision reference at every kernel level, routing ties, batch = decode, the loader's MoE checks and counts. */
+/*
+ * The reference here is the definition written out: router logits in double, softmax, the k
+ * largest (ties to the lower index), normalisation, SwiGLU experts from the dequantized weights,
+ * the weighted sum and the sigmoid-gated shared expert. The kernels quantize the activations to
+ * the weight type's vec_dot_type (F16 for F16, Q8_0 / Q8_K for the quantized types), so outputs
+ * agree to a tolerance relative to their size; the selected experts agree exactly (the test
+ * routers have no near-ties but the deliberate one). The forward pass against llama.cpp is
+ * test_arch's.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "app/tools.h"
+#include "engine/model.h"
+#include "engine/moe.h"
+#include "engine/kernels/kernels.h"
+#include "engine/kernels/quant.h"
+#include "engine/kernels/threadpool.h"
+#include "tests/support/testisa.h"
+#include "tests/support/testutil.h"
+
+enum { E = 256, F = 256, S = 256, X = 6 };
+
+static uint64_t rng = 88172645463325252ULL;
+static float urand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* A tensor of `type` holding vals (rows of ne0) quantized; deq gets what it decodes to. */
+typedef struct tens {
+    gguf_tensor t;
+    void *data;
+    float *deq;
+} tens;
+
+static void mk(tens *o, const char *name, int type, int nd, int64_t ne0, int64_t ne1, int64_t ne2, float scale)
+{
+    memset(o, 0, sizeof *o);
+    int64_t rows = ne1 * ne2, n = ne0 * rows;
+    size_t rb = quant_row_size(type, ne0);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    o->data = aligned_alloc(64, (rb * (size_t)rows + 63) & ~(size_t)63);
+    o->deq = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(v);
+    assert_non_null(o->data);
+    assert_non_null(o->deq);
+    for (int64_t i = 0; i < n; i++) v[i] = urand() * scale;
+    for (int64_t r = 0; r < rows; r++) {
+        quant_quantize_row(type, v + r * ne0, (uint8_t *)o->data + (size_t)r * rb, ne0);
+        quant_dequantize_row(type, (uint8_t *)o->data + (size_t)r * rb, o->deq + r * ne0, ne0);
+    }
+    free(v);
+    o->t = (gguf_tensor){.name = (char *)name, .n_dims = (uint32_t)nd, .ne = {ne0, ne1, ne2, 1}, .type = type,
+                         .data = o->data, .nbytes = rb * (size_t)rows, .n_elements = n};
+}
+
+static void tfree(tens *o)
+{
+    free(o->data);
+    free(o->deq);
+}
+
+typedef struct fixture {
+    moe_config c;
+    tens router, gate, up, down, gs, us, ds;
+    float *gate_shexp, *bg, *bu, *bd, *br;
+    moe_layer L;
+} fixture;
+
+/* variant: 0 qwen3moe-like (norm_w, k 2), 1 qwen2moe-like (shared expert + gate, k 2),
+ * 2 gpt-oss-like (SOFTMAX_WEIGHT, router and expert biases, w_scale, k 3) */
+static void fixture_make(fixture *fx, int type, int variant)
+{
+    memset(fx, 0, sizeof *fx);
+    fx->c = (moe_config){.n_expert = X, .n_expert_used = variant == 2 ? 3 : 2, .n_ff_exp = F,
+                         .n_ff_shexp = variant == 1 ? S : 0, .gating = variant == 2 ? MOE_GATING_SOFTMAX_WEIGHT : 0,
+                         .norm_w = variant == 0, .w_scale = variant == 2 ? 1.5f : 0.0f, .act = MOE_ACT_SILU};
+    mk(&fx->router, "router", GGML_TYPE_F32, 2, E, X, 1, 0.2f);
+    mk(&fx->gate, "gate_exps", type, 3, E, F, X, 0.1f);
+    mk(&fx->up, "up_exps", type, 3, E, F, X, 0.1f);
+    mk(&fx->down, "down_exps", type, 3, F, E, X, 0.1f);
+    fx->L = (moe_layer){.gate_inp = &fx->router.t, .gate_exps = &fx->gate.t, .up_exps = &fx->up.t,
+                        .down_exps = &fx->down.t};
+    if (variant == 1) {
+        mk(&fx->gs, "gate_shexp", type, 2, E, S, 1, 0.1f);
+        mk(&fx->us, "up_shexp", type, 2, E, S, 1, 0.1f);
+        mk(&fx->ds, "down_shexp", type, 2, S, E, 1, 0.1f);
+        fx->gate_shexp = malloc(sizeof(float) * E);
+        for (int i = 0; i < E; i++) fx->gate_shexp[i] = urand() * 0.1f;
+        fx->L.gate_shexp = &fx->gs.t, fx->L.up_shexp = &fx->us.t, fx->L.down_shexp = &fx->ds.t;
+        fx->L.gate_inp_shexp = fx->gate_shexp;
+    }
+    if (variant == 2) {
+        fx->bg = malloc(sizeof(float) * X * F), fx->bu = malloc(sizeof(float) * X * F);
+        fx->bd = malloc(sizeof(float) * X * E), fx->br = malloc(sizeof(float) * X);
+        for (int i = 0; i < X * F; i++) fx->bg[i] = urand() * 0.5f, fx->bu[i] = urand() * 0.5f;
+        for (int i = 0; i < X * E; i++) fx->bd[i] = urand() * 0.5f;
+        for (int i = 0; i < X; i++) fx->br[i] = urand();
+        fx->L.gate_exps_b = fx->bg, fx->L.up_exps_b = fx->bu, fx->L.down_exps_b = fx->bd, fx->L.gate_inp_b = fx->br;
+    }
+}
+
+static void fixture_free(fixture *fx)
+{
+    tens *ts[] = {&fx->router, &fx->gate, &fx->up, &fx->down, &fx->gs, &fx->us, &fx->ds};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) tfree(ts[i]);
+    free(fx->gate_shexp); free(fx->bg); free(fx->bu); free(fx->bd); free(fx->br);
+}
+
+static double silu(double g) { return g / (1.0 + exp(-g)); }
+
+/* The definition, in double, on the dequantized weights: out [E], sel [k]. */
+static void naive(const fixture *fx, const float *x, double *out, int *sel)
+{
+    const moe_config *c = &fx->c;
+    const int k = c->n_expert_used;
+    double lg[X], p[X], w[8];
+    for (int e = 0; e < X; e++) {
+        double d = fx->br ? fx->br[e] : 0;
+        for (int i = 0; i < E; i++) d += (double)fx->router.deq[e * E + i] * x[i];
+        lg[e] = d;
+    }
+    double mx = lg[0], sum = 0;
+    for (int e = 0; e < X; e++) mx = lg[e] > mx ? lg[e] : mx;
+    for (int e = 0; e < X; e++) sum += p[e] = exp(lg[e] - mx);
+    for (int e = 0; e < X; e++) p[e] = c->gating == MOE_GATING_SOFTMAX ? p[e] / sum : lg[e];
+    int taken[X] = {0};
+    for (int j = 0; j < k; j++) {
+        int b = -1;
+        for (int e = 0; e < X; e++)
+            if (!taken[e] && (b < 0 || p[e] > p[b])) b = e;
+        taken[b] = 1, sel[j] = b, w[j] = p[b];
+    }
+    if (c->gating == MOE_GATING_SOFTMAX_WEIGHT) {
+        double m2 = w[0], s2 = 0;
+        for (int j = 0; j < k; j++) m2 = w[j] > m2 ? w[j] : m2;
+        for (int j = 0; j < k; j++) s2 += w[j] = exp(w[j] - m2);
+        for (int j = 0; j < k; j++) w[j] /= s2;
+    }
+    if (c->norm_w) {
+        double s2 = 0;
+        for (int j = 0; j < k; j++) s2 += w[j];
+        for (int j = 0; j < k; j++) w[j] /= s2;
+    }
+    if (c->w_scale) for (int j = 0; j < k; j++) w[j] *= c->w_scale;
+    static double h[F > S ? F : S];
+    for (int i = 0; i < E; i++) out[i] = 0;
+    for (int j = 0; j < k; j++) {
+        int e = sel[j];
+        for (int r = 0; r < F; r++) {
+            double g = fx->bg ? fx->bg[e * F + r] : 0, u = fx->bu ? fx->bu[e * F + r] : 0;
+            for (int i = 0; i < E; i++) {
+                g += (double)fx->gate.deq[((size_t)e * F + r) * E + i] * x[i];
+                u += (double)fx->up.deq[((size_t)e * F + r) * E + i] * x[i];
+            }
+            h[r] = silu(g) * u;
+        }
+        for (int o = 0; o < E; o++) {
+            double d = fx->bd ? fx->bd[e * E + o] : 0;
+            for (int r = 0; r < F; r++) d += (double)fx->down.deq[((size_t)e * E + o) * F + r] * h[r];
+            out[o] += w[j] * d;
+        }
+    }
+    if (c->n_ff_shexp) {
+        double gd = 0;
+        for (int i = 0; i < E; i++) gd += (double)fx->gate_shexp[i] * x[i];
+        double gate = 1.0 / (1.0 + exp(-gd));
+        for (int r = 0; r < S; r++) {
+            double g = 0, u = 0;
+            for (int i = 0; i < E; i++) {
+                g += (double)fx->gs.deq[(size_t)r * E + i] * x[i];
+                u += (double)fx->us.deq[(size_t)r * E + i] * x[i];
+            }
+            h[r] = silu(g) * u;
+        }
+        for (int o = 0; o < E; o++) {
+            double d = 0;
+            for (int r = 0; r < S; r++) d += (double)fx->ds.deq[(size_t)o * S + r] * h[r];
+            out[o] += gate * d;
+        }
+    }
+}
+
+/* Pack the weights as op_weights_pack does (a 3-D tensor as one matrix of ne1 * ne2 rows). */
+static void pack_all(fixture *fx, void **bufs)
+{
+    tens *ts[] = {&fx->gate, &fx->up, &fx->down};
+    for (int i = 0; i < 3; i++) {
+        gguf_tensor *t = &ts[i]->t;
+        size_t ps = quant_pack_size(t->type, t->ne[0], t->ne[1] * t->ne[2]);
+        bufs[i] = NULL;
+        if (!ps) continue;
+        bufs[i] = aligned_alloc(64, (ps + 63) & ~(size_t)63);
+        assert_non_null(bufs[i]);
+        quant_pack(t->type, t->ne[0], t->ne[1] * t->ne[2], t->data, quant_row_size(t->type, t->ne[0]), bufs[i]);
+        t->packed = bufs[i];
+    }
+}
+
+static const int TYPES[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                            GGML_TYPE_Q6_K};
+
+static void check_type(int type, int variant, int packed)
+{
+    fixture fx;
+    fixture_make(&fx, type, variant);
+    void *bufs[3] = {0};
+    if (packed) pack_all(&fx, bufs);
+    const int T = 19, k = fx.c.n_expert_used;
+    float *x = malloc(sizeof(float) * T * E), *yb = malloc(sizeof(float) * T * E), *yd = malloc(sizeof(float) * E);
+    for (int i = 0; i < T * E; i++) x[i] = urand();
+    kv_error err = {0};
+    tpool *pool = tpool_create(2);
+    moe_scratch *s = moe_scratch_create(&fx.c, E, T, &fx.L, 1, &err);
+    assert_non_null(s);
+    uint32_t counts[X] = {0};
+    moe_ffn(&fx.c, &fx.L, x, T, yb, s, counts, pool);
+    int32_t selb[19 * 3];
+    for (int t = 0; t < T; t++) memcpy(selb + t * k, moe_last_selected(s, t), sizeof(int32_t) * k);
+    uint32_t total = 0;
+    for (int e = 0; e < X; e++) total += counts[e];
+    assert_int_equal(total, T * k);
+    /* quantized activations: a tolerance relative to the output's size (Q4: the activations'
+     * 8-bit rounding times the weights' 4-bit ones) */
+    double tol = type == GGML_TYPE_F32 ? 1e-5 : type == GGML_TYPE_F16 ? 2e-3 : 3e-2;
+    double worst = 0, worst_bd = 0, se = 0, sr = 0;
+    for (int t = 0; t < T; t++) {
+        double ref[E], rms = 0;
+        int sel[8];
+        naive(&fx, x + t * E, ref, sel);
+        for (int j = 0; j < k; j++) assert_int_equal(selb[t * k + j], sel[j]);
+        /* decode: the same token alone */
+        moe_ffn(&fx.c, &fx.L, x + t * E, 1, yd, s, NULL, pool);
+        for (int j = 0; j < k; j++) assert_int_equal(moe_last_selected(s, 0)[j], sel[j]);
+        for (int i = 0; i < E; i++) rms += ref[i] * ref[i];
+        sr += rms;
+        rms = sqrt(rms / E);
+        for (int i = 0; i < E; i++) {
+            double d = fabs(yb[t * E + i] - ref[i]) / rms, bd = fabs(yb[t * E + i] - yd[i]) / rms;
+            worst = d > worst ? d : worst;
+            se += (yb[t * E + i] - ref[i]) * (yb[t * E + i] - ref[i]);
+            worst_bd = bd > worst_bd ? bd : worst_bd;
+        }
+    }
+    double rel = sqrt(se / sr); /* |y - ref| / |ref| over the batch */
+    if (rel > tol || worst > 5 * tol || worst_bd > 2e-4 || getenv("KVCHAT_TEST_VERBOSE"))
+        print_message("%s variant %d%s: |d|/|ref| %.2e, worst |d|/rms %.2e (tol %.0e), batch vs decode %.2e\n",
+                      quant_traits_of(type)->name, variant, packed ? " packed" : "", rel, worst, tol, worst_bd);
+    assert_true(rel <= tol);
+    assert_true(worst <= 5 * tol);
+    assert_true(worst_bd <= 2e-4);
+    moe_scratch_free(s);
+    tpool_free(pool);
+    free(x); free(yb); free(yd);
+    for (int i = 0; i < 3; i++) free(bufs[i]);
+    fixture_free(&fx);
+}
+
+static void test_vs_reference(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof TYPES / sizeof *TYPES; i++)
+        for (int v = 0; v < 3; v++) check_type(TYPES[i], v, 0);
+}
+
+/* Weights packed in panels (where the level has a layout): the same outputs. */
+static void test_packed(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof TYPES / sizeof *TYPES; i++) check_type(TYPES[i], 0, 1);
+}
+
+/* Equal router logits: the lower expert index ranks first, as llama.cpp's sort orders them for up to 16
+ * experts (an insertion sort); weights equal. */
+static void test_ties(void **state)
+{
+    (void)state;
+    fixture fx;
+    fixture_make(&fx, GGML_TYPE_F32, 0);
+    float *r = fx.router.data;
+    for (int i = 0; i < E; i++) r[1 * E + i] = r[4 * E + i] = 0.5f, r[0 * E + i] = r[2 * E + i] = 0.0f;
+    for (int i = 0; i < E; i++) r[3 * E + i] = r[5 * E + i] = -0.5f;
+    float x[E], y[E];
+    for (int i = 0; i < E; i++) x[i] = 1.0f;
+    kv_error err = {0};
+    tpool *pool = tpool_create(1);
+    moe_scratch *s = moe_scratch_create(&fx.c, E, 1, &fx.L, 1, &err);
+    moe_ffn(&fx.c, &fx.L, x, 1, y, s, NULL, pool);
+    assert_int_equal(moe_last_selected(s, 0)[0], 1);
+    assert_int_equal(moe_last_selected(s, 0)[1], 4);
+    assert_float_equal(moe_last_weights(s, 0)[0], 0.5f, 1e-6);
+    assert_float_equal(moe_last_weights(s, 0)[1], 0.5f, 1e-6);
+    /* k = 3: the next is the tie of 0 and 2, which 0 wins */
+    fx.c.n_expert_used = 3;
+    moe_scratch_free(s);
+    s = moe_scratch_create(&fx.c, E, 1, &fx.L, 1, &err);
+    moe_ffn(&fx.c, &fx.L, x, 1, y, s, NULL, pool);
+    assert_int_equal(moe_last_selected(s, 0)[2], 0);
+    moe_scratch_free(s);
+    tpool_free(pool);
+    fixture_free(&fx);
+}
+
+/* ---- the loader ---------------------------------------------------------------------------- */
+
+static const char *gen_small(const char *shape, const char *file)
+{
+    gen_model_opts o = {.n_layer = 2, .n_vocab = 300, .n_ff = 128, .seed = 3, .n_expert = 16, .n_expert_used = 4,
+                        .n_ff_exp = 64, .n_ff_shexp = 96};
+    const char *p = tu_tmp_path(file);
+    kv_error err = {0};
+    int rc = gen_model_write_ex(p, shape, "f16", &o, &err);
+    if (rc) print_message("%s\n", err.msg);
+    assert_int_equal(rc, KV_OK);
+    return p;
+}
+
+/* Hyperparameters, tensors, total and active parameters, bytes a token reads. */
+static void test_load(void **state)
+{
+    (void)state;
+    static const struct { const char *shape, *arch; int norm, ff_exp, shexp; } cases[] = {
+        {"qwen3-30b-a3b", "qwen3moe", 1, 64, 0},
+        {"qwen1.5-moe-a2.7b", "qwen2moe", 0, 64, 96},
+        {"olmoe-1b-7b", "olmoe", 0, 128, 0}, /* olmoe: the experts are feed_forward_length wide */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *p = gen_small(cases[i].shape, "m.gguf");
+        model *m = NULL;
+        kv_error err = {0};
+        int rc = model_load(p, &m, &err);
+        if (rc) print_message("%s\n", err.msg);
+        assert_int_equal(rc, KV_OK);
+        assert_string_equal(m->arch_name, cases[i].arch);
+        const moe_config *c = &m->hp.moe;
+        assert_int_equal(c->n_expert, 16);
+        assert_int_equal(c->n_expert_used, 4);
+        assert_int_equal(c->n_ff_exp, cases[i].ff_exp);
+        assert_int_equal(c->n_ff_shexp, cases[i].shexp);
+        assert_int_equal(c->norm_w, cases[i].norm);
+        const moe_layer *L = &m->layers[1].moe;
+        assert_non_null(L->gate_inp);
+        assert_int_equal(L->gate_exps->ne[2], 16);
+        assert_true((L->gate_shexp != NULL) == (cases[i].shexp > 0));
+        assert_true((L->gate_inp_shexp != NULL) == (cases[i].shexp > 0));
+        assert_null(m->layers[0].w_gate);
+        /* active = total - 12/16 of the expert tensors; per-token bytes likewise */
+        uint64_t exp_el = 0, exp_b = 0, dense_b = 0;
+        for (uint64_t t = 0; t < m->gguf->n_tensors; t++) {
+            const gguf_tensor *g = &m->gguf->tensors[t];
+            if (g->n_dims == 3) exp_el += (uint64_t)g->n_elements, exp_b += g->nbytes;
+            else if (g->n_dims == 2 && g != m->tok_embd) dense_b += g->nbytes;
+        }
+        assert_int_equal(exp_el, 2ull * 3 * 16 * 2048 * cases[i].ff_exp);
+        assert_int_equal(m->n_params_active, m->n_params - exp_el / 16 * 12);
+        assert_int_equal(model_weight_bytes(m), dense_b + exp_b / 16 * 4);
+        /* the forward pass counts each layer's choices: 4 per token */
+        forward_ctx *fc = forward_ctx_create(m, 8, 64, &err);
+        kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, 64, GGML_TYPE_F32, &err);
+        tpool *pool = tpool_create(2);
+        float *logits = malloc(sizeof(float) * m->hp.n_vocab);
+        int32_t toks[5] = {1, 260, 270, 280, 290};
+        assert_int_equal(model_forward(m, fc, kv, pool, toks, 5, logits, 0, &err), KV_OK);
+        assert_int_equal(model_forward(m, fc, kv, pool, toks, 1, logits, 0, &err), KV_OK);
+        int nl, ne;
+        const uint32_t *cnt = forward_ctx_expert_counts(fc, &nl, &ne);
+        assert_non_null(cnt);
+        assert_int_equal(nl, 2);
+        assert_int_equal(ne, 16);
+        for (int il = 0; il < nl; il++) {
+            uint32_t sum = 0;
+            for (int e = 0; e < ne; e++) sum += cnt[il * ne + e];
+            assert_int_equal(sum, 6 * 4);
+        }
+        forward_ctx_expert_counts_reset(fc);
+        assert_int_equal(cnt[0] + cnt[1] + cnt[ne], 0);
+        free(logits);
+        tpool_free(pool);
+        kv_cache_free(kv);
+        forward_ctx_free(fc);
+        model_free(m);
+    }
+    /* a dense model has no counts */
+    gen_model_opts o = {.n_layer = 1, .n_vocab = 300, .n_ff = 64, .seed = 1};
+    kv_error err = {0};
+    const char *p = tu_tmp_path("d.gguf");
+    assert_int_equal(gen_model_write_ex(p, "qwen3-0.6b", "f16", &o, &err), KV_OK);
+    model *m = NULL;
+    assert_int_equal(model_load(p, &m, &err), KV_OK);
+    assert_int_equal(m->hp.moe.n_expert, 0);
+    assert_int_equal(m->n_params_active, m->n_params);
+    forward_ctx *fc = forward_ctx_create(m, 4, 16, &err);
+    int nl = -1, ne = -1;
+    assert_null(forward_ctx_expert_counts(fc, &nl, &ne));
+    assert_int_equal(nl + ne, 0);
+    forward_ctx_free(fc);
+    model_free(m);
+}
+
+/* Overwrite the first occurrence of `what` (n bytes) after `after` in a file with `with`. */
+static void patch(const char *path, const char *after, const void *what, const void *with, size_t n)
+{
+    size_t len = 0;
+    char *d = tu_read_file(path, &len);
+    assert_non_null(d);
+    char *a = memmem(d, len, after, strlen(after));
+    assert_non_null(a);
+    char *w = memmem(a, len - (size_t)(a - d), what, n);
+    assert_non_null(w);
+    memcpy(w, with, n);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(d, 1, len, f), len);
+    fclose(f);
+    free(d);
+}
+
+static void expect_error(const char *path, int code, const char *part1, const char *part2)
+{
+    model *m = NULL;
+    kv_error err = {0};
+    int rc = model_load(path, &m, &err);
+    if (rc != code || !strstr(err.msg, path) || !strstr(err.msg, part1) || (part2 && !strstr(err.msg, part2)))
+        print_message("got %d: %s\n", rc, err.msg);
+    assert_int_equal(rc, code);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, part1));
+    if (part2) assert_non_null(strstr(err.msg, part2));
+}
+
+/* Bad counts and shapes are errors naming the file and the key or tensor. */
+static void test_load_errors(void **state)
+{
+    (void)state;
+    uint32_t v4 = 4, v99 = 99, v16 = 16, v8 = 8, v0 = 0;
+    /* expert_used_count 99 > expert_count 16 (the u32 value right after the key and its type) */
+    const char *p = gen_small("qwen3-30b-a3b", "e1.gguf");
+    uint8_t old[8], neu[8];
+    uint32_t vt = GGUF_VT_UINT32;
+    memcpy(old, &vt, 4), memcpy(old + 4, &v4, 4), memcpy(neu, &vt, 4), memcpy(neu + 4, &v99, 4);
+    patch(p, "qwen3moe.expert_used_count", old, neu, 8);
+    expect_error(p, KV_ERR_FORMAT, "expert_used_count 99", "expert_count 16");
+    p = gen_small("qwen3-30b-a3b", "e2.gguf");
+    memcpy(neu + 4, &v0, 4);
+    patch(p, "qwen3moe.expert_used_count", old, neu, 8);
+    expect_error(p, KV_ERR_FORMAT, "expert_used_count 0", NULL);
+    /* expert_count 8 while the tensors hold 16: the router's shape is named */
+    p = gen_small("olmoe-1b-7b", "e3.gguf");
+    memcpy(old + 4, &v16, 4), memcpy(neu + 4, &v8, 4);
+    patch(p, "olmoe.expert_count", old, neu, 8);
+    expect_error(p, KV_ERR_FORMAT, "'blk.0.ffn_gate_inp.weight' has shape [2048, 16]", "expected [2048, 8]");
+    /* the down experts' first two dims swapped (same size): named with both shapes */
+    p = gen_small("qwen3-30b-a3b", "e4.gguf");
+    uint64_t dims[3] = {64, 2048, 16}, bad[3] = {2048, 64, 16};
+    patch(p, "blk.1.ffn_down_exps.weight", dims, bad, sizeof dims);
+    expect_error(p, KV_ERR_FORMAT, "'blk.1.ffn_down_exps.weight' has shape [2048, 64, 16]", "expected [64, 2048, 16]");
+    /* a missing expert tensor (its name changed) */
+    p = gen_small("qwen1.5-moe-a2.7b", "e5.gguf");
+    patch(p, "blk.0.ffn_up_shexp", "up_shexp", "up_shexq", 8);
+    expect_error(p, KV_ERR_FORMAT, "required tensor 'blk.0.ffn_up_shexp.weight' is missing", NULL);
+}
+
+int main(void)
+{
+    if (tu_tmpdir_make("moe")) return 1;
+    const struct CMUnitTest every_isa[] = {
+        cmocka_unit_test(test_vs_reference),
+        cmocka_unit_test(test_packed),
+        cmocka_unit_test(test_ties),
+    };
+    const struct CMUnitTest once[] = {
+        cmocka_unit_test(test_load),
+        cmocka_unit_test(test_load_errors),
+    };
+    int failed = tu_run_every_isa("moe", every_isa, sizeof every_isa / sizeof *every_isa, NULL, NULL);
+    failed += cmocka_run_group_tests(once, NULL, NULL);
+    tu_tmpdir_teardown(NULL);
+    return failed ? 1 : 0;
+}
