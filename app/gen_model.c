@@ -119,11 +119,12 @@ const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5
                    "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
-enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K };
+enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_MXFP4 };
 static const struct { const char *name, *title; int file_type; } FTYPES[] = {
     [FT_F16] = {"f16", "F16", 1}, [FT_Q8_0] = {"q8_0", "Q8_0", 7},
     [FT_Q4_0] = {"q4_0", "Q4_0", 2}, [FT_Q4_K_M] = {"q4_k_m", "Q4_K_M", 15},
     [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", 17}, [FT_Q6_K] = {"q6_k", "Q6_K", 18},
+    [FT_MXFP4] = {"mxfp4", "MXFP4", 38}, /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE */
 };
 
 /* ---- random numbers: splitmix64 ------------------------------------------------------------ */
@@ -160,6 +161,8 @@ static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64
     case FT_Q8_0: return GGML_TYPE_Q8_0;
     case FT_Q4_0: return GGML_TYPE_Q4_0;
     case FT_Q6_K: return ne0 % QUANT_QK_K ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K; /* llama-quantize's fallback */
+    /* as the released gpt-oss files: the FFN (the experts) MXFP4, every other matrix Q8_0 */
+    case FT_MXFP4: return kind == TK_GATE || kind == TK_UP || kind == TK_DOWN ? GGML_TYPE_MXFP4 : GGML_TYPE_Q8_0;
     default: break;
     }
     /* Q4_K_M / Q5_K_M (llama_tensor_get_type): the base K type; Q6_K for the output (or the
@@ -246,6 +249,9 @@ static int fill_random(void *user, const gguf_writer_chunk *c, kv_error *err)
             k->d = fp32_to_fp16(5e-5f);
             k->dmin = fp32_to_fp16(7.5e-4f);
         }
+        break;
+    case GGML_TYPE_MXFP4: /* codes uniform (doubled grid rms 5.85) times 2^(e-128) = 2^-8: std 0.023 */
+        for (size_t b = 0; b < nb; b++) p[b * sizeof(block_mxfp4)] = 120;
         break;
     case GGML_TYPE_Q6_K: /* d·sc·(q - 32), scales kept within -32..31 */
         for (size_t b = 0; b < nb; b++) {
@@ -372,7 +378,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     for (int i = 0; i < (int)(sizeof FTYPES / sizeof *FTYPES); i++)
         if (!strcmp(FTYPES[i].name, type_name)) ft = i;
     if (ft < 0)
-        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m)", type_name);
+        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m, mxfp4)", type_name);
     int n_layer = opt->n_layer > 0 ? opt->n_layer : sh->n_layer;
     int n_vocab = opt->n_vocab > 0 ? opt->n_vocab : sh->n_vocab;
     int n_swa = opt->n_swa > 0 && sh->n_swa ? opt->n_swa : sh->n_swa;
@@ -449,6 +455,14 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         set_arch_f32(w, a, "rope.scaling.factor", sh->rope_scale);
     }
     if (sh->rope_attn_factor) set_arch_f32(w, a, "rope.scaling.attn_factor", sh->rope_attn_factor);
+    float yarn = opt->rope_yarn;
+    if (yarn) { /* YaRN (gpt-oss: factor 32 over 4096 positions) */
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        gguf_writer_set_str(w, key, "yarn");
+        set_arch_f32(w, a, "rope.scaling.factor", yarn);
+        if (!n_ctx_orig) set_arch_u32(w, a, "rope.scaling.original_context_length", 4096);
+    }
     if (n_expert) {
         set_arch_u32(w, a, "expert_count", (uint32_t)n_expert);
         set_arch_u32(w, a, "expert_used_count", (uint32_t)n_expert_used);
@@ -593,15 +607,17 @@ static void gen_usage(FILE *out)
 {
     fprintf(out,
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
-            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--experts N] [--experts-used N]\n"
-            "                        [--ff-exp N] [--ff-shexp N] [--seed N] [--chat-template FILE.jinja]\n"
+            "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--yarn F] [--experts N]\n"
+            "                        [--experts-used N] [--ff-exp N] [--ff-shexp N] [--seed N]\n"
+            "                        [--chat-template FILE.jinja]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
             "                  phi4-mini; mixture of experts: qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b\n"
             "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
-            "                  attn_v / ffn_down)\n"
+            "                  attn_v / ffn_down), or mxfp4 (the FFN / experts MXFP4, other matrices\n"
+            "                  Q8_0, as the released gpt-oss files)\n"
             "  -o FILE         output path (files are large: TinyLlama F16 is 2.1 GiB)\n"
             "  --layers N      override the number of layers\n"
             "  --vocab N       override the vocabulary size (at least 260)\n"
@@ -609,6 +625,7 @@ static void gen_usage(FILE *out)
             "  --swa N         override the sliding window (gemma2, gemma3)\n"
             "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
             "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
+            "  --yarn F        YaRN RoPE scaling by F over 4096 original positions (any shape)\n"
             "  --experts N     override the expert count (MoE shapes)\n"
             "  --experts-used N  override the experts used per token\n"
             "  --ff-exp N      override the experts' width (olmoe: --ff)\n"
@@ -625,8 +642,9 @@ int gen_model_main(int argc, char **argv)
         {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {"vocab", required_argument, 0, 'V'},
         {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'},
         {"attn-softcap", required_argument, 0, 'A'}, {"chat-template", required_argument, 0, 'T'},
-        {"experts", required_argument, 0, 'X'}, {"experts-used", required_argument, 0, 'K'},
-        {"ff-exp", required_argument, 0, 'G'}, {"ff-shexp", required_argument, 0, 'H'}, {0, 0, 0, 0},
+        {"yarn", required_argument, 0, 'Y'}, {"experts", required_argument, 0, 'X'},
+        {"experts-used", required_argument, 0, 'K'}, {"ff-exp", required_argument, 0, 'G'},
+        {"ff-shexp", required_argument, 0, 'H'}, {0, 0, 0, 0},
     };
     const char *shape = NULL, *type = NULL, *out = NULL;
     gen_model_opts go = {.seed = 1};
@@ -644,6 +662,7 @@ int gen_model_main(int argc, char **argv)
         case 'W': go.n_swa = atoi(optarg); if (go.n_swa < 1) goto bad; break;
         case 'C': go.n_ctx_orig = atoi(optarg); if (go.n_ctx_orig < 1) goto bad; break;
         case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
+        case 'Y': go.rope_yarn = strtof(optarg, NULL); if (!(go.rope_yarn >= 1)) goto bad; break;
         case 'S': go.seed = strtoull(optarg, NULL, 10); break;
         case 'T': {
             FILE *f = fopen(optarg, "rb");

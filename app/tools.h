@@ -32,6 +32,7 @@ int gen_model_write(const char *path, const char *shape, const char *type, int n
 typedef struct gen_model_opts {
     int n_layer, n_vocab, n_ff, n_swa, n_ctx_orig;
     float attn_softcap; /* gemma2's attn_logit_softcapping; 0 keeps the shape's 50 */
+    float rope_yarn;    /* > 0: YaRN RoPE of this factor over original_context_length 4096 (any shape) */
     uint64_t seed;
     const char *chat_template; /* tokenizer.chat_template's text (--chat-template FILE); NULL: none */
     /* mixture-of-experts shapes (qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b): expert_count,

@@ -271,6 +271,43 @@ static int load_hparams(model *m, kv_error *err)
     return m->name ? KV_OK : kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", f->path);
 }
 
+/* YaRN RoPE ({arch}.rope.scaling.type "yarn", as gpt-oss files have): the per-pair factors (times
+ * rope_freqs when the file has them too) become m->rope_freqs, the attention factor scales RoPE's
+ * cos / sin (op_rope_yarn_factors / op_rope_yarn_mscale). Keys as gguf-py writes them:
+ * rope.scaling.factor, rope.scaling.original_context_length (default context_length), and the
+ * optional rope.scaling.yarn_beta_fast (32), yarn_beta_slow (1), yarn_ext_factor (1),
+ * yarn_attn_factor (1). Another scaling type is left to the code that knows it. */
+static int load_yarn(model *m, size_t *used, kv_error *err)
+{
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    char key[128], *type = NULL;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
+    int rc = gguf_get_str(f, key, 0, &type, err);
+    if (rc) return rc;
+    int yarn = type && strcmp(type, "yarn") == 0;
+    free(type);
+    if (!yarn) return KV_OK;
+    float factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f, ext = 1.0f, attn = 1.0f;
+    int n_orig = hp->n_ctx_orig > 0 ? hp->n_ctx_orig : hp->n_ctx_train;
+    const char *a = m->arch_name;
+    if ((rc = get_float(f, a, "rope.scaling.factor", 1, &factor, err)) ||
+        (rc = get_float(f, a, "rope.scaling.yarn_beta_fast", 0, &beta_fast, err)) ||
+        (rc = get_float(f, a, "rope.scaling.yarn_beta_slow", 0, &beta_slow, err)) ||
+        (rc = get_float_opt(f, a, "rope.scaling.yarn_ext_factor", &ext, err)) ||
+        (rc = get_float(f, a, "rope.scaling.yarn_attn_factor", 0, &attn, err)))
+        return rc;
+    float *ff = m->f32_store + *used;
+    op_rope_yarn_factors(ff, hp->n_rot, hp->rope_freq_base, factor, n_orig, beta_fast, beta_slow, ext);
+    if (m->rope_freqs)
+        for (int i = 0; i < hp->n_rot / 2; i++) ff[i] *= m->rope_freqs[i];
+    *used += (size_t)hp->n_rot / 2;
+    m->rope_freqs = ff;
+    hp->rope_attn_factor = op_rope_yarn_mscale(factor, attn, ext);
+    hp->rope_yarn = 1;
+    return KV_OK;
+}
+
 int model_load(const char *path, model **out, kv_error *err)
 {
     *out = NULL;
@@ -300,7 +337,7 @@ int model_load(const char *path, model **out, kv_error *err)
 
     const size_t E = (size_t)hp->n_embd, EQ = (size_t)hp->n_embd_q, EKV = (size_t)hp->n_embd_kv;
     size_t per_layer = 5 * E + 2 * EQ + 3 * EKV; /* every norm and bias a layer may have (+ a shared expert's gate) */
-    m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + E + 2 * (size_t)hp->n_rot));
+    m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + E + 3 * (size_t)hp->n_rot));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) {
         rc = kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
@@ -327,6 +364,7 @@ int model_load(const char *path, model **out, kv_error *err)
             m->hp.rope_uniform = 0;
         }
     }
+    if ((rc = load_yarn(m, &used, err))) goto fail;
     const int heads = hp->qk_norm == QK_NORM_HEAD;
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *L = &m->layers[il];

@@ -54,6 +54,7 @@ typedef struct model_hparams {
     float rope_attn_factor; /* rope.scaling.attn_factor (phi3): RoPE's cos and sin times this, so
                                q.k grows by its square (LongRoPE's attention scaling); default 1 */
     int rope_uniform;     /* 1: every layer rotates alike (context shift can re-rotate the cache) */
+    int rope_yarn;        /* 1: YaRN RoPE (rope.scaling.type yarn): factors in rope_freqs, mscale in rope_attn_factor */
     moe_config moe;       /* mixture of experts: moe.n_expert > 0 (qwen2moe, qwen3moe, olmoe), else all 0 */
 } model_hparams;
 

@@ -1,4 +1,4 @@
-/* ops_extra: masked and soft-capped attention, GeGLU (tanh), soft-capping and per-head RMSNorm for the newer architectures. */
+/* ops_extra: masked, soft-capped and sink attention, YaRN RoPE factors, GeGLU (tanh), gpt-oss's clamped SwiGLU, soft-capping and per-head RMSNorm for the newer architectures. */
 #include "ops_extra.h"
 
 #include <math.h>
@@ -12,8 +12,24 @@ typedef struct attn_ext_job {
     float *out;
     int n_tokens, pos0, n_head, n_head_kv, hd, n_swa;
     float scale, softcap;
+    const float *sinks; /* [n_head] or NULL */
     tpool *pool;
 } attn_ext_job;
+
+/* Softmax of x[0..n) with one more logit `sink` in the denominator only: x - m (m the max of
+ * all n + 1), expf, the sum in double (kern_softmax's order), times its reciprocal. */
+static void softmax_sink(float *x, int n, float sink)
+{
+    float mx = sink;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = (double)expf(sink - mx);
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
 
 static void attn_ext_worker(void *arg, int ith, int nth)
 {
@@ -43,7 +59,8 @@ static void attn_ext_worker(void *arg, int ith, int nth)
             if (j->softcap > 0) acc = j->softcap * tanhf(acc / j->softcap);
             s[p - lo] = acc;
         }
-        op_softmax(s, len);
+        if (j->sinks) softmax_sink(s, len, j->sinks[h]);
+        else op_softmax(s, len);
         float *o = j->out + (size_t)t * EQ + (size_t)h * j->hd;
         memset(o, 0, sizeof(float) * (size_t)j->hd);
         for (int p = lo; p <= p1; p++) {
@@ -55,14 +72,58 @@ static void attn_ext_worker(void *arg, int ith, int nth)
     free(own);
 }
 
-void op_attention_ext(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0,
-                      int n_head, int n_head_kv, int head_dim, float scale, float softcap, int n_swa, tpool *pool)
+void op_attention_sinks(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0,
+                        int n_head, int n_head_kv, int head_dim, float scale, float softcap, int n_swa,
+                        const float *sinks, tpool *pool)
 {
     attn_ext_job j = {
         .q = q, .K = K, .V = V, .out = out, .n_tokens = n_tokens, .pos0 = pos0, .n_head = n_head,
-        .n_head_kv = n_head_kv, .hd = head_dim, .n_swa = n_swa, .scale = scale, .softcap = softcap, .pool = pool,
+        .n_head_kv = n_head_kv, .hd = head_dim, .n_swa = n_swa, .scale = scale, .softcap = softcap,
+        .sinks = sinks, .pool = pool,
     };
     tpool_run(pool, attn_ext_worker, &j);
+}
+
+void op_attention_ext(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0,
+                      int n_head, int n_head_kv, int head_dim, float scale, float softcap, int n_swa, tpool *pool)
+{
+    op_attention_sinks(q, K, V, out, n_tokens, pos0, n_head, n_head_kv, head_dim, scale, softcap, n_swa, NULL, pool);
+}
+
+/* YaRN's correction dimension of a wavelength ratio: the dimension pair index whose wavelength
+ * 2π·base^(2i/n_rot) makes `n_rot_turns` turns over n_ctx_orig positions. */
+static double yarn_corr_dim(int n_rot, int n_ctx_orig, double turns, double base)
+{
+    return n_rot * log((double)n_ctx_orig / (turns * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+void op_rope_yarn_factors(float *ff, int n_rot, float freq_base, float factor, int n_ctx_orig, float beta_fast,
+                          float beta_slow, float ext_factor)
+{
+    double lo = floor(yarn_corr_dim(n_rot, n_ctx_orig, beta_fast, freq_base));
+    double hi = ceil(yarn_corr_dim(n_rot, n_ctx_orig, beta_slow, freq_base));
+    if (lo < 0) lo = 0;
+    if (hi > n_rot - 1) hi = n_rot - 1;
+    float s = 1.0f / factor; /* the interpolation's frequency scale */
+    for (int i = 0; i < n_rot / 2; i++) {
+        /* ramp: 1 (extrapolate: keep the frequency) below lo, 0 (interpolate: frequency / factor) above hi */
+        float y = (float)(((double)i - lo) / fmax(0.001, hi - lo));
+        float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
+        ff[i] = 1.0f / (s * (1.0f - ramp) + ramp);
+    }
+}
+
+float op_rope_yarn_mscale(float factor, float attn_factor, float ext_factor)
+{
+    return ext_factor != 0.0f ? attn_factor * (1.0f + 0.1f * logf(factor)) : attn_factor;
+}
+
+void op_swiglu_oai(float *gate, const float *up, int n, float alpha, float limit)
+{
+    for (int i = 0; i < n; i++) {
+        float g = fminf(gate[i], limit), u = fmaxf(-limit, fminf(up[i], limit));
+        gate[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    }
 }
 
 void op_geglu_tanh(float *gate, const float *up, int n)

@@ -1,4 +1,4 @@
-/* ops_extra: forward-pass pieces of the newer architectures (gemma, qwen3, olmo2): masked / soft-capped attention, GeGLU, per-head norms. */
+/* ops_extra: forward-pass pieces of the newer architectures (gemma, qwen3, olmo2, gpt-oss): masked / soft-capped / sink attention, YaRN, GeGLU, clamped SwiGLU, per-head norms. */
 #ifndef KV_OPS_EXTRA_H
 #define KV_OPS_EXTRA_H
 
@@ -14,6 +14,33 @@
  * Split over the pool by (token, head); per-thread scores from tpool_scratch. */
 void op_attention_ext(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0,
                       int n_head, int n_head_kv, int head_dim, float scale, float softcap, int n_swa, tpool *pool);
+
+/* op_attention_ext with attention sinks: sinks[h] (n_head logits, or NULL for none) is one more
+ * logit in head h's softmax denominator that attends to nothing — p_j = exp(s_j) / (Σ_k exp(s_k) +
+ * exp(sinks[h])), so a head can put weight on "no position" (StreamingLLM's sink, Xiao et al. 2023,
+ * learned per head in gpt-oss: OpenAI gpt-oss model card 2025). The sink is not scaled or capped. */
+void op_attention_sinks(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0,
+                        int n_head, int n_head_kv, int head_dim, float scale, float softcap, int n_swa,
+                        const float *sinks, tpool *pool);
+
+/* YaRN RoPE (Peng et al. 2023, "YaRN: Efficient Context Window Extension"): ff[i] (n_rot/2
+ * values) divides pair i's angle, as op_rope_cache's freq_factors. With s = 1/factor and
+ * r_i = ext_factor · (1 − clamp((i − lo) / max(0.001, hi − lo), 0, 1)), the angle is
+ * θ_i·(s·(1 − r_i) + r_i): high-frequency pairs (i < lo, many turns over the original context)
+ * keep their frequency, low ones (i > hi) are interpolated by the factor, linearly in between;
+ * lo = floor(d(beta_fast)), hi = ceil(d(beta_slow)) clamped to [0, n_rot − 1], where
+ * d(β) = n_rot·ln(n_ctx_orig / (2πβ)) / (2 ln freq_base) is the pair making β turns over
+ * n_ctx_orig positions (the corrections as ggml computes them; the paper's defaults β_fast 32,
+ * β_slow 1, ext_factor 1). op_rope_yarn_mscale: the attention temperature the paper puts on
+ * q and k alike (RoPE's cos and sin times it): attn_factor · (1 + 0.1 ln factor), or attn_factor
+ * when ext_factor is 0. */
+void op_rope_yarn_factors(float *ff, int n_rot, float freq_base, float factor, int n_ctx_orig, float beta_fast,
+                          float beta_slow, float ext_factor);
+float op_rope_yarn_mscale(float factor, float attn_factor, float ext_factor);
+
+/* gpt-oss's gated unit (OpenAI gpt-oss reference implementation, `swiglu`): g = min(gate, limit),
+ * u = clamp(up, −limit, limit), gate[i] = g·σ(alpha·g)·(u + 1); gpt-oss: alpha 1.702, limit 7. */
+void op_swiglu_oai(float *gate, const float *up, int n, float alpha, float limit);
 
 /* GeGLU with the tanh approximation of GELU (Shazeer 2020; Hendrycks & Gimpel 2016):
  * gate[i] = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * up[i], n elements. */

@@ -27,6 +27,10 @@ export const CASES = [
   { name: "gemma3-4b", shape: "gemma3-4b", layers: 6, swa: 32 }, // global layer 5: linear RoPE x8
   { name: "phi3", shape: "phi4-mini", layers: 2 },            // n_ctx 512 <= 4096: short factors
   { name: "phi3-long", shape: "phi4-mini", layers: 2, orig_ctx: 64 }, // 512 > 64: long factors
+  // MXFP4 FFN matrices (the gpt-oss expert type) and Q8_0 for the rest, on a dense llama
+  { name: "mxfp4", shape: "tiny", layers: 2, type: "mxfp4" },
+  // YaRN RoPE (gpt-oss's factor 32 over 4096 positions): pairs 0-9 kept, 10-23 ramped, 24-31 / 32
+  { name: "yarn", shape: "tiny", layers: 2, yarn: 32 },
   // mixture of experts: small expert counts and widths (the real ones: the *-real cases)
   { name: "qwen3moe", shape: "qwen3-30b-a3b", layers: 2, experts: 16, experts_used: 4, ff_exp: 128 },
   { name: "qwen2moe", shape: "qwen1.5-moe-a2.7b", layers: 2, experts: 8, experts_used: 2, ff_exp: 128, ff_shexp: 256 },
@@ -55,6 +59,7 @@ function genArgs(c, path) {
   if (c.swa) a.push("--swa", String(c.swa));
   if (c.orig_ctx) a.push("--orig-ctx", String(c.orig_ctx));
   if (c.attn_softcap) a.push("--attn-softcap", String(c.attn_softcap));
+  if (c.yarn) a.push("--yarn", String(c.yarn));
   if (c.experts) a.push("--experts", String(c.experts));
   if (c.experts_used) a.push("--experts-used", String(c.experts_used));
   if (c.ff_exp) a.push("--ff-exp", String(c.ff_exp));
@@ -88,9 +93,9 @@ async function run(llama, kvchat, dir, c) {
   await ctx.dispose();
   await model.dispose();
   rmSync(path);
-  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0, experts = 0,
+  const { name, shape, type, layers, vocab, ff, seed, n_ctx, swa = 0, orig_ctx = 0, attn_softcap = 0, yarn = 0, experts = 0,
           experts_used = 0, ff_exp = 0, ff_shexp = 0 } = c;
-  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, experts, experts_used, ff_exp,
+  return { name, shape, type, layers, vocab, ff, seed, swa, orig_ctx, attn_softcap, yarn, experts, experts_used, ff_exp,
            ff_shexp, n_ctx,
            reference: "llama.cpp via node-llama-cpp (CPU, f32 KV cache, 2 threads), teacher-forced", prompts };
 }

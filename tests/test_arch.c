@@ -47,6 +47,8 @@ static arch_case cases[] = {
     {"phi3", "phi3", 64, 0, NULL, NULL},       {"phi3-long", "phi3", 512, 0, NULL, NULL},
     {"qwen3moe", "qwen3moe", 64, 0, NULL, NULL}, {"qwen2moe", "qwen2moe", 64, 0, NULL, NULL},
     {"olmoe", "olmoe", 64, 0, NULL, NULL},
+    {"mxfp4", "llama", 64, 0, NULL, NULL}, /* MXFP4 FFN, Q8_0 elsewhere */
+    {"yarn", "llama", 64, 0, NULL, NULL},  /* YaRN RoPE */
     /* the real expert counts and widths in Q4_K_M, at the best level and at AVX2 (other kernels
      * for Q4_K / Q6_K / Q5_0 and no panels of AVX-512) */
     {"qwen3moe-real", "qwen3moe", 64, 1e-1f, NULL, NULL}, {"qwen2moe-real", "qwen2moe", 64, 1e-1f, NULL, NULL},
@@ -72,6 +74,8 @@ static int regen(const cJSON *ref, const char *path, kv_error *err)
     };
     const cJSON *cap = cJSON_GetObjectItem(ref, "attn_softcap");
     if (cJSON_IsNumber(cap)) o.attn_softcap = (float)cap->valuedouble;
+    const cJSON *yarn = cJSON_GetObjectItem(ref, "yarn");
+    if (cJSON_IsNumber(yarn)) o.rope_yarn = (float)yarn->valuedouble;
     return gen_model_write_ex(path, cJSON_GetObjectItem(ref, "shape")->valuestring,
                               cJSON_GetObjectItem(ref, "type")->valuestring, &o, err);
 }

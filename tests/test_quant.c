@@ -41,10 +41,12 @@ static uint32_t f32_as_u32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static const int SUPPORTED[] = {
     GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
     GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
-    GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+    GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4,
 };
 #define N_SUPPORTED (int)(sizeof(SUPPORTED) / sizeof(SUPPORTED[0]))
 
+/* MXFP4 round trip on Gaussian data: measured 0.115 (power-of-two scales, 3 bits of magnitude) */
+#define MXFP4_RMS 0.14
 static const char *tname(int type) { return quant_traits_of(type)->name; }
 
 /* Random weight row of `type` made of random bytes, with every half-float scale field
@@ -92,6 +94,7 @@ static void random_bytes_row(int type, void *row, int64_t n) {
         case GGML_TYPE_Q6_K: ((block_q6_K *)row)[i].d = rand_half(0.0001f, 0.01f, 1); break;
         case GGML_TYPE_IQ4_NL: ((block_iq4_nl *)row)[i].d = rand_half(0.0001f, 0.001f, 1); break;
         case GGML_TYPE_IQ4_XS: ((block_iq4_xs *)row)[i].d = rand_half(0.00001f, 0.0001f, 1); break;
+        case GGML_TYPE_MXFP4: ((block_mxfp4 *)row)[i].e = (uint8_t)(112 + rng_u64() % 16); break; /* 2^-16..2^-1 */
         default: fail_msg("random_bytes_row: type %d", type);
         }
     }
@@ -272,7 +275,7 @@ static void test_traits(void **state) {
         {GGML_TYPE_IQ1_M, "IQ1_M", 256, 56, 0, GGML_TYPE_Q8_K},
         {GGML_TYPE_TQ1_0, "TQ1_0", 256, 54, 0, GGML_TYPE_Q8_K},
         {GGML_TYPE_TQ2_0, "TQ2_0", 256, 66, 0, GGML_TYPE_Q8_K},
-        {GGML_TYPE_MXFP4, "MXFP4", 32, 17, 0, GGML_TYPE_Q8_0},
+        {GGML_TYPE_MXFP4, "MXFP4", 32, 17, 1, GGML_TYPE_Q8_0},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         const quant_traits *t = quant_traits_of(want[i].type);
@@ -342,6 +345,64 @@ static void test_block_iq4(void **state) {
     assert_float_equal(y[32], (2 - 32) * 113.0, 0);
     assert_float_equal(y[224 + 31], (63 - 32) * 1.0, 0);
     assert_float_equal(y[224], (63 - 32) * -127.0, 0);
+}
+
+/* MXFP4 (OCP MX spec v1.0): E8M0 scale 2^(e-127), E2M1 codes ±{0, .5, 1, 1.5, 2, 3, 4, 6} with the
+ * sign in bit 3, low nibbles elements 0..15, high ones 16..31; values worked out by hand. */
+static void test_block_mxfp4(void **state) {
+    (void)state;
+    uint8_t raw[17 * 2] = {0};
+    raw[0] = 127;    /* scale 1 */
+    raw[1] = 0x97;   /* element 0: code 7 = 6.0, element 16: code 9 = -0.5 */
+    raw[2] = 0x81;   /* element 1: code 1 = 0.5, element 17: code 8 = -0 */
+    raw[16] = 0x4b;  /* element 15: code 11 = -1.5, element 31: code 4 = 2.0 */
+    raw[17] = 130;   /* block 1: scale 8 */
+    raw[18] = 0xf3;  /* element 32: 1.5·8 = 12, element 48: -6·8 = -48 */
+    raw[33] = 0x0e;  /* element 47: -4·8 = -32 */
+    float y[64];
+    deq_both(GGML_TYPE_MXFP4, raw, y, 64);
+    assert_float_equal(y[0], 6.0, 0);
+    assert_float_equal(y[16], -0.5, 0);
+    assert_float_equal(y[1], 0.5, 0);
+    assert_float_equal(y[17], 0.0, 0);
+    assert_float_equal(y[15], -1.5, 0);
+    assert_float_equal(y[31], 2.0, 0);
+    assert_float_equal(y[5], 0.0, 0);
+    assert_float_equal(y[32], 12.0, 0);
+    assert_float_equal(y[48], -48.0, 0);
+    assert_float_equal(y[47], -32.0, 0);
+    /* the E8M0 extremes: e = 0 is 2^-127 (a float subnormal), 254 is 2^127 */
+    memset(raw, 0, sizeof raw);
+    raw[0] = 0;
+    raw[1] = 0x02;   /* code 2 = 1.0 */
+    raw[17] = 254;
+    raw[18] = 0x02;
+    deq_both(GGML_TYPE_MXFP4, raw, y, 64);
+    assert_true(y[0] == ldexpf(1.0f, -127));
+    assert_true(y[32] == ldexpf(1.0f, 127));
+    /* the quantizer: shared exponent floor(log2 amax) - 2, nearest E2M1 value, ties to even,
+     * saturation at 6 */
+    float x[32] = {0};
+    x[0] = 7.0f;     /* amax: exponent 2 - 2 = 0, scale 1; 7 saturates to 6 */
+    x[1] = 0.25f;    /* tie between 0 and 0.5: even (0) */
+    x[2] = 0.75f;    /* tie between 0.5 and 1: even (1.0) */
+    x[3] = -2.5f;    /* tie between 2 and 3: even (2) */
+    x[4] = 5.0f;     /* tie between 4 and 6: even (4) */
+    x[5] = -1.2f;    /* nearest: 1.0 */
+    x[6] = 3.4f;     /* nearest: 3.0 */
+    x[16] = -0.3f;   /* nearest: 0.5 */
+    block_mxfp4 q;
+    quant_quantize_row_ref(GGML_TYPE_MXFP4, x, &q, 32);
+    assert_int_equal(q.e, 127);
+    static const float want[32] = {6.0f, 0.0f, 1.0f, -2.0f, 4.0f, -1.0f, 3.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, -0.5f};
+    deq_both(GGML_TYPE_MXFP4, &q, y, 32);
+    for (int i = 0; i < 32; i++)
+        if (y[i] != want[i]) fail_msg("MXFP4 quantized element %d: %g, expected %g", i, (double)y[i], (double)want[i]);
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;
+    quant_quantize_row_ref(GGML_TYPE_MXFP4, x, &q, 32);
+    assert_int_equal(q.e, 0);
+    deq_both(GGML_TYPE_MXFP4, &q, y, 32);
+    for (int i = 0; i < 32; i++) assert_float_equal(y[i], 0.0, 0);
 }
 
 static void test_block_q4_0(void **state) {
@@ -724,7 +785,7 @@ static void test_roundtrip_weights(void **state) {
         {GGML_TYPE_Q8_1, 7e-3}, {GGML_TYPE_Q8_K, 9e-3}, {GGML_TYPE_Q6_K, 0.022}, {GGML_TYPE_Q5_K, 0.046},
         {GGML_TYPE_Q5_1, 0.048}, {GGML_TYPE_Q5_0, 0.054}, {GGML_TYPE_Q4_K, 0.092}, {GGML_TYPE_Q4_1, 0.098},
         {GGML_TYPE_Q4_0, 0.108}, {GGML_TYPE_Q3_K, 0.18}, {GGML_TYPE_Q2_K, 0.34}, {GGML_TYPE_IQ4_NL, 0.11},
-        {GGML_TYPE_IQ4_XS, 0.12},
+        {GGML_TYPE_IQ4_XS, 0.12}, {GGML_TYPE_MXFP4, MXFP4_RMS},
     };
     for (size_t t = 0; t < sizeof(bounds) / sizeof(bounds[0]); t++) {
         int type = bounds[t].type;
@@ -897,6 +958,7 @@ static void extreme_row(int type, uint8_t *w, int64_t n, int pattern) {
         uint8_t *blk = w + b * tr->type_size;
         switch (type) {
         case GGML_TYPE_Q8_0: memset(((block_q8_0 *)blk)->qs, (pattern & 1) ? 0x80 : 0x7F, 32); break;
+        case GGML_TYPE_MXFP4: memset(((block_mxfp4 *)blk)->qs, (pattern & 1) ? 0xFF : 0x77, 16); break; /* ∓6 */
         case GGML_TYPE_Q4_0: memset(((block_q4_0 *)blk)->qs, fillb, 16); break;
         case GGML_TYPE_Q4_1: memset(((block_q4_1 *)blk)->qs, fillb, 16); break;
         case GGML_TYPE_Q5_0: memset(((block_q5_0 *)blk)->qs, fillb, 16); memset(((block_q5_0 *)blk)->qh, fillb, 4); break;
@@ -1438,6 +1500,7 @@ int main(void) {
         cmocka_unit_test(test_traits),
         cmocka_unit_test(test_block_q4_0),
         cmocka_unit_test(test_block_iq4),
+        cmocka_unit_test(test_block_mxfp4),
         cmocka_unit_test(test_block_q4_1),
         cmocka_unit_test(test_block_q5_0),
         cmocka_unit_test(test_block_q5_1),

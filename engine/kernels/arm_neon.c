@@ -383,6 +383,21 @@ static float vd_q6_K(const block_q6_K *w, const block_q8_K *x, int64_t nb)
     return s;
 }
 
+/* MXFP4: the nibbles index the doubled E2M1 codes (tbl), dot32 exact, E8M0 scale. */
+static float vd_mxfp4(const block_mxfp4 *w, const block_q8_0 *x, int64_t nb)
+{
+    const int8x16_t lut = vld1q_s8(quant_mxfp4_values);
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8x16_t q = vld1q_u8(w[i].qs);
+        int8x16_t lo = vqtbl1q_s8(lut, vandq_u8(q, m4)), hi = vqtbl1q_s8(lut, vshrq_n_u8(q, 4));
+        int32_t sumi = dot32(lo, hi, vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        s = fmaf(quant_e8m0_half(w[i].e) * h2f(x[i].d), (float)sumi, s);
+    }
+    return s;
+}
+
 /* ---- vec_dot entries ----------------------------------------------------------------------- */
 
 static int implemented(int type)
@@ -390,7 +405,7 @@ static int implemented(int type)
     switch (type) {
     case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: case GGML_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -410,6 +425,7 @@ static float dot_one(int type, int64_t n, const void *w, const void *x)
     case GGML_TYPE_Q4_K: return vd_q4_K(w, x, n / QUANT_QK_K);
     case GGML_TYPE_Q5_K: return vd_q5_K(w, x, n / QUANT_QK_K);
     case GGML_TYPE_Q6_K: return vd_q6_K(w, x, n / QUANT_QK_K);
+    case GGML_TYPE_MXFP4: return vd_mxfp4(w, x, n / 32);
     default: return NAN;
     }
 }

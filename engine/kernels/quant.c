@@ -18,11 +18,12 @@ _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 layout");
 
 #define QK QUANT_QK_K
 
-/* Sizes from the GGML block structs (ggml-common.h) as documented for GGUF; the IQ / TQ /
- * MXFP4 rows are known so files using them get a clear "unsupported type" message. */
+/* Sizes from the GGML block structs (ggml-common.h) as documented for GGUF; the IQ / TQ rows
+ * are known so files using them get a clear "unsupported type" message. */
 static const quant_traits TRAITS[GGML_TYPE_COUNT] = {
     [GGML_TYPE_F32]  = {"F32", 1, 4, 1, GGML_TYPE_F32},
     [GGML_TYPE_F16]  = {"F16", 1, 2, 1, GGML_TYPE_F16},
@@ -61,7 +62,7 @@ static const quant_traits TRAITS[GGML_TYPE_COUNT] = {
     [GGML_TYPE_IQ4_NL_4_4] = {"IQ4_NL_4_4", 32, 18, 0, GGML_TYPE_Q8_0},
     [GGML_TYPE_IQ4_NL_4_8] = {"IQ4_NL_4_8", 32, 18, 0, GGML_TYPE_Q8_0},
     [GGML_TYPE_IQ4_NL_8_8] = {"IQ4_NL_8_8", 32, 18, 0, GGML_TYPE_Q8_0},
-    [GGML_TYPE_MXFP4]  = {"MXFP4", 32, 1 + 16, 0, GGML_TYPE_Q8_0},
+    [GGML_TYPE_MXFP4]  = {"MXFP4", 32, sizeof(block_mxfp4), 1, GGML_TYPE_Q8_0},
 };
 
 const quant_traits *quant_traits_of(int type) {
@@ -82,6 +83,7 @@ int quant_can_quantize(int type) {
     case GGML_TYPE_Q8_0: case GGML_TYPE_Q8_1:
     case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K: case GGML_TYPE_Q8_K: case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
+    case GGML_TYPE_MXFP4:
         return 1;
     default:
         return 0;

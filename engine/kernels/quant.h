@@ -102,6 +102,23 @@ typedef struct {                                                           /* 13
     uint8_t qs[128];      /* 4-bit indices into the IQ4 value table */
 } block_iq4_xs;
 
+/* MXFP4 (OCP Microscaling Formats spec v1.0, 2023; GGML_TYPE_MXFP4): 32 FP4 E2M1 elements
+ * (1 sign, 2 exponent, 1 mantissa bit: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}) sharing one E8M0 scale
+ * 2^(e - 127). Nibble order as Q4_0 (qs[j] low nibble element j, high nibble element j + 16). */
+typedef struct { uint8_t e; uint8_t qs[16]; } block_mxfp4;                 /* 17 B / 32 */
+
+/* The 16 E2M1 codes times 2 (integers, as GGML's kvalues_mxfp4: 0 1 2 3 4 6 8 12, then the
+ * negatives with code 8 = -0): the dot products sum these exactly in int8 and take the factor
+ * 1/2 into the scale, quant_e8m0_half(e) = 2^(e - 128) (e < 2 gives the subnormals 2^-128 and
+ * 2^-127, as GGML's ggml_e8m0_to_fp32_half; e = 255, NaN in the OCP spec, gives 2^127 there). */
+extern const int8_t quant_mxfp4_values[16];
+static inline float quant_e8m0_half(uint8_t e)
+{
+    union { uint32_t u; float f; } v;
+    v.u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.f;
+}
+
 /* The 16 values a 4-bit IQ4_NL / IQ4_XS index stands for (GGML's kvalues_iq4nl: a non-linear
  * grid fitted to the distribution of LLM weights, Kawrakow 2024, llama.cpp PR 5590). */
 extern const int8_t quant_iq4nl_values[16];
@@ -125,7 +142,7 @@ const quant_traits *quant_traits_of(int type);
 size_t quant_row_size(int type, int64_t n);
 
 /* 1 if quant_quantize_row can produce `type` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q8_1, Q2_K … Q6_K, Q8_K); 1 if quant_dequantize_row can read it (every supported type plus
+ * Q8_1, Q2_K … Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4); 1 if quant_dequantize_row can read it (every supported type plus
  * Q8_1 and Q8_K). */
 int quant_can_quantize(int type);
 int quant_can_dequantize(int type);

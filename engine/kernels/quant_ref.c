@@ -11,6 +11,8 @@
  *   Q6_K:       element e = 128h + 32k + l: low 4 bits from ql[64h + l + 32(k&1)] (low nibble
  *               for k<2, high for k>=2), high 2 bits = bits 2k..2k+1 of qh[32h+l]; scale = e/16
  *   IQ4_NL:     as Q4_0, the nibble an index into quant_iq4nl_values (no offset)
+ *   MXFP4:      as Q4_0, the nibble an E2M1 code (quant_mxfp4_values, doubled), the scale
+ *               the E8M0 byte e: element = quant_mxfp4_values[nibble] · 2^(e - 128)
  *   IQ4_XS:     sub-block b = e/32 (b < 8) is IQ4_NL-ordered in qs[16b..16b+16); its scale is
  *               d · (ls − 32), ls = low nibble b%2 of scales_l[b/2] | bits 2b..2b+1 of scales_h << 4
  */
@@ -122,6 +124,16 @@ static void deq_q4_0(const block_q4_0 *x, float *y, int64_t nb) {
 }
 
 const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void deq_mxfp4(const block_mxfp4 *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        float d = quant_e8m0_half(x[i].e);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)quant_mxfp4_values[x[i].qs[j] & 0x0f];
+            y[j + 16] = d * (float)quant_mxfp4_values[x[i].qs[j] >> 4];
+        }
+    }
+}
 
 static void deq_iq4_nl(const block_iq4_nl *x, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += 32) {
@@ -294,6 +306,7 @@ void quant_dequantize_row_ref(int type, const void *src, float *dst, int64_t n) 
     case GGML_TYPE_Q8_K: deq_q8_K(src, dst, nb); break;
     case GGML_TYPE_IQ4_NL: deq_iq4_nl(src, dst, nb); break;
     case GGML_TYPE_IQ4_XS: deq_iq4_xs(src, dst, nb); break;
+    case GGML_TYPE_MXFP4: deq_mxfp4(src, dst, nb); break;
     default: break;
     }
 }
@@ -373,6 +386,44 @@ static void q_q4_0(const float *x, block_q4_0 *y, int64_t nb) {
             int b = clampi(nearest_int(x[j + 16] * id) + 8, 0, 15);
             y[i].qs[j] = (uint8_t)(a | (b << 4));
         }
+    }
+}
+
+const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+
+/* The MXFP4 code (0..15) of v, a value already divided by the block's scale (doubled units, so
+ * the grid is 0 1 2 3 4 6 8 12): the nearest grid magnitude, ties to the even mantissa as the
+ * OCP spec's round-to-nearest-even (1.5 units between 1 and 2 → 2 ...), clamped at 12 (the spec
+ * saturates to the largest normal); the sign in bit 3 (a zero keeps code 0). */
+static int mxfp4_code(float v) {
+    float a = fabsf(v);
+    /* midpoints between grid magnitudes; a tie goes to the code with an even mantissa bit
+     * (codes 0, 2, 4, 6: magnitudes 0, 2, 4, 8) */
+    static const float mid[7] = {0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f};
+    int k = 0;
+    while (k < 7 && (a > mid[k] || (a == mid[k] && (k & 1) == 1))) k++;
+    return k == 0 ? 0 : (v < 0 ? 8 | k : k);
+}
+
+/* Our MXFP4 quantizer, the OCP spec's conversion: shared exponent floor(log2(amax)) − 2 (2 is
+ * E2M1's largest exponent), so amax lands in [4, 8) scale units and elements above 6 saturate;
+ * every element rounded to its nearest E2M1 value. An all-zero (or all-subnormal-tiny) block
+ * gets e = 0. Exponents are clamped to the E8M0 range 0..254. */
+static void q_mxfp4(const float *x, block_mxfp4 *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        int e = 0;
+        if (amax > 0.0f) {
+            int ex;
+            frexpf(amax, &ex); /* amax = m · 2^ex, m in [0.5, 1): floor(log2 amax) = ex − 1 */
+            e = clampi(ex - 1 - 2 + 127, 0, 254);
+        }
+        y[i].e = (uint8_t)e;
+        /* x / 2^(e - 128), exactly (ldexpf: 2^128 itself is not a float) */
+        for (int j = 0; j < 16; j++)
+            y[i].qs[j] = (uint8_t)(mxfp4_code(ldexpf(x[j], 128 - e)) | (mxfp4_code(ldexpf(x[j + 16], 128 - e)) << 4));
     }
 }
 
@@ -687,6 +738,7 @@ void quant_quantize_row_ref(int type, const float *src, void *dst, int64_t n) {
     case GGML_TYPE_Q8_K: q_q8_K(src, dst, nb); break;
     case GGML_TYPE_IQ4_NL: q_iq4_nl(src, dst, nb); break;
     case GGML_TYPE_IQ4_XS: q_iq4_xs(src, dst, nb); break;
+    case GGML_TYPE_MXFP4: q_mxfp4(src, dst, nb); break;
     default: break;
     }
 }
@@ -778,6 +830,18 @@ static float dot_iq4_nl(const block_iq4_nl *w, const block_q8_0 *x, int64_t nb) 
         for (int j = 0; j < 16; j++)
             sumi += quant_iq4nl_values[w[i].qs[j] & 0x0f] * x[i].qs[j] + quant_iq4nl_values[w[i].qs[j] >> 4] * x[i].qs[j + 16];
         s = fmaf(H2F(w[i].d) * H2F(x[i].d), (float)sumi, s); /* one rounding, as every SIMD level */
+    }
+    return s;
+}
+
+/* MXFP4 · Q8_0: per block Σ code·q exactly in integers (|code| <= 12), times 2^(e-128)·d_x. */
+static float dot_mxfp4(const block_mxfp4 *w, const block_q8_0 *x, int64_t nb) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += quant_mxfp4_values[w[i].qs[j] & 0x0f] * x[i].qs[j] + quant_mxfp4_values[w[i].qs[j] >> 4] * x[i].qs[j + 16];
+        s = fmaf(quant_e8m0_half(w[i].e) * H2F(x[i].d), (float)sumi, s); /* one rounding, as every SIMD level */
     }
     return s;
 }
@@ -905,6 +969,7 @@ float quant_vec_dot_ref(int type, int64_t n, const void *w, const void *x) {
     case GGML_TYPE_Q6_K: return dot_q6_K(w, x, nb);
     case GGML_TYPE_IQ4_NL: return dot_iq4_nl(w, x, nb);
     case GGML_TYPE_IQ4_XS: return dot_iq4_xs(w, x, nb);
+    case GGML_TYPE_MXFP4: return dot_mxfp4(w, x, nb);
     default: return NAN;
     }
 }

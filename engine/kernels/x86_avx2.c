@@ -181,6 +181,17 @@ static float vd_iq4_nl(const block_iq4_nl *w, const block_q8_0 *x, int64_t nb) {
     return s;
 }
 
+/* MXFP4: the same lookup into the doubled E2M1 codes (|code| <= 12), E8M0 scale. */
+static float vd_mxfp4(const block_mxfp4 *w, const block_q8_0 *x, int64_t nb) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_mxfp4_values));
+    float s = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i p = dot32_s8(_mm256_shuffle_epi8(lut, nibbles32(w[i].qs)), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        s = fmaf(quant_e8m0_half(w[i].e) * h2f(x[i].d), (float)hsum_epi32(p), s); /* the reference's order */
+    }
+    return s;
+}
+
 static float vd_iq4_xs(const block_iq4_xs *w, const block_q8_K *x, int64_t nb) {
     float s = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
@@ -878,6 +889,7 @@ static float x_vec_dot(int type, int64_t n, const void *w, const void *x) {
     case GGML_TYPE_Q6_K: if (OK256(n)) return vd_q6_K(w, x, n >> 8); break;
     case GGML_TYPE_IQ4_NL: if (OK32(n)) return vd_iq4_nl(w, x, n >> 5); break;
     case GGML_TYPE_IQ4_XS: if (OK256(n)) return vd_iq4_xs(w, x, n >> 8); break;
+    case GGML_TYPE_MXFP4: if (OK32(n)) return vd_mxfp4(w, x, n >> 5); break;
     default: break;
     }
     return quant_vec_dot_ref(type, n, w, x); /* also the NaN answer for bad type / n */

@@ -1098,9 +1098,49 @@ __attribute__((target("avx512bf16"))) static float vd_bf16(const uint16_t *w, co
     return s;
 }
 
+/* MXFP4 · Q8_0, two blocks per 512-bit step: 128-bit lanes [lo nibbles, hi nibbles] of block i then
+ * of block i + 1, each code looked up (vpshufb) in the doubled E2M1 table; |code| · (x with the
+ * code's sign) by vpdpbusd, exact; lanes 0-7 sum block i, 8-15 block i + 1; the block scales are
+ * applied one block after the other as the reference does. */
+static float vd_mxfp4(const block_mxfp4 *w, const block_q8_0 *x, int64_t nb)
+{
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)quant_mxfp4_values));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    float s = 0.0f;
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m128i q0 = _mm_loadu_si128((const __m128i *)w[i].qs), q1 = _mm_loadu_si128((const __m128i *)w[i + 1].qs);
+        __m512i idx = _mm512_castsi128_si512(_mm_and_si128(q0, m4));
+        idx = _mm512_inserti32x4(idx, _mm_and_si128(_mm_srli_epi16(q0, 4), m4), 1);
+        idx = _mm512_inserti32x4(idx, _mm_and_si128(q1, m4), 2);
+        idx = _mm512_inserti32x4(idx, _mm_and_si128(_mm_srli_epi16(q1, 4), m4), 3);
+        __m512i wv = _mm512_shuffle_epi8(lut, idx);
+        __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[i].qs)),
+                                        _mm256_loadu_si256((const __m256i *)x[i + 1].qs), 1);
+        xv = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), xv);
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), xv);
+        s = fmaf(quant_e8m0_half(w[i].e) * fp16_to_fp32(x[i].d), (float)_mm512_mask_reduce_add_epi32(0x00ff, p), s);
+        s = fmaf(quant_e8m0_half(w[i + 1].e) * fp16_to_fp32(x[i + 1].d), (float)_mm512_mask_reduce_add_epi32(0xff00, p),
+                 s);
+    }
+    if (i < nb) { /* an odd last block: the same on 256 bits */
+        __m128i q0 = _mm_loadu_si128((const __m128i *)w[i].qs);
+        __m256i idx = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q0, m4)),
+                                              _mm_and_si128(_mm_srli_epi16(q0, 4), m4), 1);
+        __m256i wv = _mm256_shuffle_epi8(_mm512_castsi512_si256(lut), idx);
+        __m256i xv = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        xv = _mm256_mask_sub_epi8(xv, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), xv);
+        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), xv);
+        __m512i p512 = _mm512_castsi256_si512(p);
+        s = fmaf(quant_e8m0_half(w[i].e) * fp16_to_fp32(x[i].d), (float)_mm512_mask_reduce_add_epi32(0x00ff, p512), s);
+    }
+    return s;
+}
+
 static float x_vec_dot(int type, int64_t n, const void *w, const void *x)
 {
     if (n >= 0) switch (type) {
+        case GGML_TYPE_MXFP4: if ((n & 31) == 0) return vd_mxfp4(w, x, n >> 5); break;
         case GGML_TYPE_F32: return vd_f32(w, x, n);
         case GGML_TYPE_F16: return vd_f16(w, x, n);
         case GGML_TYPE_BF16: if (has_bf16) return vd_bf16(w, x, n); break;
@@ -1112,7 +1152,7 @@ static float x_vec_dot(int type, int64_t n, const void *w, const void *x)
 static void x_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, size_t row_stride, const void *x_act,
                            float *out)
 {
-    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && (type != GGML_TYPE_BF16 || !has_bf16)) {
+    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_MXFP4 && (type != GGML_TYPE_BF16 || !has_bf16)) {
         base.vec_dot_rows(type, n, nrows, w, row_stride, x_act, out);
         return;
     }
