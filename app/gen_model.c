@@ -1,4 +1,4 @@
-/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3), for benchmarks and reference tests. */
+/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3, mistral3), for benchmarks and reference tests. */
 /*
  * Speed does not depend on weight values, so these files let `kvchat bench` and llama.cpp's
  * bench measure TinyLlama-, Llama-3.2-1B- and Qwen2.5-0.5B-sized models without a download.
@@ -53,43 +53,52 @@ typedef struct shape {
     float attn_softcap, final_softcap; /* gemma2's attn_logit_softcapping / final_logit_softcapping (0: no key) */
     float rope_scale;       /* rope.scaling.type linear + rope.scaling.factor (gemma3 4B+; 0: no key) */
     float rope_attn_factor; /* rope.scaling.attn_factor (phi3 LongRoPE; 0: no key) */
+    /* YaRN (mistral3): rope.scaling.type yarn, factor, original_context_length (yarn_orig),
+     * yarn_beta_fast / slow, yarn_log_multiplier; attention.temperature_scale (0: no key) */
+    float yarn_factor;
+    int yarn_orig;
+    float yarn_beta_fast, yarn_beta_slow, yarn_log_mul, attn_temp_scale;
 } model_shape;
 
 #define R SH_RANDOM_NORMS
 static const model_shape SHAPES[] = {
-    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, SH_QKV_BIAS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, SH_QKV_BIAS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3-0.6B: head_dim 128 while n_embd / n_head is 64 */
     {"qwen3-0.6b", "qwen3", "Qwen3-0.6B", 151936, 1024, 28, 16, 8, 3072, 40960, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"smollm3-3b", "smollm3", "SmolLM3-3B", 128256, 2048, 36, 16, 4, 11008, 65536, 5000000.0f, 1e-6f, 1, R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"smollm3-3b", "smollm3", "SmolLM3-3B", 128256, 2048, 36, 16, 4, 11008, 65536, 5000000.0f, 1e-6f, 1, R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* granite-3.1-2b: embedding_multiplier 12, residual_multiplier 0.22, logits_scaling 8,
      * attention_multiplier 1/64 */
     {"granite-3-2b", "granite", "Granite-3.1-2B", 49155, 2048, 40, 32, 8, 8192, 131072, 5000000.0f, 1e-5f, 1, R,
-     0, 0, 0, 0, 12.0f, 0.22f, 8.0f, 0.015625f, 0, 0, 0, 0},
+     0, 0, 0, 0, 12.0f, 0.22f, 8.0f, 0.015625f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"olmo2-1b", "olmo2", "OLMo-2-0425-1B", 100352, 2048, 16, 16, 16, 8192, 4096, 500000.0f, 1e-6f, 0,
-     SH_QK_NORM_FULL | SH_NO_PRE_NORM | SH_POST_NORM | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_FULL | SH_NO_PRE_NORM | SH_POST_NORM | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gemma2-2b", "gemma2", "Gemma-2-2B", 256000, 2304, 26, 8, 4, 9216, 8192, 10000.0f, 1e-6f, 1, SH_POST_NORM | R,
-     256, 0, 4096, 0, 0, 0, 0, 0, 50.0f, 30.0f, 0, 0},
+     256, 0, 4096, 0, 0, 0, 0, 0, 50.0f, 30.0f, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gemma3-1b", "gemma3", "Gemma-3-1B", 262144, 1152, 26, 4, 1, 6912, 32768, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Gemma-3-4B: linear RoPE scaling (factor 8) on the global layers */
     {"gemma3-4b", "gemma3", "Gemma-3-4B", 262208, 2560, 34, 8, 4, 10240, 131072, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 1024, 0, 0, 0, 0, 0, 0, 0, 8.0f, 0},
+     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 1024, 0, 0, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, 0},
     /* Phi-4-mini: partial rotary (96 of 128 dims), LongRoPE over 4096 original positions */
     {"phi4-mini", "phi3", "Phi-4-mini", 200064, 3072, 32, 24, 8, 8192, 131072, 10000.0f, 1e-5f, 1, SH_FUSED | R,
-     128, 96, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 1.1902f},
+     128, 96, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 1.1902f, 0, 0, 0, 0, 0, 0},
+    /* Ministral-3-3B (the text model of the 2512 release): YaRN x16 over 16384 positions
+     * (beta_fast 32, beta_slow 1, mscale_all_dim 1) and llama_4_scaling_beta 0.1 */
+    {"ministral3-3b", "mistral3", "Ministral-3-3B", 131072, 3072, 26, 32, 8, 9216, 262144, 1000000.0f, 1e-5f, 1, R,
+     128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16.0f, 16384, 32.0f, 1.0f, 1.0f, 0.1f},
 };
 #undef R
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
 const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", "qwen3-0.6b", "smollm3-3b",
                                         "granite-3-2b", "olmo2-1b", "gemma2-2b", "gemma3-1b", "gemma3-4b", "phi4-mini",
-                                        NULL};
+                                        "ministral3-3b", NULL};
 #define SHAPE_LIST "tinyllama, llama3.2-1b, qwen2.5-0.5b, tiny, qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, " \
-                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini"
+                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, ministral3-3b"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
 enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K };
@@ -342,6 +351,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     int n_vocab = opt->n_vocab > 0 ? opt->n_vocab : sh->n_vocab;
     int n_swa = opt->n_swa > 0 && sh->n_swa ? opt->n_swa : sh->n_swa;
     int n_ctx_orig = opt->n_ctx_orig > 0 && sh->n_ctx_orig ? opt->n_ctx_orig : sh->n_ctx_orig;
+    int yarn_orig = opt->n_ctx_orig > 0 && sh->yarn_orig ? opt->n_ctx_orig : sh->yarn_orig;
     const int n_ff = opt->n_ff > 0 ? opt->n_ff : sh->n_ff;
     uint64_t seed = opt->seed;
     if (n_vocab < 3 + 256 + 1)
@@ -402,6 +412,17 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         set_arch_f32(w, a, "rope.scaling.factor", sh->rope_scale);
     }
     if (sh->rope_attn_factor) set_arch_f32(w, a, "rope.scaling.attn_factor", sh->rope_attn_factor);
+    if (sh->yarn_factor) { /* the keys llama.cpp's convert_hf_to_gguf writes for Ministral 3 */
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        gguf_writer_set_str(w, key, "yarn");
+        set_arch_f32(w, a, "rope.scaling.factor", sh->yarn_factor);
+        set_arch_u32(w, a, "rope.scaling.original_context_length", (uint32_t)yarn_orig);
+        set_arch_f32(w, a, "rope.scaling.yarn_beta_fast", sh->yarn_beta_fast);
+        set_arch_f32(w, a, "rope.scaling.yarn_beta_slow", sh->yarn_beta_slow);
+        if (sh->yarn_log_mul) set_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", sh->yarn_log_mul);
+    }
+    if (sh->attn_temp_scale) set_arch_f32(w, a, "attention.temperature_scale", sh->attn_temp_scale);
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, (uint64_t)v.n);
     gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v.scores, (uint64_t)v.n);
@@ -511,7 +532,7 @@ static void gen_usage(FILE *out)
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
-            "                  phi4-mini\n"
+            "                  phi4-mini, ministral3-3b\n"
             "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
             "                  attn_v / ffn_down)\n"
@@ -520,7 +541,7 @@ static void gen_usage(FILE *out)
             "  --vocab N       override the vocabulary size (at least 260)\n"
             "  --ff N          override the feed-forward width (small test models)\n"
             "  --swa N         override the sliding window (gemma2, gemma3)\n"
-            "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
+            "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini, ministral3-3b)\n"
             "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
             "  --seed N        random seed (default 1)\n");
 }

@@ -19,14 +19,14 @@ int gen_model_main(int argc, char **argv);
 /* The shapes gen-model knows (NULL-terminated names) and the library call behind it:
  * shape "tinyllama", "llama3.2-1b", "qwen2.5-0.5b" or "tiny" (a 2-layer model for tests), or
  * one of the newer architectures' "qwen3-0.6b", "smollm3-3b", "granite-3-2b", "olmo2-1b",
- * "gemma2-2b", "gemma3-1b", "phi4-mini";
+ * "gemma2-2b", "gemma3-1b", "gemma3-4b", "phi4-mini", "ministral3-3b";
  * type "f16", "q8_0", "q4_0", "q4_k_m" or "q5_k_m"; n_layer > 0 overrides the shape's layer count.
  * Writes `path` (through path.tmp). */
 extern const char *const gen_model_shapes[];
 int gen_model_write(const char *path, const char *shape, const char *type, int n_layer, uint64_t seed,
                     kv_error *err);
 /* The same with every override: n_layer, n_vocab (>= 260), n_ff, n_swa (the sliding window of the
- * gemma shapes), n_ctx_orig (phi4-mini's rope.scaling.original_context_length); 0 keeps the
+ * gemma shapes), n_ctx_orig (phi4-mini's and ministral3-3b's rope.scaling.original_context_length); 0 keeps the
  * shape's value. The file depends only on these, the shape, the type and the seed. */
 typedef struct gen_model_opts {
     int n_layer, n_vocab, n_ff, n_swa, n_ctx_orig;

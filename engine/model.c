@@ -56,6 +56,8 @@ static const arch_info ARCHS[] = {
     {"gemma2",  ARCH_GEMMA2,  1, 0, QK_NORM_NONE, 1, 1, FFN_GELU_TANH, 0, 2, 0, 1},
     {"gemma3",  ARCH_GEMMA3,  1, 0, QK_NORM_HEAD, 1, 1, FFN_GELU_TANH, 0, 6, 0, 1},
     {"phi3",    ARCH_PHI3,    1, 0, QK_NORM_NONE, 1, 0, FFN_SILU,      1, 0, 0, 0},
+    /* Ministral 3 / Mistral Small 3.x: llama + YaRN + query temperature (read below) */
+    {"mistral3", ARCH_MISTRAL3, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,     0, 0, 0, 0},
 };
 
 /* Find a tensor and check its shape ([ne0, ne1], ne1 = 0 for 1-D) and that its type is
@@ -220,11 +222,52 @@ static int load_hparams(model *m, kv_error *err)
     if (hp->arch == ARCH_PHI3 && (rc = get_float(f, a, "rope.scaling.attn_factor", 0, &hp->rope_attn_factor, err)))
         return rc;
     hp->rope_uniform = !hp->no_rope_step && hp->rope_freq_base_swa == hp->rope_freq_base;
+    /* Llama 4-style query temperature (mistral3): steps every original_context_length positions */
+    if (hp->arch == ARCH_MISTRAL3) {
+        if ((rc = get_float_opt(f, a, "attention.temperature_scale", &hp->attn_temp_scale, err))) return rc;
+        hp->attn_temp_len = hp->n_ctx_orig ? hp->n_ctx_orig : hp->n_ctx_train;
+    }
 
     char *name = NULL;
     if ((rc = gguf_get_str(f, "general.name", 0, &name, err))) return rc;
     m->name = name ? name : strdup(base_name(f->path));
     return m->name ? KV_OK : kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", f->path);
+}
+
+/* rope.scaling.type = yarn: the per-pair divisors (m->rope_yarn, n_rot/2 floats taken from
+ * m->f32_store at *used, rope_freqs folded in) and the attention factor; other types are left to
+ * the architectures that use them. Keys and defaults as llama.cpp reads them: factor, original
+ * context (default the training context), yarn_beta_fast 32, yarn_beta_slow 1, yarn_ext_factor 1,
+ * yarn_log_multiplier (mistral3: HF's mscale_all_dim). */
+static int load_yarn(model *m, size_t *used, kv_error *err)
+{
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    const char *a = m->arch_name;
+    char key[128], *type = NULL;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    int rc = gguf_get_str(f, key, 0, &type, err);
+    if (rc) return rc;
+    int yarn = type && strcmp(type, "yarn") == 0;
+    free(type);
+    if (!yarn) return KV_OK;
+    float factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f, ext = 1.0f, log_mul = 0.0f;
+    if ((rc = get_float(f, a, "rope.scaling.factor", 1, &factor, err)) ||
+        (rc = get_float(f, a, "rope.scaling.yarn_beta_fast", 0, &beta_fast, err)) ||
+        (rc = get_float(f, a, "rope.scaling.yarn_beta_slow", 0, &beta_slow, err)) ||
+        (rc = get_float_opt(f, a, "rope.scaling.yarn_ext_factor", &ext, err)) ||
+        (rc = get_float_opt(f, a, "rope.scaling.yarn_log_multiplier", &log_mul, err)))
+        return rc;
+    if (factor < 1.0f)
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.rope.scaling.factor %g is below 1 (YaRN extends, never shrinks)",
+                            f->path, a, factor);
+    float *ff = m->f32_store + *used;
+    op_rope_yarn_factors(ff, hp->n_rot, hp->rope_freq_base, factor, hp->n_ctx_orig ? hp->n_ctx_orig : hp->n_ctx_train,
+                         beta_fast, beta_slow, ext, m->rope_freqs);
+    *used += (size_t)hp->n_rot / 2;
+    m->rope_yarn = ff;
+    if (ext != 0.0f) hp->rope_attn_factor *= op_rope_yarn_mscale(factor, log_mul);
+    return KV_OK;
 }
 
 int model_load(const char *path, model **out, kv_error *err)
@@ -256,7 +299,7 @@ int model_load(const char *path, model **out, kv_error *err)
 
     const size_t E = (size_t)hp->n_embd, EQ = (size_t)hp->n_embd_q, EKV = (size_t)hp->n_embd_kv;
     size_t per_layer = 4 * E + 2 * EQ + 3 * EKV; /* every norm and bias a layer may have */
-    m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + E + 2 * (size_t)hp->n_rot));
+    m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + E + 3 * (size_t)hp->n_rot));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) {
         rc = kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
@@ -283,6 +326,7 @@ int model_load(const char *path, model **out, kv_error *err)
             m->hp.rope_uniform = 0;
         }
     }
+    if ((rc = load_yarn(m, &used, err))) goto fail;
     const int heads = hp->qk_norm == QK_NORM_HEAD;
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *L = &m->layers[il];
@@ -382,7 +426,7 @@ const float *model_rope_factors(const model *m, int n_ctx)
 {
     if (m->rope_long && m->rope_short) return n_ctx > m->hp.n_ctx_orig ? m->rope_long : m->rope_short;
     if (m->rope_long || m->rope_short) return m->rope_long ? m->rope_long : m->rope_short;
-    return m->rope_freqs;
+    return m->rope_yarn ? m->rope_yarn : m->rope_freqs;
 }
 
 struct forward_ctx {
@@ -563,6 +607,9 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
                 op_rope(qt, hp->n_head, HD, hp->n_rot, cs, hp->rope_neox);
                 op_rope(kt, hp->n_head_kv, HD, hp->n_rot, cs, hp->rope_neox);
             }
+            if (hp->attn_temp_scale != 0.0f) /* mistral3: the query's temperature at its position */
+                scale_vec(qt, (size_t)EQ,
+                          (float)(1.0 + hp->attn_temp_scale * log(floor((double)(pos0 + t) / hp->attn_temp_len) + 1.0)));
             kv_cache_store(kv, seq, il, pos0 + t, kt, fc->v + (size_t)t * EKV);
         }
         int n_kv = pos0 + n_tokens;

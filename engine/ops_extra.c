@@ -1,4 +1,4 @@
-/* ops_extra: masked and soft-capped attention, GeGLU (tanh), soft-capping and per-head RMSNorm for the newer architectures. */
+/* ops_extra: masked and soft-capped attention, GeGLU (tanh), soft-capping, per-head RMSNorm and YaRN RoPE factors for the newer architectures. */
 #include "ops_extra.h"
 
 #include <math.h>
@@ -82,4 +82,30 @@ void op_softcap(float *x, int n, float cap)
 void op_rmsnorm_heads(float *x, const float *w, int n_head, int head_dim, float eps)
 {
     for (int h = 0; h < n_head; h++) op_rmsnorm(x + (size_t)h * head_dim, x + (size_t)h * head_dim, w, head_dim, eps);
+}
+
+void op_rope_yarn_factors(float *ff, int n_rot, float freq_base, float factor, int n_ctx_orig, float beta_fast,
+                          float beta_slow, float ext_factor, const float *freq_factors)
+{
+    const float pi = 3.14159265358979323846f;
+    /* the pair index at which a pair turns b times over n_ctx_orig positions */
+    float d_fast = (float)n_rot * logf((float)n_ctx_orig / (beta_fast * 2 * pi)) / (2 * logf(freq_base));
+    float d_slow = (float)n_rot * logf((float)n_ctx_orig / (beta_slow * 2 * pi)) / (2 * logf(freq_base));
+    float low = floorf(d_fast), high = ceilf(d_slow);
+    if (low < 0) low = 0;
+    if (high > (float)(n_rot - 1)) high = (float)(n_rot - 1);
+    const float s = 1.0f / factor;
+    for (int i = 0; i < n_rot / 2; i++) {
+        float y = ((float)i - low) / (high - low > 0.001f ? high - low : 0.001f);
+        float ramp = 1.0f - (y < 0 ? 0 : y > 1 ? 1 : y), r = ramp * ext_factor;
+        float mix = s * (1.0f - r) + r; /* theta_interp (1 - r) + theta_extrap r = theta_extrap mix */
+        ff[i] = (freq_factors ? freq_factors[i] : 1.0f) / mix;
+    }
+}
+
+static float yarn_m(float f, float k) { return f <= 1.0f ? 1.0f : 0.1f * k * logf(f) + 1.0f; }
+
+float op_rope_yarn_mscale(float factor, float log_mul)
+{
+    return log_mul != 0.0f ? yarn_m(factor, 1.0f) / yarn_m(factor, log_mul) : yarn_m(factor, 1.0f);
 }

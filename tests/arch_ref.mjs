@@ -27,6 +27,11 @@ export const CASES = [
   { name: "gemma3-4b", shape: "gemma3-4b", layers: 6, swa: 32 }, // global layer 5: linear RoPE x8
   { name: "phi3", shape: "phi4-mini", layers: 2 },            // n_ctx 512 <= 4096: short factors
   { name: "phi3-long", shape: "phi4-mini", layers: 2, orig_ctx: 64 }, // 512 > 64: long factors
+  // YaRN x16 over 16384 positions (pairs 0-19 kept, 20-37 ramped, the rest interpolated); query
+  // temperature 1 below 16384
+  { name: "mistral3", shape: "ministral3-3b", layers: 2 },
+  // over 64 positions: other YaRN boundaries, and the query temperature steps at 64 and 128
+  { name: "mistral3-long", shape: "ministral3-3b", layers: 2, orig_ctx: 64 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)
