@@ -101,11 +101,12 @@ const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5
                    "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, ministral3-3b"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
-enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K };
+enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_IQ4_NL, FT_IQ4_XS };
 static const struct { const char *name, *title; int file_type; } FTYPES[] = {
     [FT_F16] = {"f16", "F16", 1}, [FT_Q8_0] = {"q8_0", "Q8_0", 7},
     [FT_Q4_0] = {"q4_0", "Q4_0", 2}, [FT_Q4_K_M] = {"q4_k_m", "Q4_K_M", 15},
     [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", 17}, [FT_Q6_K] = {"q6_k", "Q6_K", 18},
+    [FT_IQ4_NL] = {"iq4_nl", "IQ4_NL", 25}, [FT_IQ4_XS] = {"iq4_xs", "IQ4_XS", 30},
 };
 
 /* ---- random numbers: splitmix64 ------------------------------------------------------------ */
@@ -142,6 +143,8 @@ static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64
     case FT_Q8_0: return GGML_TYPE_Q8_0;
     case FT_Q4_0: return GGML_TYPE_Q4_0;
     case FT_Q6_K: return ne0 % QUANT_QK_K ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K; /* llama-quantize's fallback */
+    case FT_IQ4_NL: return GGML_TYPE_IQ4_NL;
+    case FT_IQ4_XS: return ne0 % QUANT_QK_K ? GGML_TYPE_IQ4_NL : GGML_TYPE_IQ4_XS; /* llama-quantize's fallback */
     default: break;
     }
     /* Q4_K_M / Q5_K_M (llama_tensor_get_type): the base K type; Q6_K for the output (or the
@@ -226,6 +229,15 @@ static int fill_random(void *user, const gguf_writer_chunk *c, kv_error *err)
             block_q6_K *k = (block_q6_K *)(p + b * sizeof(block_q6_K));
             for (int j = 0; j < 16; j++) k->scales[j] = (int8_t)(k->scales[j] >> 2);
             k->d = fp32_to_fp16(6e-5f);
+        }
+        break;
+    case GGML_TYPE_IQ4_NL: /* d·table[q], the table's rms is 66 */
+        for (size_t b = 0; b < nb; b++) put_f16(p + b * sizeof(block_iq4_nl), 0.02f / 66.0f);
+        break;
+    case GGML_TYPE_IQ4_XS: /* d·(ls - 32)·table[q] with 6-bit ls random (rms of ls - 32: 18.5) */
+        for (size_t b = 0; b < nb; b++) {
+            block_iq4_xs *k = (block_iq4_xs *)(p + b * sizeof(block_iq4_xs));
+            k->d = fp32_to_fp16(0.02f / (66.0f * 18.5f));
         }
         break;
     default:
@@ -346,7 +358,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     for (int i = 0; i < (int)(sizeof FTYPES / sizeof *FTYPES); i++)
         if (!strcmp(FTYPES[i].name, type_name)) ft = i;
     if (ft < 0)
-        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m)", type_name);
+        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m, iq4_nl, iq4_xs)", type_name);
     int n_layer = opt->n_layer > 0 ? opt->n_layer : sh->n_layer;
     int n_vocab = opt->n_vocab > 0 ? opt->n_vocab : sh->n_vocab;
     int n_swa = opt->n_swa > 0 && sh->n_swa ? opt->n_swa : sh->n_swa;
@@ -533,7 +545,7 @@ static void gen_usage(FILE *out)
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
             "                  phi4-mini, ministral3-3b\n"
-            "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
+            "  --type TYPE     f16, q8_0, q4_0, q6_k, iq4_nl, iq4_xs (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
             "                  attn_v / ffn_down)\n"
             "  -o FILE         output path (files are large: TinyLlama F16 is 2.1 GiB)\n"
