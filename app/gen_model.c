@@ -385,6 +385,26 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         free(bias);
         return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
     }
+    /* the template's control tokens take the vocabulary's last ids (type 3, as converted models
+     * mark them), so a chat template's scaffolding tokenizes as it does for the real model */
+    int n_special = 0;
+    for (const char *sp = opt->special; sp && *sp; n_special++) {
+        const char *e = strchr(sp, ',');
+        size_t l = e ? (size_t)(e - sp) : strlen(sp);
+        int id = n_vocab - 1 - n_special;
+        char *tok = l && id >= 3 + 256 ? strndup(sp, l) : NULL;
+        if (!tok) {
+            gguf_writer_free(w);
+            vocab_free(&v);
+            free(bias);
+            return kv_error_set(err, KV_ERR_INVALID, "--special: empty token or more tokens than the vocabulary has room for");
+        }
+        free(v.tokens[id]);
+        v.tokens[id] = tok;
+        v.types[id] = 3;
+        v.scores[id] = 0.0f;
+        sp = e ? e + 1 : sp + l;
+    }
     uint64_t bs = seed ^ 0xb1a5;
     for (int i = 0; i < nmax; i++) bias[i] = (float)((int64_t)(mix64(&bs) % 2001) - 1000) * 1e-4f;
 
@@ -443,6 +463,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    if (opt->chat_template) gguf_writer_set_str(w, "tokenizer.chat_template", opt->chat_template);
 
     fill_ctx fc = {.seed = seed};
     norm_ctx nc = {.seed = seed, .random = rnd};
@@ -541,6 +562,7 @@ static void gen_usage(FILE *out)
     fprintf(out,
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
             "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--seed N]\n"
+            "                        [--chat-template FILE] [--special TOKENS]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
@@ -555,7 +577,9 @@ static void gen_usage(FILE *out)
             "  --swa N         override the sliding window (gemma2, gemma3)\n"
             "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini, ministral3-3b)\n"
             "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
-            "  --seed N        random seed (default 1)\n");
+            "  --seed N        random seed (default 1)\n"
+            "  --chat-template FILE  store FILE as tokenizer.chat_template\n"
+            "  --special TOKENS      comma-separated control tokens given the vocabulary's last ids\n");
 }
 
 int gen_model_main(int argc, char **argv)
@@ -565,9 +589,10 @@ int gen_model_main(int argc, char **argv)
         {"output", required_argument, 0, 'o'}, {"layers", required_argument, 0, 'l'},
         {"seed", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {"vocab", required_argument, 0, 'V'},
         {"swa", required_argument, 0, 'W'}, {"ff", required_argument, 0, 'F'}, {"orig-ctx", required_argument, 0, 'C'},
-        {"attn-softcap", required_argument, 0, 'A'}, {0, 0, 0, 0},
+        {"attn-softcap", required_argument, 0, 'A'}, {"chat-template", required_argument, 0, 'T'},
+        {"special", required_argument, 0, 'P'}, {0, 0, 0, 0},
     };
-    const char *shape = NULL, *type = NULL, *out = NULL;
+    const char *shape = NULL, *type = NULL, *out = NULL, *tmpl_path = NULL;
     gen_model_opts go = {.seed = 1};
     optind = 1;
     opterr = 0;
@@ -584,13 +609,35 @@ int gen_model_main(int argc, char **argv)
         case 'C': go.n_ctx_orig = atoi(optarg); if (go.n_ctx_orig < 1) goto bad; break;
         case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
         case 'S': go.seed = strtoull(optarg, NULL, 10); break;
+        case 'T': tmpl_path = optarg; break;
+        case 'P': go.special = optarg; break;
         case 'h': gen_usage(stdout); return 0;
         default: goto bad;
         }
     }
     if (!shape || !type || !out || optind < argc) goto bad;
     kv_error err = {0};
-    if (gen_model_write_ex(out, shape, type, &go, &err)) {
+    char *tmpl = NULL;
+    if (tmpl_path) {
+        FILE *f = fopen(tmpl_path, "rb");
+        long n = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (tmpl = malloc((size_t)n + 1)) && fread(tmpl, 1, (size_t)n, f) == (size_t)n)
+            tmpl[n] = 0;
+        else {
+            free(tmpl);
+            tmpl = NULL;
+        }
+        if (f) fclose(f);
+        if (!tmpl) {
+            fprintf(stderr, "kvchat gen-model: %s: cannot read the chat template\n", tmpl_path);
+            return 1;
+        }
+        go.chat_template = tmpl;
+    }
+    int rc = gen_model_write_ex(out, shape, type, &go, &err);
+    free(tmpl);
+    if (rc) {
         fprintf(stderr, "kvchat gen-model: %s\n", err.msg);
         return err.code == KV_ERR_INVALID ? 2 : 1;
     }

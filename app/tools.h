@@ -32,6 +32,9 @@ typedef struct gen_model_opts {
     int n_layer, n_vocab, n_ff, n_swa, n_ctx_orig;
     float attn_softcap; /* gemma2's attn_logit_softcapping; 0 keeps the shape's 50 */
     uint64_t seed;
+    const char *chat_template; /* tokenizer.chat_template text, or NULL for none */
+    const char *special;       /* comma-separated control tokens (e.g. "<|im_start|>,<|im_end|>") that
+                                  take the last ids of the vocabulary, or NULL */
 } gen_model_opts;
 int gen_model_write_ex(const char *path, const char *shape, const char *type, const gen_model_opts *opts,
                        kv_error *err);

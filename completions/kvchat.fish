@@ -123,6 +123,8 @@ complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l ff -x -d 'Feed-
 complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l swa -x -d 'Sliding window'
 complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l orig-ctx -x -d 'LongRoPE original context'
 complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l attn-softcap -x -d 'Attention soft-cap'
+complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l chat-template -r -F -d 'Chat template file'
+complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l special -x -d 'Control tokens'
 complete -c kvchat -n '__fish_seen_subcommand_from tokenize' -l ids -d 'Print the ids as a JSON array'
 complete -c kvchat -n '__fish_seen_subcommand_from tokenize' -l no-bos -d 'Do not add the BOS token'
 complete -c kvchat -n '__fish_seen_subcommand_from tokenize' -l parse-special -d 'Turn control-token text into those tokens'
