@@ -1,4 +1,4 @@
-/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3, mistral3), for benchmarks and reference tests. */
+/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3, mistral3, internlm2), for benchmarks and reference tests. */
 /*
  * Speed does not depend on weight values, so these files let `kvchat bench` and llama.cpp's
  * bench measure TinyLlama-, Llama-3.2-1B- and Qwen2.5-0.5B-sized models without a download.
@@ -90,15 +90,17 @@ static const model_shape SHAPES[] = {
      * (beta_fast 32, beta_slow 1, mscale_all_dim 1) and llama_4_scaling_beta 0.1 */
     {"ministral3-3b", "mistral3", "Ministral-3-3B", 131072, 3072, 26, 32, 8, 9216, 262144, 1000000.0f, 1e-5f, 1, R,
      128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16.0f, 16384, 32.0f, 1.0f, 1.0f, 0.1f},
+    {"internlm2.5-1.8b", "internlm2", "InternLM2.5-1.8B", 92544, 2048, 24, 16, 8, 8192, 32768, 1000000.0f, 1e-5f, 0, R,
+     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #undef R
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
 const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", "qwen3-0.6b", "smollm3-3b",
                                         "granite-3-2b", "olmo2-1b", "gemma2-2b", "gemma3-1b", "gemma3-4b", "phi4-mini",
-                                        "ministral3-3b", NULL};
+                                        "ministral3-3b", "internlm2.5-1.8b", NULL};
 #define SHAPE_LIST "tinyllama, llama3.2-1b, qwen2.5-0.5b, tiny, qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, " \
-                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, ministral3-3b"
+                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, ministral3-3b, internlm2.5-1.8b"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
 enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_IQ4_NL, FT_IQ4_XS };
@@ -566,7 +568,7 @@ static void gen_usage(FILE *out)
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
-            "                  phi4-mini, ministral3-3b\n"
+            "                  phi4-mini, ministral3-3b, internlm2.5-1.8b\n"
             "  --type TYPE     f16, q8_0, q4_0, q6_k, iq4_nl, iq4_xs (every matrix in that type), q4_k_m or q5_k_m\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
             "                  attn_v / ffn_down)\n"

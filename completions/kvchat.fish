@@ -113,7 +113,7 @@ complete -c kvchat -n '__fish_seen_subcommand_from bench' -s t -l threads -x -d 
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s d -l n-depth -x -d 'Tokens in the KV cache before each test'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -s r -l repetitions -x -d 'Timed runs per test'
 complete -c kvchat -n '__fish_seen_subcommand_from bench' -l json -d 'JSON output'
-complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l shape -x -a 'tinyllama llama3.2-1b qwen2.5-0.5b tiny qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini ministral3-3b' -d 'Model shape'
+complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l shape -x -a 'tinyllama llama3.2-1b qwen2.5-0.5b tiny qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini ministral3-3b internlm2.5-1.8b' -d 'Model shape'
 complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l type -x -a 'f16 q8_0 q4_0 q6_k iq4_nl iq4_xs q4_k_m q5_k_m' -d 'Weight type'
 complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -s o -r -F -d 'Output file'
 complete -c kvchat -n '__fish_seen_subcommand_from gen-model' -l layers -x -d 'Number of layers'

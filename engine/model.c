@@ -58,6 +58,8 @@ static const arch_info ARCHS[] = {
     {"phi3",    ARCH_PHI3,    1, 0, QK_NORM_NONE, 1, 0, FFN_SILU,      1, 0, 0, 0},
     /* Ministral 3 / Mistral Small 3.x: llama + YaRN + query temperature (read below) */
     {"mistral3", ARCH_MISTRAL3, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,     0, 0, 0, 0},
+    /* InternLM2 / 2.5: llama's graph under its own name (converters split its fused wqkv) */
+    {"internlm2", ARCH_INTERNLM2, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,   0, 0, 0, 0},
 };
 
 /* Find a tensor and check its shape ([ne0, ne1], ne1 = 0 for 1-D) and that its type is

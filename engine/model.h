@@ -1,4 +1,4 @@
-/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3) and its forward pass. */
+/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2) and its forward pass. */
 #ifndef KV_MODEL_H
 #define KV_MODEL_H
 
@@ -12,7 +12,7 @@
 
 enum model_arch {
     ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_SMOLLM3, ARCH_GRANITE, ARCH_OLMO2, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3,
-    ARCH_MISTRAL3,
+    ARCH_MISTRAL3, ARCH_INTERNLM2,
 };
 enum { QK_NORM_NONE = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 }; /* per head [head_dim] / whole projection */
 enum { FFN_SILU = 0, FFN_GELU_TANH = 1 };                         /* the gated FFN's activation */
@@ -98,7 +98,7 @@ typedef struct model {
  * unsupported weight type is an error naming the tensor and type). Weights stay mmap'd.
  * Errors name the file and the key or tensor. Source: GGUF spec, llama.cpp's tensor naming. */
 int model_load(const char *path, model **out, kv_error *err);
-#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3"
+#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2"
 void model_free(model *m);
 
 /* Working memory of the forward pass for batches of up to n_batch tokens and a cache of up
@@ -122,7 +122,7 @@ int forward_ctx_n_batch(const forward_ctx *fc);
  * (Ding et al. 2024), the long ones when the context exceeds original_context_length;
  * mistral3 (Ministral 3, Mistral Small 3.x) is llama with YaRN (Peng et al. 2023) and a
  * position-dependent query temperature; YaRN applies to any architecture whose file says
- * rope.scaling.type = yarn.
+ * rope.scaling.type = yarn; internlm2 is llama's graph.
  * Tensor names and metadata keys as llama.cpp's gguf-py writes them. */
 int model_forward(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens,
                   int n_tokens, float *logits, int all_logits, kv_error *err);

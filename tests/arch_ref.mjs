@@ -32,6 +32,7 @@ export const CASES = [
   { name: "mistral3", shape: "ministral3-3b", layers: 2 },
   // over 64 positions: other YaRN boundaries, and the query temperature steps at 64 and 128
   { name: "mistral3-long", shape: "ministral3-3b", layers: 2, orig_ctx: 64 },
+  { name: "internlm2", shape: "internlm2.5-1.8b", layers: 2 },
   // the IQ4 weight types (every matrix, the token embedding too) on a Llama-3.2-1B-shaped model
   { name: "iq4_nl", shape: "llama3.2-1b", type: "iq4_nl", layers: 2 },
   { name: "iq4_xs", shape: "llama3.2-1b", type: "iq4_xs", layers: 2 },

@@ -1,4 +1,4 @@
-/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3) and the IQ4 weight types against llama.cpp's teacher-forced logits (tests/arch-ref). */
+/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2) and the IQ4 weight types against llama.cpp's teacher-forced logits (tests/arch-ref). */
 /*
  * Each tests/arch-ref/NAME.json (written by tests/arch_ref.sh with node-llama-cpp) names the
  * `kvchat gen-model` arguments of a small synthetic model of that architecture; the test
@@ -41,7 +41,7 @@ static arch_case cases[] = {
     {"qwen3", "qwen3", 64, 0},   {"smollm3", "smollm3", 64, 0}, {"granite", "granite", 64, 0},
     {"olmo2", "olmo2", 64, 0},   {"gemma2", "gemma2", 48, 0},   {"gemma2-softcap", "gemma2", 48, 0}, {"gemma3", "gemma3", 48, 0},
     {"gemma3-4b", "gemma3", 64, 0}, {"phi3", "phi3", 64, 0}, {"phi3-long", "phi3", 512, 0},
-    {"mistral3", "mistral3", 64, 0}, {"mistral3-long", "mistral3", 48, 0},
+    {"mistral3", "mistral3", 64, 0}, {"mistral3-long", "mistral3", 48, 0}, {"internlm2", "internlm2", 64, 0},
     /* IQ4_NL / IQ4_XS matrices: the Q4 tolerance (the reference quantizes activations to 8 bits) */
     {"iq4_nl", "llama", 64, 1e-1f}, {"iq4_xs", "llama", 64, 1e-1f},
 };

@@ -5,8 +5,8 @@ ar=$tmp/arch
 mkdir -p "$ar/data/kvchat/models"
 arrun() { env -u KVCHAT_MODEL XDG_DATA_HOME="$ar/data" "$BIN" "$@"; }
 arch_of() { case $1 in qwen3-0.6b) echo qwen3;; smollm3-3b) echo smollm3;; granite-3-2b) echo granite;;
-    olmo2-1b) echo olmo2;; gemma2-2b) echo gemma2;; gemma3-1b|gemma3-4b) echo gemma3;; phi4-mini) echo phi3;; ministral3-3b) echo mistral3;; esac; }
-shapes="qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini ministral3-3b"
+    olmo2-1b) echo olmo2;; gemma2-2b) echo gemma2;; gemma3-1b|gemma3-4b) echo gemma3;; phi4-mini) echo phi3;; ministral3-3b) echo mistral3;; internlm2.5-1.8b) echo internlm2;; esac; }
+shapes="qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini ministral3-3b internlm2.5-1.8b"
 gen_ok=1
 for s in $shapes; do
     layers=2; case $s in gemma3-*) layers=6;; esac; [ "$s" = smollm3-3b ] && layers=4
