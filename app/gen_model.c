@@ -1,4 +1,4 @@
-/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3; MoE qwen3moe, qwen2moe, olmoe), for benchmarks and reference tests. */
+/* gen_model: `kvchat gen-model` — random-weight GGUF files of real model shapes (llama, qwen2/3, smollm3, granite, olmo2, gemma2/3, phi3, mistral3, internlm2; MoE qwen3moe, qwen2moe, olmoe), for benchmarks and reference tests. */
 /*
  * Speed does not depend on weight values, so these files let `kvchat bench` and llama.cpp's
  * bench measure TinyLlama-, Llama-3.2-1B- and Qwen2.5-0.5B-sized models without a download.
@@ -59,6 +59,11 @@ typedef struct shape {
     float attn_softcap, final_softcap; /* gemma2's attn_logit_softcapping / final_logit_softcapping (0: no key) */
     float rope_scale;       /* rope.scaling.type linear + rope.scaling.factor (gemma3 4B+; 0: no key) */
     float rope_attn_factor; /* rope.scaling.attn_factor (phi3 LongRoPE; 0: no key) */
+    /* YaRN (mistral3): rope.scaling.type yarn, factor, original_context_length (yarn_orig),
+     * yarn_beta_fast / slow, yarn_log_multiplier; attention.temperature_scale (0: no key) */
+    float yarn_factor;
+    int yarn_orig;
+    float yarn_beta_fast, yarn_beta_slow, yarn_log_mul, attn_temp_scale;
 } model_shape;
 
 /* What the mixture-of-experts shapes add (by shape name; a shape not listed is dense). */
@@ -76,54 +81,63 @@ static const moe_shape MOE_SHAPES[] = {
 
 #define R SH_RANDOM_NORMS
 static const model_shape SHAPES[] = {
-    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, SH_QKV_BIAS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tinyllama", "llama", "TinyLlama-1.1B", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.2-1b", "llama", "Llama-3.2-1B", 128256, 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 151936, 896, 24, 14, 2, 4864, 32768, 1000000.0f, 1e-6f, 1, SH_QKV_BIAS, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny", "llama", "tiny", 1024, 256, 2, 4, 2, 512, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3-0.6B: head_dim 128 while n_embd / n_head is 64 */
     {"qwen3-0.6b", "qwen3", "Qwen3-0.6B", 151936, 1024, 28, 16, 8, 3072, 40960, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"smollm3-3b", "smollm3", "SmolLM3-3B", 128256, 2048, 36, 16, 4, 11008, 65536, 5000000.0f, 1e-6f, 1, R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"smollm3-3b", "smollm3", "SmolLM3-3B", 128256, 2048, 36, 16, 4, 11008, 65536, 5000000.0f, 1e-6f, 1, R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* granite-3.1-2b: embedding_multiplier 12, residual_multiplier 0.22, logits_scaling 8,
      * attention_multiplier 1/64 */
     {"granite-3-2b", "granite", "Granite-3.1-2B", 49155, 2048, 40, 32, 8, 8192, 131072, 5000000.0f, 1e-5f, 1, R,
-     0, 0, 0, 0, 12.0f, 0.22f, 8.0f, 0.015625f, 0, 0, 0, 0},
+     0, 0, 0, 0, 12.0f, 0.22f, 8.0f, 0.015625f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"olmo2-1b", "olmo2", "OLMo-2-0425-1B", 100352, 2048, 16, 16, 16, 8192, 4096, 500000.0f, 1e-6f, 0,
-     SH_QK_NORM_FULL | SH_NO_PRE_NORM | SH_POST_NORM | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_FULL | SH_NO_PRE_NORM | SH_POST_NORM | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gemma2-2b", "gemma2", "Gemma-2-2B", 256000, 2304, 26, 8, 4, 9216, 8192, 10000.0f, 1e-6f, 1, SH_POST_NORM | R,
-     256, 0, 4096, 0, 0, 0, 0, 0, 50.0f, 30.0f, 0, 0},
+     256, 0, 4096, 0, 0, 0, 0, 0, 50.0f, 30.0f, 0, 0, 0, 0, 0, 0, 0, 0},
     {"gemma3-1b", "gemma3", "Gemma-3-1B", 262144, 1152, 26, 4, 1, 6912, 32768, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Gemma-3-4B: linear RoPE scaling (factor 8) on the global layers */
     {"gemma3-4b", "gemma3", "Gemma-3-4B", 262208, 2560, 34, 8, 4, 10240, 131072, 1000000.0f, 1e-6f, 1,
-     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 1024, 0, 0, 0, 0, 0, 0, 0, 8.0f, 0},
+     SH_QK_NORM_HEAD | SH_POST_NORM | R, 256, 0, 1024, 0, 0, 0, 0, 0, 0, 0, 8.0f, 0, 0, 0, 0, 0, 0, 0},
     /* Phi-4-mini: partial rotary (96 of 128 dims), LongRoPE over 4096 original positions */
     {"phi4-mini", "phi3", "Phi-4-mini", 200064, 3072, 32, 24, 8, 8192, 131072, 10000.0f, 1e-5f, 1, SH_FUSED | R,
-     128, 96, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 1.1902f},
+     128, 96, 0, 4096, 0, 0, 0, 0, 0, 0, 0, 1.1902f, 0, 0, 0, 0, 0, 0},
     /* mixture of experts (MOE_SHAPES): Qwen3-30B-A3B (top-k weights normalised), Qwen1.5-MoE-A2.7B
      * (a shared expert), OLMoE-1B-7B-0924 */
     {"qwen3-30b-a3b", "qwen3moe", "Qwen3-30B-A3B", 151936, 2048, 48, 32, 4, 6144, 40960, 1000000.0f, 1e-6f, 0,
      SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5-MoE-A2.7B", 151936, 2048, 24, 16, 16, 5632, 8192, 1000000.0f, 1e-6f, 0,
-     SH_QKV_BIAS | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QKV_BIAS | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"olmoe-1b-7b", "olmoe", "OLMoE-1B-7B", 50304, 2048, 16, 16, 16, 1024, 4096, 10000.0f, 1e-5f, 0,
-     SH_QK_NORM_FULL | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_FULL | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* Ministral-3-3B (the text model of the 2512 release): YaRN x16 over 16384 positions
+     * (beta_fast 32, beta_slow 1, mscale_all_dim 1) and llama_4_scaling_beta 0.1 */
+    {"ministral3-3b", "mistral3", "Ministral-3-3B", 131072, 3072, 26, 32, 8, 9216, 262144, 1000000.0f, 1e-5f, 1, R,
+     128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16.0f, 16384, 32.0f, 1.0f, 1.0f, 0.1f},
+    {"internlm2.5-1.8b", "internlm2", "InternLM2.5-1.8B", 92544, 2048, 24, 16, 8, 8192, 32768, 1000000.0f, 1e-5f, 0, R,
+     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #undef R
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
 
 const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", "qwen3-0.6b", "smollm3-3b",
                                         "granite-3-2b", "olmo2-1b", "gemma2-2b", "gemma3-1b", "gemma3-4b", "phi4-mini",
-                                        "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "olmoe-1b-7b", NULL};
+                                        "ministral3-3b", "internlm2.5-1.8b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b",
+                                        "olmoe-1b-7b", NULL};
 #define SHAPE_LIST "tinyllama, llama3.2-1b, qwen2.5-0.5b, tiny, qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, " \
-                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b"
+                   "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, ministral3-3b, internlm2.5-1.8b, qwen3-30b-a3b, " \
+                   "qwen1.5-moe-a2.7b, olmoe-1b-7b"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
-enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_MXFP4 };
+enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_IQ4_NL, FT_IQ4_XS, FT_MXFP4 };
 static const struct { const char *name, *title; int file_type; } FTYPES[] = {
     [FT_F16] = {"f16", "F16", 1}, [FT_Q8_0] = {"q8_0", "Q8_0", 7},
     [FT_Q4_0] = {"q4_0", "Q4_0", 2}, [FT_Q4_K_M] = {"q4_k_m", "Q4_K_M", 15},
     [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", 17}, [FT_Q6_K] = {"q6_k", "Q6_K", 18},
+    [FT_IQ4_NL] = {"iq4_nl", "IQ4_NL", 25}, [FT_IQ4_XS] = {"iq4_xs", "IQ4_XS", 30},
     [FT_MXFP4] = {"mxfp4", "MXFP4", 38}, /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE */
 };
 
@@ -161,6 +175,8 @@ static int tensor_type(int ftype, int kind, int il, int n_layer, int tied, int64
     case FT_Q8_0: return GGML_TYPE_Q8_0;
     case FT_Q4_0: return GGML_TYPE_Q4_0;
     case FT_Q6_K: return ne0 % QUANT_QK_K ? GGML_TYPE_Q8_0 : GGML_TYPE_Q6_K; /* llama-quantize's fallback */
+    case FT_IQ4_NL: return GGML_TYPE_IQ4_NL;
+    case FT_IQ4_XS: return ne0 % QUANT_QK_K ? GGML_TYPE_IQ4_NL : GGML_TYPE_IQ4_XS; /* llama-quantize's fallback */
     /* as the released gpt-oss files: the FFN (the experts) MXFP4, every other matrix Q8_0 */
     case FT_MXFP4: return kind == TK_GATE || kind == TK_UP || kind == TK_DOWN ? GGML_TYPE_MXFP4 : GGML_TYPE_Q8_0;
     default: break;
@@ -258,6 +274,15 @@ static int fill_random(void *user, const gguf_writer_chunk *c, kv_error *err)
             block_q6_K *k = (block_q6_K *)(p + b * sizeof(block_q6_K));
             for (int j = 0; j < 16; j++) k->scales[j] = (int8_t)(k->scales[j] >> 2);
             k->d = fp32_to_fp16(6e-5f);
+        }
+        break;
+    case GGML_TYPE_IQ4_NL: /* d·table[q], the table's rms is 66 */
+        for (size_t b = 0; b < nb; b++) put_f16(p + b * sizeof(block_iq4_nl), 0.02f / 66.0f);
+        break;
+    case GGML_TYPE_IQ4_XS: /* d·(ls - 32)·table[q] with 6-bit ls random (rms of ls - 32: 18.5) */
+        for (size_t b = 0; b < nb; b++) {
+            block_iq4_xs *k = (block_iq4_xs *)(p + b * sizeof(block_iq4_xs));
+            k->d = fp32_to_fp16(0.02f / (66.0f * 18.5f));
         }
         break;
     default:
@@ -378,11 +403,12 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
     for (int i = 0; i < (int)(sizeof FTYPES / sizeof *FTYPES); i++)
         if (!strcmp(FTYPES[i].name, type_name)) ft = i;
     if (ft < 0)
-        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m, mxfp4)", type_name);
+        return kv_error_set(err, KV_ERR_INVALID, "unknown type '%s' (f16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m, iq4_nl, iq4_xs, mxfp4)", type_name);
     int n_layer = opt->n_layer > 0 ? opt->n_layer : sh->n_layer;
     int n_vocab = opt->n_vocab > 0 ? opt->n_vocab : sh->n_vocab;
     int n_swa = opt->n_swa > 0 && sh->n_swa ? opt->n_swa : sh->n_swa;
     int n_ctx_orig = opt->n_ctx_orig > 0 && sh->n_ctx_orig ? opt->n_ctx_orig : sh->n_ctx_orig;
+    int yarn_orig = opt->n_ctx_orig > 0 && sh->yarn_orig ? opt->n_ctx_orig : sh->yarn_orig;
     const int n_ff = opt->n_ff > 0 ? opt->n_ff : sh->n_ff;
     const moe_shape *ms = NULL, dense = {0};
     for (size_t i = 0; i < sizeof MOE_SHAPES / sizeof *MOE_SHAPES; i++)
@@ -415,6 +441,26 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         vocab_free(&v);
         free(bias);
         return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
+    }
+    /* the template's control tokens take the vocabulary's last ids (type 3, as converted models
+     * mark them), so a chat template's scaffolding tokenizes as it does for the real model */
+    int n_special = 0;
+    for (const char *sp = opt->special; sp && *sp; n_special++) {
+        const char *e = strchr(sp, ',');
+        size_t l = e ? (size_t)(e - sp) : strlen(sp);
+        int id = n_vocab - 1 - n_special;
+        char *tok = l && id >= 3 + 256 ? strndup(sp, l) : NULL;
+        if (!tok) {
+            gguf_writer_free(w);
+            vocab_free(&v);
+            free(bias);
+            return kv_error_set(err, KV_ERR_INVALID, "--special: empty token or more tokens than the vocabulary has room for");
+        }
+        free(v.tokens[id]);
+        v.tokens[id] = tok;
+        v.types[id] = 3;
+        v.scores[id] = 0.0f;
+        sp = e ? e + 1 : sp + l;
     }
     uint64_t bs = seed ^ 0xb1a5;
     for (int i = 0; i < nmax; i++) bias[i] = (float)((int64_t)(mix64(&bs) % 2001) - 1000) * 1e-4f;
@@ -455,8 +501,19 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         set_arch_f32(w, a, "rope.scaling.factor", sh->rope_scale);
     }
     if (sh->rope_attn_factor) set_arch_f32(w, a, "rope.scaling.attn_factor", sh->rope_attn_factor);
+    if (sh->yarn_factor) { /* the keys llama.cpp's convert_hf_to_gguf writes for Ministral 3 */
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        gguf_writer_set_str(w, key, "yarn");
+        set_arch_f32(w, a, "rope.scaling.factor", sh->yarn_factor);
+        set_arch_u32(w, a, "rope.scaling.original_context_length", (uint32_t)yarn_orig);
+        set_arch_f32(w, a, "rope.scaling.yarn_beta_fast", sh->yarn_beta_fast);
+        set_arch_f32(w, a, "rope.scaling.yarn_beta_slow", sh->yarn_beta_slow);
+        if (sh->yarn_log_mul) set_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", sh->yarn_log_mul);
+    }
+    if (sh->attn_temp_scale) set_arch_f32(w, a, "attention.temperature_scale", sh->attn_temp_scale);
     float yarn = opt->rope_yarn;
-    if (yarn) { /* YaRN (gpt-oss: factor 32 over 4096 positions) */
+    if (yarn && !sh->yarn_factor) { /* --yarn F (gpt-oss: factor 32 over 4096 positions) */
         char key[96];
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
         gguf_writer_set_str(w, key, "yarn");
@@ -609,12 +666,14 @@ static void gen_usage(FILE *out)
             "Usage: kvchat gen-model --shape SHAPE --type TYPE -o FILE [--layers N] [--vocab N] [--ff N]\n"
             "                        [--swa N] [--orig-ctx N] [--attn-softcap X] [--yarn F] [--experts N]\n"
             "                        [--experts-used N] [--ff-exp N] [--ff-shexp N] [--seed N]\n"
-            "                        [--chat-template FILE.jinja]\n"
+            "                        [--chat-template FILE.jinja] [--special TOKENS]\n"
             "Write a GGUF model of a real model's shape with random weights (for kvchat bench).\n"
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
-            "                  phi4-mini; mixture of experts: qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b\n"
-            "  --type TYPE     f16, q8_0, q4_0, q6_k (every matrix in that type), q4_k_m or q5_k_m\n"
+            "                  phi4-mini, ministral3-3b, internlm2.5-1.8b; mixture of experts: qwen3-30b-a3b,\n"
+            "                  qwen1.5-moe-a2.7b, olmoe-1b-7b\n"
+            "  --type TYPE     f16, q8_0, q4_0, q6_k, iq4_nl, iq4_xs (every matrix in that type), q4_k_m, q5_k_m\n"
+            "                  or mxfp4 (the FFN's matrices MXFP4, the others Q8_0)\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"
             "                  attn_v / ffn_down), or mxfp4 (the FFN / experts MXFP4, other matrices\n"
             "                  Q8_0, as the released gpt-oss files)\n"
@@ -623,7 +682,7 @@ static void gen_usage(FILE *out)
             "  --vocab N       override the vocabulary size (at least 260)\n"
             "  --ff N          override the feed-forward width (small test models)\n"
             "  --swa N         override the sliding window (gemma2, gemma3)\n"
-            "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini)\n"
+            "  --orig-ctx N    override rope.scaling.original_context_length (phi4-mini, ministral3-3b)\n"
             "  --attn-softcap X  override the attention-logit soft-cap (gemma2)\n"
             "  --yarn F        YaRN RoPE scaling by F over 4096 original positions (any shape)\n"
             "  --experts N     override the expert count (MoE shapes)\n"
@@ -631,7 +690,8 @@ static void gen_usage(FILE *out)
             "  --ff-exp N      override the experts' width (olmoe: --ff)\n"
             "  --ff-shexp N    override the shared expert's width (qwen1.5-moe-a2.7b)\n"
             "  --seed N        random seed (default 1)\n"
-            "  --chat-template FILE  store FILE's text as tokenizer.chat_template (chat tests)\n");
+            "  --chat-template FILE  store FILE's text as tokenizer.chat_template (chat tests)\n"
+            "  --special TOKENS      comma-separated control tokens given the vocabulary's last ids\n");
 }
 
 int gen_model_main(int argc, char **argv)
@@ -644,9 +704,10 @@ int gen_model_main(int argc, char **argv)
         {"attn-softcap", required_argument, 0, 'A'}, {"chat-template", required_argument, 0, 'T'},
         {"yarn", required_argument, 0, 'Y'}, {"experts", required_argument, 0, 'X'},
         {"experts-used", required_argument, 0, 'K'}, {"ff-exp", required_argument, 0, 'G'},
-        {"ff-shexp", required_argument, 0, 'H'}, {0, 0, 0, 0},
+        {"ff-shexp", required_argument, 0, 'H'}, {"special", required_argument, 0, 'P'},
+        {0, 0, 0, 0},
     };
-    const char *shape = NULL, *type = NULL, *out = NULL;
+    const char *shape = NULL, *type = NULL, *out = NULL, *tmpl_path = NULL;
     gen_model_opts go = {.seed = 1};
     optind = 1;
     opterr = 0;
@@ -664,32 +725,39 @@ int gen_model_main(int argc, char **argv)
         case 'A': go.attn_softcap = strtof(optarg, NULL); if (!(go.attn_softcap > 0)) goto bad; break;
         case 'Y': go.rope_yarn = strtof(optarg, NULL); if (!(go.rope_yarn >= 1)) goto bad; break;
         case 'S': go.seed = strtoull(optarg, NULL, 10); break;
-        case 'T': {
-            FILE *f = fopen(optarg, "rb");
-            static char tmpl[1 << 16];
-            size_t n = f ? fread(tmpl, 1, sizeof tmpl - 1, f) : 0;
-            if (!f || ferror(f) || n == sizeof tmpl - 1) {
-                fprintf(stderr, "kvchat gen-model: --chat-template %s: %s\n", optarg,
-                        !f ? strerror(errno) : "unreadable or over 64 KiB");
-                if (f) fclose(f);
-                return 2;
-            }
-            fclose(f);
-            tmpl[n] = 0;
-            go.chat_template = tmpl;
-            break;
-        }
+        case 'T': tmpl_path = optarg; break;
         case 'X': go.n_expert = atoi(optarg); if (go.n_expert < 1 || go.n_expert > 4096) goto bad; break;
         case 'K': go.n_expert_used = atoi(optarg); if (go.n_expert_used < 1 || go.n_expert_used > 4096) goto bad; break;
         case 'G': go.n_ff_exp = atoi(optarg); if (go.n_ff_exp < 32 || go.n_ff_exp % 32) goto bad; break;
         case 'H': go.n_ff_shexp = atoi(optarg); if (go.n_ff_shexp < 32 || go.n_ff_shexp % 32) goto bad; break;
+        case 'P': go.special = optarg; break;
         case 'h': gen_usage(stdout); return 0;
         default: goto bad;
         }
     }
     if (!shape || !type || !out || optind < argc) goto bad;
     kv_error err = {0};
-    if (gen_model_write_ex(out, shape, type, &go, &err)) {
+    char *tmpl = NULL;
+    if (tmpl_path) {
+        FILE *f = fopen(tmpl_path, "rb");
+        long n = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (tmpl = malloc((size_t)n + 1)) && fread(tmpl, 1, (size_t)n, f) == (size_t)n)
+            tmpl[n] = 0;
+        else {
+            free(tmpl);
+            tmpl = NULL;
+        }
+        if (f) fclose(f);
+        if (!tmpl) {
+            fprintf(stderr, "kvchat gen-model: %s: cannot read the chat template\n", tmpl_path);
+            return 1;
+        }
+        go.chat_template = tmpl;
+    }
+    int rc = gen_model_write_ex(out, shape, type, &go, &err);
+    free(tmpl);
+    if (rc) {
         fprintf(stderr, "kvchat gen-model: %s\n", err.msg);
         return err.code == KV_ERR_INVALID ? 2 : 1;
     }

@@ -60,6 +60,10 @@ static const arch_info ARCHS[] = {
     {"qwen2moe", ARCH_QWEN2MOE, 1, 1, QK_NORM_NONE, 1, 0, FFN_SILU,    0, 0, 0, 0},
     {"qwen3moe", ARCH_QWEN3MOE, 1, 0, QK_NORM_HEAD, 1, 0, FFN_SILU,    0, 0, 0, 0},
     {"olmoe",   ARCH_OLMOE,   1, 0, QK_NORM_FULL, 1, 0, FFN_SILU,      0, 0, 0, 0},
+    /* Ministral 3 / Mistral Small 3.x: llama + YaRN + query temperature (read below) */
+    {"mistral3", ARCH_MISTRAL3, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,     0, 0, 0, 0},
+    /* InternLM2 / 2.5: llama's graph under its own name (converters split its fused wqkv) */
+    {"internlm2", ARCH_INTERNLM2, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,   0, 0, 0, 0},
 };
 
 /* The mixture-of-experts architectures, as llama.cpp builds them (its build_moe_ffn calls):
@@ -264,6 +268,11 @@ static int load_hparams(model *m, kv_error *err)
         return rc;
     hp->rope_uniform = !hp->no_rope_step && hp->rope_freq_base_swa == hp->rope_freq_base;
     if ((rc = load_moe_hparams(f, a, hp, err))) return rc;
+    /* Llama 4-style query temperature (mistral3): steps every original_context_length positions */
+    if (hp->arch == ARCH_MISTRAL3) {
+        if ((rc = get_float_opt(f, a, "attention.temperature_scale", &hp->attn_temp_scale, err))) return rc;
+        hp->attn_temp_len = hp->n_ctx_orig ? hp->n_ctx_orig : hp->n_ctx_train;
+    }
 
     char *name = NULL;
     if ((rc = gguf_get_str(f, "general.name", 0, &name, err))) return rc;
@@ -271,40 +280,42 @@ static int load_hparams(model *m, kv_error *err)
     return m->name ? KV_OK : kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory", f->path);
 }
 
-/* YaRN RoPE ({arch}.rope.scaling.type "yarn", as gpt-oss files have): the per-pair factors (times
- * rope_freqs when the file has them too) become m->rope_freqs, the attention factor scales RoPE's
- * cos / sin (op_rope_yarn_factors / op_rope_yarn_mscale). Keys as gguf-py writes them:
- * rope.scaling.factor, rope.scaling.original_context_length (default context_length), and the
- * optional rope.scaling.yarn_beta_fast (32), yarn_beta_slow (1), yarn_ext_factor (1),
- * yarn_attn_factor (1). Another scaling type is left to the code that knows it. */
+/* rope.scaling.type = yarn (gpt-oss, mistral3, any architecture whose file says so): the per-pair
+ * divisors (m->rope_yarn, n_rot/2 floats taken from m->f32_store at *used, rope_freqs folded in)
+ * and the attention factor on RoPE's cos / sin (op_rope_yarn_factors / op_rope_yarn_mscale);
+ * other types are left to the architectures that use them. Keys and defaults as llama.cpp reads
+ * them: factor, original context (default the training context), yarn_beta_fast 32,
+ * yarn_beta_slow 1, yarn_ext_factor 1, yarn_attn_factor 1, yarn_log_multiplier (mistral3: HF's
+ * mscale_all_dim). */
 static int load_yarn(model *m, size_t *used, kv_error *err)
 {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
+    const char *a = m->arch_name;
     char key[128], *type = NULL;
-    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     int rc = gguf_get_str(f, key, 0, &type, err);
     if (rc) return rc;
     int yarn = type && strcmp(type, "yarn") == 0;
     free(type);
     if (!yarn) return KV_OK;
-    float factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f, ext = 1.0f, attn = 1.0f;
-    int n_orig = hp->n_ctx_orig > 0 ? hp->n_ctx_orig : hp->n_ctx_train;
-    const char *a = m->arch_name;
+    float factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f, ext = 1.0f, attn = 1.0f, log_mul = 0.0f;
     if ((rc = get_float(f, a, "rope.scaling.factor", 1, &factor, err)) ||
         (rc = get_float(f, a, "rope.scaling.yarn_beta_fast", 0, &beta_fast, err)) ||
         (rc = get_float(f, a, "rope.scaling.yarn_beta_slow", 0, &beta_slow, err)) ||
         (rc = get_float_opt(f, a, "rope.scaling.yarn_ext_factor", &ext, err)) ||
-        (rc = get_float(f, a, "rope.scaling.yarn_attn_factor", 0, &attn, err)))
+        (rc = get_float(f, a, "rope.scaling.yarn_attn_factor", 0, &attn, err)) ||
+        (rc = get_float_opt(f, a, "rope.scaling.yarn_log_multiplier", &log_mul, err)))
         return rc;
+    if (factor < 1.0f)
+        return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.rope.scaling.factor %g is below 1 (YaRN extends, never shrinks)",
+                            f->path, a, factor);
     float *ff = m->f32_store + *used;
-    op_rope_yarn_factors(ff, hp->n_rot, hp->rope_freq_base, factor, n_orig, beta_fast, beta_slow, ext);
-    if (m->rope_freqs)
-        for (int i = 0; i < hp->n_rot / 2; i++) ff[i] *= m->rope_freqs[i];
+    op_rope_yarn_factors(ff, hp->n_rot, hp->rope_freq_base, factor, hp->n_ctx_orig ? hp->n_ctx_orig : hp->n_ctx_train,
+                         beta_fast, beta_slow, ext, m->rope_freqs);
     *used += (size_t)hp->n_rot / 2;
-    m->rope_freqs = ff;
-    hp->rope_attn_factor = op_rope_yarn_mscale(factor, attn, ext);
-    hp->rope_yarn = 1;
+    m->rope_yarn = ff;
+    hp->rope_attn_factor *= op_rope_yarn_mscale(factor, attn, ext, log_mul);
     return KV_OK;
 }
 
@@ -485,7 +496,7 @@ const float *model_rope_factors(const model *m, int n_ctx)
 {
     if (m->rope_long && m->rope_short) return n_ctx > m->hp.n_ctx_orig ? m->rope_long : m->rope_short;
     if (m->rope_long || m->rope_short) return m->rope_long ? m->rope_long : m->rope_short;
-    return m->rope_freqs;
+    return m->rope_yarn ? m->rope_yarn : m->rope_freqs;
 }
 
 struct forward_ctx {
@@ -779,7 +790,11 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                 op_rope(qt, hp->n_head, HD, hp->n_rot, cs, hp->rope_neox);
                 op_rope(kt, hp->n_head_kv, HD, hp->n_rot, cs, hp->rope_neox);
             }
-            kv_cache_store(kv, segs[g].seq, il, segs[g].pos0 + (t - segs[g].row0), kt, fc->v + (size_t)t * EKV);
+            int pos = segs[g].pos0 + (t - segs[g].row0);
+            if (hp->attn_temp_scale != 0.0f) /* mistral3: the query's temperature at its position */
+                scale_vec(qt, (size_t)EQ,
+                          (float)(1.0 + hp->attn_temp_scale * log(floor((double)pos / hp->attn_temp_len) + 1.0)));
+            kv_cache_store(kv, segs[g].seq, il, pos, kt, fc->v + (size_t)t * EKV);
         }
         int paged = kv_cache_type(kv) == GGML_TYPE_F16 || kv_cache_type(kv) == GGML_TYPE_F32;
         int ext = hp->attn_softcap > 0 || L->swa;

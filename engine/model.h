@@ -1,4 +1,4 @@
-/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3; mixture-of-experts qwen2moe, qwen3moe, olmoe) and its forward pass. */
+/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2; mixture-of-experts qwen2moe, qwen3moe, olmoe) and its forward pass. */
 #ifndef KV_MODEL_H
 #define KV_MODEL_H
 
@@ -14,6 +14,7 @@
 enum model_arch {
     ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_SMOLLM3, ARCH_GRANITE, ARCH_OLMO2, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3,
     ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_OLMOE, /* mixture of experts (engine/moe.h) */
+    ARCH_MISTRAL3, ARCH_INTERNLM2,
 };
 enum { QK_NORM_NONE = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 }; /* per head [head_dim] / whole projection */
 enum { FFN_SILU = 0, FFN_GELU_TANH = 1 };                         /* the gated FFN's activation */
@@ -54,8 +55,11 @@ typedef struct model_hparams {
     float rope_attn_factor; /* rope.scaling.attn_factor (phi3): RoPE's cos and sin times this, so
                                q.k grows by its square (LongRoPE's attention scaling); default 1 */
     int rope_uniform;     /* 1: every layer rotates alike (context shift can re-rotate the cache) */
-    int rope_yarn;        /* 1: YaRN RoPE (rope.scaling.type yarn): factors in rope_freqs, mscale in rope_attn_factor */
     moe_config moe;       /* mixture of experts: moe.n_expert > 0 (qwen2moe, qwen3moe, olmoe), else all 0 */
+    float attn_temp_scale;/* > 0: queries at position p times 1 + attn_temp_scale * ln(1 + floor(p /
+                             attn_temp_len)) (mistral3's attention.temperature_scale, Llama 4's
+                             position-dependent temperature); 0: none */
+    int attn_temp_len;    /* positions per temperature step (rope.scaling.original_context_length) */
 } model_hparams;
 
 typedef struct model_layer {
@@ -84,6 +88,9 @@ typedef struct model {
     const float *output_norm;
     const float *rope_freqs;                /* n_rot/2 factors or NULL */
     const float *rope_long, *rope_short;    /* LongRoPE factors (phi3), n_rot/2 each, or NULL */
+    const float *rope_yarn;                 /* YaRN (rope.scaling.type yarn): per-pair frequency divisors
+                                               (ops_extra.h op_rope_yarn_factors, rope_freqs folded in),
+                                               n_rot/2, or NULL */
     const float *rope_freqs_linear;         /* gemma3 rope.scaling.factor as n_rot/2 equal factors
                                                for the global layers, or NULL */
     model_layer *layers;
@@ -97,7 +104,7 @@ typedef struct model {
  * unsupported weight type is an error naming the tensor and type). Weights stay mmap'd.
  * Errors name the file and the key or tensor. Source: GGUF spec, llama.cpp's tensor naming. */
 int model_load(const char *path, model **out, kv_error *err);
-#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, qwen2moe, qwen3moe, olmoe"
+#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2, qwen2moe, qwen3moe, olmoe"
 void model_free(model *m);
 
 /* Working memory of the forward pass for batches of up to n_batch tokens and a cache of up
@@ -128,6 +135,9 @@ void forward_ctx_set_abort(forward_ctx *fc, int (*abort_cb)(void *ud), void *ud)
  * qwen2moe / qwen3moe / olmoe replace the FFN with a mixture of experts (moe_ffn, engine/moe.h:
  * qwen3moe normalises the top-k weights, qwen2moe adds a sigmoid-gated shared expert) and count
  * each layer's expert choices (forward_ctx_expert_counts).
+ * mistral3 (Ministral 3, Mistral Small 3.x) is llama with YaRN (Peng et al. 2023) and a
+ * position-dependent query temperature; YaRN applies to any architecture whose file says
+ * rope.scaling.type = yarn; internlm2 is llama's graph.
  * Tensor names and metadata keys as llama.cpp's gguf-py writes them. */
 int model_forward(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens,
                   int n_tokens, float *logits, int all_logits, kv_error *err);

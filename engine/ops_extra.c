@@ -90,34 +90,6 @@ void op_attention_ext(const float *q, const float *K, const float *V, float *out
     op_attention_sinks(q, K, V, out, n_tokens, pos0, n_head, n_head_kv, head_dim, scale, softcap, n_swa, NULL, pool);
 }
 
-/* YaRN's correction dimension of a wavelength ratio: the dimension pair index whose wavelength
- * 2π·base^(2i/n_rot) makes `n_rot_turns` turns over n_ctx_orig positions. */
-static double yarn_corr_dim(int n_rot, int n_ctx_orig, double turns, double base)
-{
-    return n_rot * log((double)n_ctx_orig / (turns * 2.0 * M_PI)) / (2.0 * log(base));
-}
-
-void op_rope_yarn_factors(float *ff, int n_rot, float freq_base, float factor, int n_ctx_orig, float beta_fast,
-                          float beta_slow, float ext_factor)
-{
-    double lo = floor(yarn_corr_dim(n_rot, n_ctx_orig, beta_fast, freq_base));
-    double hi = ceil(yarn_corr_dim(n_rot, n_ctx_orig, beta_slow, freq_base));
-    if (lo < 0) lo = 0;
-    if (hi > n_rot - 1) hi = n_rot - 1;
-    float s = 1.0f / factor; /* the interpolation's frequency scale */
-    for (int i = 0; i < n_rot / 2; i++) {
-        /* ramp: 1 (extrapolate: keep the frequency) below lo, 0 (interpolate: frequency / factor) above hi */
-        float y = (float)(((double)i - lo) / fmax(0.001, hi - lo));
-        float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
-        ff[i] = 1.0f / (s * (1.0f - ramp) + ramp);
-    }
-}
-
-float op_rope_yarn_mscale(float factor, float attn_factor, float ext_factor)
-{
-    return ext_factor != 0.0f ? attn_factor * (1.0f + 0.1f * logf(factor)) : attn_factor;
-}
-
 void op_swiglu_oai(float *gate, const float *up, int n, float alpha, float limit)
 {
     for (int i = 0; i < n; i++) {
@@ -143,4 +115,31 @@ void op_softcap(float *x, int n, float cap)
 void op_rmsnorm_heads(float *x, const float *w, int n_head, int head_dim, float eps)
 {
     for (int h = 0; h < n_head; h++) op_rmsnorm(x + (size_t)h * head_dim, x + (size_t)h * head_dim, w, head_dim, eps);
+}
+
+void op_rope_yarn_factors(float *ff, int n_rot, float freq_base, float factor, int n_ctx_orig, float beta_fast,
+                          float beta_slow, float ext_factor, const float *freq_factors)
+{
+    const float pi = 3.14159265358979323846f;
+    /* the pair index at which a pair turns b times over n_ctx_orig positions */
+    float d_fast = (float)n_rot * logf((float)n_ctx_orig / (beta_fast * 2 * pi)) / (2 * logf(freq_base));
+    float d_slow = (float)n_rot * logf((float)n_ctx_orig / (beta_slow * 2 * pi)) / (2 * logf(freq_base));
+    float low = floorf(d_fast), high = ceilf(d_slow);
+    if (low < 0) low = 0;
+    if (high > (float)(n_rot - 1)) high = (float)(n_rot - 1);
+    const float s = 1.0f / factor;
+    for (int i = 0; i < n_rot / 2; i++) {
+        float y = ((float)i - low) / (high - low > 0.001f ? high - low : 0.001f);
+        float ramp = 1.0f - (y < 0 ? 0 : y > 1 ? 1 : y), r = ramp * ext_factor;
+        float mix = s * (1.0f - r) + r; /* theta_interp (1 - r) + theta_extrap r = theta_extrap mix */
+        ff[i] = (freq_factors ? freq_factors[i] : 1.0f) / mix;
+    }
+}
+
+static float yarn_m(float f, float k) { return f <= 1.0f ? 1.0f : 0.1f * k * logf(f) + 1.0f; }
+
+float op_rope_yarn_mscale(float factor, float attn_factor, float ext_factor, float log_mul)
+{
+    if (ext_factor == 0.0f) return attn_factor;
+    return attn_factor * (log_mul != 0.0f ? yarn_m(factor, 1.0f) / yarn_m(factor, log_mul) : yarn_m(factor, 1.0f));
 }

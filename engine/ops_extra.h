@@ -23,21 +23,6 @@ void op_attention_sinks(const float *q, const float *K, const float *V, float *o
                         int n_head, int n_head_kv, int head_dim, float scale, float softcap, int n_swa,
                         const float *sinks, tpool *pool);
 
-/* YaRN RoPE (Peng et al. 2023, "YaRN: Efficient Context Window Extension"): ff[i] (n_rot/2
- * values) divides pair i's angle, as op_rope_cache's freq_factors. With s = 1/factor and
- * r_i = ext_factor · (1 − clamp((i − lo) / max(0.001, hi − lo), 0, 1)), the angle is
- * θ_i·(s·(1 − r_i) + r_i): high-frequency pairs (i < lo, many turns over the original context)
- * keep their frequency, low ones (i > hi) are interpolated by the factor, linearly in between;
- * lo = floor(d(beta_fast)), hi = ceil(d(beta_slow)) clamped to [0, n_rot − 1], where
- * d(β) = n_rot·ln(n_ctx_orig / (2πβ)) / (2 ln freq_base) is the pair making β turns over
- * n_ctx_orig positions (the corrections as ggml computes them; the paper's defaults β_fast 32,
- * β_slow 1, ext_factor 1). op_rope_yarn_mscale: the attention temperature the paper puts on
- * q and k alike (RoPE's cos and sin times it): attn_factor · (1 + 0.1 ln factor), or attn_factor
- * when ext_factor is 0. */
-void op_rope_yarn_factors(float *ff, int n_rot, float freq_base, float factor, int n_ctx_orig, float beta_fast,
-                          float beta_slow, float ext_factor);
-float op_rope_yarn_mscale(float factor, float attn_factor, float ext_factor);
-
 /* gpt-oss's gated unit (OpenAI gpt-oss reference implementation, `swiglu`): g = min(gate, limit),
  * u = clamp(up, −limit, limit), gate[i] = g·σ(alpha·g)·(u + 1); gpt-oss: alpha 1.702, limit 7. */
 void op_swiglu_oai(float *gate, const float *up, int n, float alpha, float limit);
@@ -52,5 +37,27 @@ void op_softcap(float *x, int n, float cap);
 /* RMSNorm of each of n_head heads of head_dim floats in place, all with the same weight
  * w[head_dim] (Qwen3 / Gemma 3's q_norm and k_norm: "QK-norm", Dehghani et al. 2023). */
 void op_rmsnorm_heads(float *x, const float *w, int n_head, int head_dim, float eps);
+
+/* YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language Models")
+ * as per-pair frequency divisors for op_rope_cache: pair i (of n_rot/2) rotates by
+ * theta_i = pos * base^(-2i/n_rot) / ff[i] with
+ *   ff[i] = freq_factors[i] / (s (1 - r_i) + r_i),  s = 1 / factor (position interpolation),
+ * r_i = ext_factor * ramp_i, where ramp_i is 1 for pairs that turn more than beta_fast times over
+ * n_ctx_orig positions (kept as trained: extrapolated), 0 for those that turn fewer than beta_slow
+ * times (interpolated), linear in between over the pair index: with
+ * d(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base), low = max(0, floor(d(beta_fast))),
+ * high = min(n_rot - 1, ceil(d(beta_slow))), ramp_i = 1 - clamp((i - low) / max(0.001, high - low)).
+ * The boundaries are computed in single precision as llama.cpp's ggml does. freq_factors may be
+ * NULL (all 1). theta stays linear in the position, so context shift re-rotates with ff too. */
+void op_rope_yarn_factors(float *ff, int n_rot, float freq_base, float factor, int n_ctx_orig, float beta_fast,
+                          float beta_slow, float ext_factor, const float *freq_factors);
+
+/* YaRN's attention scaling ("mscale", applied to RoPE's cos and sin, so q.k grows by its square):
+ * attn_factor (rope.scaling.yarn_attn_factor, 1 when absent) times, unless ext_factor is 0,
+ * m(factor, 1) with m(f, k) = 1 + 0.1 k ln f for f > 1, else 1 — the paper's sqrt(1/t) =
+ * 0.1 ln(s) + 1 — or, with log_mul > 0 (rope.scaling.yarn_log_multiplier, HF's mscale_all_dim,
+ * with mscale 1), m(factor, 1) / m(factor, log_mul), as Hugging Face's transformers computes
+ * attention_factor. */
+float op_rope_yarn_mscale(float factor, float attn_factor, float ext_factor, float log_mul);
 
 #endif

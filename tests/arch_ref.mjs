@@ -40,6 +40,15 @@ export const CASES = [
   { name: "qwen3moe-real", shape: "qwen3-30b-a3b", layers: 2, type: "q4_k_m", ff: 6144 },
   { name: "qwen2moe-real", shape: "qwen1.5-moe-a2.7b", layers: 2, type: "q4_k_m", ff: 5632 },
   { name: "olmoe-real", shape: "olmoe-1b-7b", layers: 2, type: "q4_k_m", ff: 1024 },
+  // YaRN x16 over 16384 positions (pairs 0-19 kept, 20-37 ramped, the rest interpolated); query
+  // temperature 1 below 16384
+  { name: "mistral3", shape: "ministral3-3b", layers: 2 },
+  // over 64 positions: other YaRN boundaries, and the query temperature steps at 64 and 128
+  { name: "mistral3-long", shape: "ministral3-3b", layers: 2, orig_ctx: 64 },
+  { name: "internlm2", shape: "internlm2.5-1.8b", layers: 2 },
+  // the IQ4 weight types (every matrix, the token embedding too) on a Llama-3.2-1B-shaped model
+  { name: "iq4_nl", shape: "llama3.2-1b", type: "iq4_nl", layers: 2 },
+  { name: "iq4_xs", shape: "llama3.2-1b", type: "iq4_xs", layers: 2 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)

@@ -12,7 +12,7 @@
 #
 # Environment: KVCHAT (./kvchat), SHARED (../shared), BENCH_DIR (/tmp/kvchat-models),
 # BENCH_THREADS (2), BENCH_PP ("128 512"), BENCH_TG (32), BENCH_ROUNDS (5), BENCH_TYPES
-# ("q4_0 q8_0 q4_k_m q5_k_m q6_k f16"), BENCH_SHAPES ("tinyllama"; also llama3.2-1b, qwen2.5-0.5b),
+# ("q4_0 q8_0 q4_k_m q5_k_m q6_k f16"), BENCH_SHAPES ("tinyllama"; any gen-model shape, e.g. "qwen3-0.6b gemma3-1b ministral3-3b"),
 # BENCH_DEPTHS ("2048 4096": tg at these depths, for BENCH_DEPTH_TYPES, default "q4_0"),
 # BENCH_STORIES (1: also stories260K on 1 thread, pp128 / tg256), BENCH_LLAMA (1: run llama.cpp),
 # BENCH_LAYERS (the shapes' own layer count; N: gen-model --layers N, files named SHAPE-TYPE-NL.gguf —

@@ -1,11 +1,11 @@
-/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3; MoE qwen3moe, qwen2moe, olmoe) against llama.cpp's teacher-forced logits (tests/arch-ref). */
+/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2; MoE qwen3moe, qwen2moe, olmoe), YaRN, MXFP4 and the IQ4 weight types against llama.cpp's teacher-forced logits (tests/arch-ref). */
 /*
  * Each tests/arch-ref/NAME.json (written by tests/arch_ref.sh with node-llama-cpp) names the
  * `kvchat gen-model` arguments of a small synthetic model of that architecture; the test
  * regenerates the model (gen-model output is byte-stable, checked below), runs a short and a long
  * prompt (longer than the sliding windows) in chunks and its last 8 tokens one by one, and compares at every position the
  * reference's 10 largest logits and their log-probabilities (logit - logsumexp) with ours. The
- * tolerance is ../shared/golden/README.md's for F16 weights (2e-2; Q4_K_M files: 1e-1) on average and 5x that at
+ * tolerance is ../shared/golden/README.md's for F16 weights (2e-2; Q4_K_M and IQ4 files: 1e-1) on average and 5x that at
  * worst (the reference rounds activations to f16 inside its matmuls); our argmax must equal the
  * reference's wherever its top two are further apart than the tolerance.
  */
@@ -24,6 +24,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/kernels/kernels.h"
+#include "engine/ops_extra.h"
 #include "engine/kernels/quant.h"
 #include "engine/kernels/threadpool.h"
 #include "tests/support/testutil.h"
@@ -45,6 +46,10 @@ static arch_case cases[] = {
     {"gemma2", "gemma2", 48, 0, NULL, NULL},   {"gemma2-softcap", "gemma2", 48, 0, NULL, NULL},
     {"gemma3", "gemma3", 48, 0, NULL, NULL},   {"gemma3-4b", "gemma3", 64, 0, NULL, NULL},
     {"phi3", "phi3", 64, 0, NULL, NULL},       {"phi3-long", "phi3", 512, 0, NULL, NULL},
+    {"mistral3", "mistral3", 64, 0, NULL, NULL}, {"mistral3-long", "mistral3", 48, 0, NULL, NULL},
+    {"internlm2", "internlm2", 64, 0, NULL, NULL},
+    /* IQ4_NL / IQ4_XS matrices: the Q4 tolerance (the reference quantizes activations to 8 bits) */
+    {"iq4_nl", "llama", 64, 1e-1f, NULL, NULL}, {"iq4_xs", "llama", 64, 1e-1f, NULL, NULL},
     {"qwen3moe", "qwen3moe", 64, 0, NULL, NULL}, {"qwen2moe", "qwen2moe", 64, 0, NULL, NULL},
     {"olmoe", "olmoe", 64, 0, NULL, NULL},
     {"mxfp4", "llama", 64, 0, NULL, NULL}, /* MXFP4 FFN, Q8_0 elsewhere */
@@ -271,6 +276,27 @@ static void test_hparams(void **state)
     assert_ptr_equal(model_rope_factors(m, 4097), m->rope_long);
     assert_float_equal(m->hp.rope_attn_factor, 1.1902f, 1e-6);
     model_free(m);
+    /* mistral3: YaRN x16 over 16384 positions, base 1e6, 128 dims: pairs below floor(d(32)) = 20
+     * keep their frequency, pairs from ceil(d(1)) = 37 on are divided by 16, a ramp between;
+     * mscale_all_dim 1 makes the attention factor 1; the query temperature steps every 16384 */
+    assert_int_equal(gen_model_write_ex(p, "ministral3-3b", "f16", &o, &err), KV_OK);
+    assert_int_equal(model_load(p, &m, &err), KV_OK);
+    assert_string_equal(m->arch_name, "mistral3");
+    assert_non_null(m->rope_yarn);
+    assert_ptr_equal(model_rope_factors(m, 4096), m->rope_yarn);
+    assert_float_equal(m->rope_yarn[0], 1.0f, 0);
+    assert_float_equal(m->rope_yarn[20], 1.0f, 0);
+    assert_float_equal(m->rope_yarn[37], 16.0f, 0);
+    assert_float_equal(m->rope_yarn[63], 16.0f, 0);
+    assert_true(m->rope_yarn[28] > 1.5f && m->rope_yarn[28] < 3.0f); /* r = 1 - 8/17: 1 / (1/16 + r 15/16) */
+    assert_float_equal(m->hp.rope_attn_factor, 1.0f, 1e-6);
+    assert_float_equal(m->hp.attn_temp_scale, 0.1f, 1e-7);
+    assert_int_equal(m->hp.attn_temp_len, 16384);
+    assert_int_equal(m->hp.rope_uniform, 1);
+    model_free(m);
+    /* YaRN's attention factor without a log multiplier: 1 + 0.1 ln(factor) */
+    assert_float_equal(op_rope_yarn_mscale(16.0f, 1.0f, 1.0f, 0.0f), 1.0f + 0.1f * logf(16.0f), 1e-6);
+    assert_float_equal(op_rope_yarn_mscale(1.0f, 1.0f, 1.0f, 0.0f), 1.0f, 0);
 }
 
 int main(void)

@@ -106,7 +106,7 @@ static void test_yarn(void **state)
             assert_int_equal((int)dhi, cases[c].hi);
         }
         float ff[128];
-        op_rope_yarn_factors(ff, d, cases[c].base, cases[c].factor, cases[c].orig, 32.0f, 1.0f, 1.0f);
+        op_rope_yarn_factors(ff, d, cases[c].base, cases[c].factor, cases[c].orig, 32.0f, 1.0f, 1.0f, NULL);
         for (int i = 0; i < d / 2; i++) {
             double extra = pow(base, -2.0 * i / d), inter = extra / factor;
             double lin = (i - dlo) / (dhi - dlo > 0.001 ? dhi - dlo : 0.001);
@@ -118,16 +118,16 @@ static void test_yarn(void **state)
             if (i >= (int)dhi) assert_float_equal(ff[i], cases[c].factor, 1e-5 * factor);
         }
         /* ext_factor 0: plain linear interpolation everywhere */
-        op_rope_yarn_factors(ff, d, cases[c].base, cases[c].factor, cases[c].orig, 32.0f, 1.0f, 0.0f);
+        op_rope_yarn_factors(ff, d, cases[c].base, cases[c].factor, cases[c].orig, 32.0f, 1.0f, 0.0f, NULL);
         for (int i = 0; i < d / 2; i++) assert_float_equal(ff[i], cases[c].factor, 1e-5 * factor);
     }
     /* the attention factor sqrt(1/t) = 0.1 ln(s) + 1 (the paper's eq. for the temperature) */
-    assert_float_equal(op_rope_yarn_mscale(32.0f, 1.0f, 1.0f), 1.0 + 0.1 * log(32.0), 1e-6);
-    assert_float_equal(op_rope_yarn_mscale(32.0f, 0.5f, 1.0f), 0.5 * (1.0 + 0.1 * log(32.0)), 1e-6);
-    assert_float_equal(op_rope_yarn_mscale(32.0f, 1.0f, 0.0f), 1.0, 0);
+    assert_float_equal(op_rope_yarn_mscale(32.0f, 1.0f, 1.0f, 0.0f), 1.0 + 0.1 * log(32.0), 1e-6);
+    assert_float_equal(op_rope_yarn_mscale(32.0f, 0.5f, 1.0f, 0.0f), 0.5 * (1.0 + 0.1 * log(32.0)), 1e-6);
+    assert_float_equal(op_rope_yarn_mscale(32.0f, 1.0f, 0.0f, 0.0f), 1.0, 0);
     /* through op_rope_cache: a pair's angle at position p is p · base^(-2i/d) / ff[i] */
     float ff[32], cs[64];
-    op_rope_yarn_factors(ff, 64, 150000.0f, 32.0f, 4096, 32.0f, 1.0f, 1.0f);
+    op_rope_yarn_factors(ff, 64, 150000.0f, 32.0f, 4096, 32.0f, 1.0f, 1.0f, NULL);
     op_rope_cache(cs, 1000, 64, 150000.0f, ff);
     for (int i = 0; i < 32; i++) {
         double th = 1000.0 * pow(150000.0, -2.0 * i / 64) / ff[i];

@@ -5,8 +5,8 @@ ar=$tmp/arch
 mkdir -p "$ar/data/kvchat/models"
 arrun() { env -u KVCHAT_MODEL XDG_DATA_HOME="$ar/data" "$BIN" "$@"; }
 arch_of() { case $1 in qwen3-0.6b) echo qwen3;; smollm3-3b) echo smollm3;; granite-3-2b) echo granite;;
-    olmo2-1b) echo olmo2;; gemma2-2b) echo gemma2;; gemma3-1b|gemma3-4b) echo gemma3;; phi4-mini) echo phi3;; esac; }
-shapes="qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini"
+    olmo2-1b) echo olmo2;; gemma2-2b) echo gemma2;; gemma3-1b|gemma3-4b) echo gemma3;; phi4-mini) echo phi3;; ministral3-3b) echo mistral3;; internlm2.5-1.8b) echo internlm2;; esac; }
+shapes="qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini ministral3-3b internlm2.5-1.8b"
 gen_ok=1
 for s in $shapes; do
     layers=2; case $s in gemma3-*) layers=6;; esac; [ "$s" = smollm3-3b ] && layers=4
@@ -37,6 +37,11 @@ arrun -m qwen3-0.6b -p "abc" -n 100 -c 32 --temp 0 --json >"$ar/o" 2>"$ar/e"; rc
 if [ $rc -eq 0 ] && tail -1 "$ar/o" | grep -q '"finish": "length".*"n_generated": 100,'; then
     ok "qwen3: context shift continues past a full context (100 tokens in 32)"
 else bad "qwen3: context shift continues past a full context" "rc=$rc $(cat "$ar/e")"; fi
+# mistral3: one rotation for all layers (YaRN's factors in the re-rotation too), so it shifts
+arrun -m ministral3-3b -p "abc" -n 100 -c 32 --temp 0 --json >"$ar/o" 2>"$ar/e"; rc=$?
+if [ $rc -eq 0 ] && tail -1 "$ar/o" | grep -q '"finish": "length".*"n_generated": 100,'; then
+    ok "mistral3: context shift continues past a full context (100 tokens in 32)"
+else bad "mistral3: context shift continues past a full context" "rc=$rc $(cat "$ar/e")"; fi
 
 # ---- mixtures of experts: qwen3moe, qwen2moe, olmoe -----------------------------------------------
 moe_shapes="qwen3-30b-a3b qwen1.5-moe-a2.7b olmoe-1b-7b"
