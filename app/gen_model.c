@@ -108,7 +108,7 @@ static const model_shape SHAPES[] = {
     /* mixture of experts (MOE_SHAPES): Qwen3-30B-A3B (top-k weights normalised), Qwen1.5-MoE-A2.7B
      * (a shared expert), OLMoE-1B-7B-0924 */
     {"qwen3-30b-a3b", "qwen3moe", "Qwen3-30B-A3B", 151936, 2048, 48, 32, 4, 6144, 40960, 1000000.0f, 1e-6f, 0,
-     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+     SH_QK_NORM_HEAD | R, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"qwen1.5-moe-a2.7b", "qwen2moe", "Qwen1.5-MoE-A2.7B", 151936, 2048, 24, 16, 16, 5632, 8192, 1000000.0f, 1e-6f, 0,
      SH_QKV_BIAS | R, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"olmoe-1b-7b", "olmoe", "OLMoE-1B-7B", 50304, 2048, 16, 16, 16, 1024, 4096, 10000.0f, 1e-5f, 0,
