@@ -23,10 +23,12 @@
 #include "engine/stop.h"
 #include "engine/tokenizer.h"
 #include "engine/worker.h"
+#include "backend.h"
 #include "chatstore.h"
 #include "config.h"
 #include "conv_tree.h"
 #include "prompt.h"
+#include "remote.h"
 #include "ui/markdown.h"
 #include "ui/text.h"
 #include "ui/theme.h"
@@ -37,8 +39,10 @@ typedef conv_node turn;
 enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET };
 
 typedef struct chat {
-    engine *e;
-    worker *w;
+    engine *e;           /* NULL: the replies come from a server (remote) */
+    backend *b;          /* the local engine's worker or the server's client (app/backend.h) */
+    int remote;
+    prompt_msg *rmsgs;   /* remote: the messages of the request being submitted */
     ui *u;
     chat_options opt;
     sampler_params sp;
@@ -173,6 +177,10 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     }
     size_t n = c->conv.n_path + 1;
     prompt_msg *msgs = calloc(n, sizeof *msgs);
+    if (c->remote) { /* the server renders the messages with its own template */
+        free(c->rmsgs);
+        c->rmsgs = msgs;
+    }
     if (!msgs) {
         snprintf(err, err_cap, "out of memory building the prompt");
         return -1;
@@ -181,6 +189,10 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     if (c->system && *c->system) msgs[k++] = (prompt_msg){"system", c->system, strlen(c->system)};
     for (size_t i = 0; i < c->conv.n_path; i++)
         msgs[k++] = (prompt_msg){T(c, i)->role == UI_ROLE_USER ? "user" : "assistant", T(c, i)->text, T(c, i)->len};
+    if (c->remote) {
+        c->pb.n_seg = k; /* the messages to send */
+        return 0;
+    }
     int rc = c->pj ? prompt_build_jinja(c->pj, msgs, k, &c->pb, err, err_cap)
                    : prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
     free(msgs);
@@ -229,18 +241,23 @@ static void start_reply(chat *c, int continue_last)
     c->reply = c->conv.n_path - 1; /* the reply is always the path's last message */
     c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
                         ? T(c, c->reply - 1)->id : 0;
-    worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
-                         .append = append};
+    backend_request brq = {.local = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos,
+                                     .n_predict = c->max_tokens, .append = append}};
+    worker_request *rq = &brq.local;
+    if (c->remote) {
+        brq = (backend_request){.msgs = c->rmsgs, .n_msgs = c->pb.n_seg};
+        c->pb.n_seg = 0;
+    }
     /* the template's prefix and the system prompt survive every context shift */
-    if (c->system && *c->system) {
+    if (!c->remote && c->system && *c->system) {
         prompt_msg sys = {"system", c->system, strlen(c->system)};
         if (prompt_build(c->tmpl, &sys, 1, &c->kb, err, sizeof err) == 0) {
-            rq.keep_seg = c->kb.seg;
-            rq.n_keep_seg = c->kb.n_seg;
+            rq->keep_seg = c->kb.seg;
+            rq->n_keep_seg = c->kb.n_seg;
         }
     }
     kv_error ke = {0};
-    if (worker_submit(c->w, &rq, &ke)) {
+    if (backend_submit(c->b, &brq, &ke)) {
         ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
         ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
         return;
@@ -250,9 +267,9 @@ static void start_reply(chat *c, int continue_last)
 
 static void request_reset(chat *c)
 {
-    worker_request rq = {.n_seg = 0, .reset_cache = 1};
+    backend_request rq = {.local = {.n_seg = 0, .reset_cache = 1}};
     kv_error ke = {0};
-    if (worker_submit(c->w, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
+    if (backend_submit(c->b, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
 }
 
 /* ---- saving (app/chatstore.h) --------------------------------------------------------------------- */
@@ -312,6 +329,9 @@ static int ui_phase_of(int worker_phase)
            : worker_phase == WORKER_DECODE ? UI_PHASE_DECODE : UI_PHASE_IDLE;
 }
 
+/* The local engine's context length (0 on a server: its own). */
+static int n_ctx_of(const chat *c) { return c->e ? engine_n_ctx(c->e) : 0; }
+
 static void on_done(chat *c, const worker_event *ev)
 {
     int req = c->req;
@@ -339,12 +359,12 @@ static void on_done(chat *c, const worker_event *ev)
         ui_notice(c->u, UI_ROLE_ERROR,
                   "the context shifted, but the system prompt (%d tokens with the template's start) is longer than a "
                   "shift can keep (%d of the %d-token context): the model no longer sees all of it — raise -c or "
-                  "shorten it", ev->keep_wanted, ev->stats.gen.n_keep, engine_n_ctx(c->e));
+                  "shorten it", ev->keep_wanted, ev->stats.gen.n_keep, n_ctx_of(c));
     if (ev->finish == GEN_FINISH_CANCELLED) ui_msg_set_note(c->u, t->view, "[stopped]", 0);
     else if (ev->finish == GEN_FINISH_LENGTH) ui_msg_set_note(c->u, t->view, "[max tokens]", 0);
     /* the engine's cap of one context's worth per unlimited reply is not a full context (the
      * context shifted on the way): say what it is */
-    int cap = ev->finish == GEN_FINISH_CONTEXT && ev->stats.gen.n_generated >= engine_n_ctx(c->e);
+    int cap = !c->remote && ev->finish == GEN_FINISH_CONTEXT && ev->stats.gen.n_generated >= n_ctx_of(c);
     if (cap) {
         char note[160];
         snprintf(note, sizeof note, "[%d tokens, a context's worth: %s/set max_tokens N for longer replies]",
@@ -360,7 +380,7 @@ static void on_done(chat *c, const worker_event *ev)
 static void drain_events(chat *c)
 {
     worker_event ev;
-    for (int guard = 0; guard < 64 && worker_next_event(c->w, &ev); guard++) {
+    for (int guard = 0; guard < 64 && backend_next_event(c->b, &ev); guard++) {
         switch (ev.kind) {
         case WORKER_EV_TEXT:
             if (c->req == REQ_REPLY && c->reply < c->conv.n_path) {
@@ -619,8 +639,8 @@ static const set_param *set_param_find(const char *name)
 
 static void push_params(chat *c)
 {
-    worker_set_params(c->w, &c->sp);
-    worker_set_n_predict(c->w, c->max_tokens);
+    backend_set_params(c->b, &c->sp);
+    backend_set_n_predict(c->b, c->max_tokens);
     ui_set_slider(c->u, UI_SL_TEMP, c->sp.temperature);
     ui_set_slider(c->u, UI_SL_TOP_P, c->sp.top_p);
     ui_set_slider(c->u, UI_SL_TOP_K, c->sp.top_k);
@@ -643,7 +663,7 @@ static const char *stops_list(const chat *c)
 /* Hand the stop strings to the worker (used from the next reply on). */
 static void push_stops(chat *c)
 {
-    worker_set_stops(c->w, (const char *const *)c->stops, c->n_stops);
+    backend_set_stops(c->b, (const char *const *)c->stops, c->n_stops);
 }
 
 /* The current value of a numeric / seed key as /show params and /set print it: the table's
@@ -679,6 +699,13 @@ static void param_text(const chat *c, int key, char *buf, size_t cap)
     else snprintf(buf, cap, "%.*f", r.decimals ? r.decimals : 2, v);
 }
 
+/* How the prompt is made: completion mode, the chat template's name, or the server's. */
+static const char *mode_name(const chat *c)
+{
+    return c->remote ? "remote (the server's chat template)"
+           : c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl);
+}
+
 static void show_params(chat *c)
 {
     char line[1200];
@@ -691,8 +718,7 @@ static void show_params(chat *c)
         o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %s", o ? " · " : "", set_params[i].name, v);
         if (o >= sizeof line) break;
     }
-    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nmode: %s · system prompt: %s\nstop strings: %s", line,
-              c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nmode: %s · system prompt: %s\nstop strings: %s", line, mode_name(c),
               c->system && *c->system ? c->system : "(none)", stops_list(c));
 }
 
@@ -821,6 +847,15 @@ static void cb_sessions(void *ud, int action, long long id, const char *text);
 
 static void show_cache(chat *c)
 {
+    if (c->remote) { /* what only the local engine has */
+        remote *r = backend_remote_client(c->b);
+        ui_notice(c->u, UI_ROLE_NOTICE,
+                  "/show cache is local-only: the replies come from %s, whose KV cache is its own (the KV gauge shows "
+                  "the token counts it reports: prompt, cached, completion). The KV prefix store in %s is not used "
+                  "for a remote chat; conversations are saved there as usual.",
+                  remote_url(r), c->cs ? chatstore_path(c->cs) : "the database");
+        return;
+    }
     kv_cache_stats ks;
     kv_cache_get_stats(engine_kv(c->e), &ks);
     char buf[1600];
@@ -960,10 +995,10 @@ static void cmd_read(chat *c, char *args)
     int32_t *toks = NULL;
     size_t nt = 0;
     kv_error ke = {0};
-    if (!why && engine_tokenize(c->e, buf, n, 1, 0, &toks, &nt, &ke) == KV_OK) {
+    if (!why && c->e && engine_tokenize(c->e, buf, n, 1, 0, &toks, &nt, &ke) == KV_OK) {
         free(toks);
-        if (nt > (size_t)engine_n_ctx(c->e) / 2) {
-            snprintf(what, sizeof what, "%zu tokens, more than half the context (%d): raise -c", nt, engine_n_ctx(c->e));
+        if (nt > (size_t)n_ctx_of(c) / 2) {
+            snprintf(what, sizeof what, "%zu tokens, more than half the context (%d): raise -c", nt, n_ctx_of(c));
             why = what;
         }
     }
@@ -1282,7 +1317,7 @@ static void cb_quit(void *ud) { ((chat *)ud)->quit = 1; }
 static void cb_stop(void *ud)
 {
     chat *c = ud;
-    if (c->busy) worker_cancel(c->w);
+    if (c->busy) backend_cancel(c->b);
 }
 
 static void cb_slider(void *ud, int id, double v)
@@ -1297,8 +1332,8 @@ static void cb_slider(void *ud, int id, double v)
     case UI_SL_MAX_TOKENS: c->max_tokens = v <= 0 ? -1 : (int)lround(v); break; /* -1: ∞ */
     default: return;
     }
-    worker_set_params(c->w, &c->sp);
-    worker_set_n_predict(c->w, c->max_tokens);
+    backend_set_params(c->b, &c->sp);
+    backend_set_n_predict(c->b, c->max_tokens);
 }
 
 /* ---- saved conversations: open, the sessions view ---------------------------------------------------- */
@@ -1366,9 +1401,9 @@ static int open_conversation(chat *c, int64_t id)
     if (cv.note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", cv.note);
     if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER)
         ui_notice(c->u, UI_ROLE_NOTICE, "the last message has no reply (the chat ended before it): /regen answers it");
-    worker_request rq = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx};
+    backend_request rq = {.local = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx}};
     if (cv.ctx) chatstore_announce_restore(c->cs);
-    if (worker_submit(c->w, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
+    if (backend_submit(c->b, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
     else ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
     c->synced = cv.ctx != NULL; /* completion mode appends to the exact tokens, as before */
     chatstore_conv_free(&cv);
@@ -1519,7 +1554,10 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     memset(c, 0, sizeof *c);
     c->e = e;
     c->opt = *o;
-    c->sp = *sampler_get_params(s);
+    c->remote = o->remote_url != NULL;
+    if (c->remote) sampler_params_default(&c->sp);
+    if (c->remote && o->sp) c->sp = *o->sp;
+    if (!c->remote) c->sp = *sampler_get_params(s);
     c->max_tokens = o->n_predict;
     if (o->system && *o->system) c->system = strdup(o->system); /* --system, or the config's */
 
@@ -1533,23 +1571,43 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         return 2;
     }
 
-    const model *m = engine_model(e);
-    model_label(m, c->model_label, sizeof c->model_label);
-    char *tmpl_text = NULL;
     kv_error ke = {0};
-    gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
-    const tokenizer *tk = engine_tokenizer(e);
-    int32_t bos = tokenizer_bos(tk), eos = tokenizer_eos(tk);
-    char tmpl_notice[700];
-    c->tmpl = prompt_choose(tmpl_text, o->chat_template, bos >= 0 ? tokenizer_token_text(tk, bos) : NULL,
-                            eos >= 0 ? tokenizer_token_text(tk, eos) : NULL, &c->pj, tmpl_notice, sizeof tmpl_notice);
-    int tmpl_unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
-    if (tmpl_unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
-    free(tmpl_text);
-
-    if (worker_create(e, s, &c->w, &ke)) {
-        fprintf(stderr, "kvchat: %s\n", ke.msg);
-        return 1;
+    char tmpl_notice[700] = "", remote_note[1200] = "";
+    int tmpl_unknown = 0;
+    const model *m = e ? engine_model(e) : NULL;
+    if (c->remote) { /* the server renders the messages: chat mode, its template */
+        remote_options ro = {.url = o->remote_url, .api_key = o->remote_api_key, .model = o->remote_model,
+                             .timeout_s = o->remote_timeout_s};
+        remote *r = NULL;
+        if (remote_create(&ro, &r, &ke) || !(c->b = backend_remote(r))) {
+            remote_destroy(r);
+            fprintf(stderr, "kvchat: %s\n", ke.msg[0] ? ke.msg : "out of memory");
+            return ke.code == KV_ERR_INVALID ? 2 : 1;
+        }
+        if (remote_probe(r, remote_note, sizeof remote_note) == 0) remote_note[0] = 0; /* else said in the chat */
+        snprintf(c->model_label, sizeof c->model_label, "%s", *remote_model(r) ? remote_model(r) : "remote");
+        c->tmpl = CHAT_TMPL_CHATML; /* not NONE: messages, not continued text */
+    } else {
+        model_label(m, c->model_label, sizeof c->model_label);
+        char *tmpl_text = NULL;
+        gguf_get_str(m->gguf, "tokenizer.chat_template", 0, &tmpl_text, &ke);
+        const tokenizer *tk = engine_tokenizer(e);
+        int32_t bos = tokenizer_bos(tk), eos = tokenizer_eos(tk);
+        c->tmpl = prompt_choose(tmpl_text, o->chat_template, bos >= 0 ? tokenizer_token_text(tk, bos) : NULL,
+                                eos >= 0 ? tokenizer_token_text(tk, eos) : NULL, &c->pj, tmpl_notice, sizeof tmpl_notice);
+        tmpl_unknown = c->tmpl == CHAT_TMPL_UNKNOWN;
+        if (tmpl_unknown) c->tmpl = CHAT_TMPL_CHATML; /* the most common family; said on screen */
+        free(tmpl_text);
+        worker *w = NULL;
+        if (worker_create(e, s, &w, &ke)) {
+            fprintf(stderr, "kvchat: %s\n", ke.msg);
+            return 1;
+        }
+        if (!(c->b = backend_local(w))) {
+            worker_destroy(w);
+            fprintf(stderr, "kvchat: out of memory\n");
+            return 1;
+        }
     }
     for (int i = 0; i < o->n_stops && c->n_stops < STOP_MAX_STRINGS; i++) /* --stop */
         if (o->stops[i] && *o->stops[i] && (c->stops[c->n_stops] = strdup(o->stops[i]))) c->n_stops++;
@@ -1557,14 +1615,17 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     /* the conversation store: a failure only means nothing is saved, unless --resume needs it */
     char store_why[900] = "";
     int64_t resume_id = 0;
-    if (o->db_path && (c->cs = chatstore_open(e, o->db_path, o->cache_bytes, store_why, sizeof store_why))) {
+    if (c->remote && o->db_path) /* conversations are saved as usual; no KV prefixes (local-only) */
+        c->cs = chatstore_open_remote(remote_url(backend_remote_client(c->b)), c->model_label, o->db_path, store_why,
+                                      sizeof store_why);
+    else if (o->db_path && (c->cs = chatstore_open(e, o->db_path, o->cache_bytes, store_why, sizeof store_why))) {
         worker_hooks hooks;
         chatstore_worker_hooks(c->cs, &hooks);
-        worker_set_hooks(c->w, &hooks);
+        worker_set_hooks(backend_worker(c->b), &hooks);
     }
     if (o->resume && (!c->cs || chatstore_resolve(c->cs, o->resume, &resume_id, store_why, sizeof store_why))) {
         fprintf(stderr, "kvchat: --resume: %s\n", o->db_path ? store_why : "no conversation database");
-        worker_destroy(c->w);
+        backend_free(c->b);
         chatstore_close(c->cs);
         return 4;
     }
@@ -1595,7 +1656,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         .commands = ucmds,
         .n_commands = N_COMMANDS,
         .sliders = sliders,
-        .n_ctx = engine_n_ctx(e),
+        .n_ctx = e ? engine_n_ctx(e) : 8192, /* the max-tokens slider's span */
         .help_text = help,
     };
     ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c,
@@ -1608,18 +1669,19 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     free(help);
     if (!c->u) {
         restore_signals(old);
-        worker_destroy(c->w);
+        backend_free(c->b);
         chatstore_close(c->cs);
         fprintf(stderr, "kvchat: %s\n", why);
         return 1;
     }
     ui_info info = {
         .model_name = c->model_label,
-        .arch = m->arch_name,
-        .weight_type = quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
-        .mode = c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
-        .n_ctx = engine_n_ctx(e),
-        .n_threads = engine_n_threads(e),
+        .arch = m ? m->arch_name : "remote",
+        .weight_type = m && quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
+        .mode = c->remote ? "server's template" : mode_name(c),
+        .n_ctx = n_ctx_of(c),
+        .n_threads = e ? engine_n_threads(e) : 0,
+        .remote = c->remote ? remote_url(backend_remote_client(c->b)) : NULL,
     };
     ui_set_info(c->u, &info);
     c->markdown = o->markdown;
@@ -1632,7 +1694,11 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
                   "warning: %s has a chat template kvchat does not recognise; using chatml "
                   "(choose another with --chat-template NAME, or 'none' for completion mode)",
                   c->model_label);
-    if (c->tmpl == CHAT_TMPL_NONE)
+    if (c->remote)
+        ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s on %s (remote: the server renders the chat with its own "
+                  "template; KV prefixes in SQLite and /show cache are local-only). F1 help · F2 sliders · Ctrl-D quits.",
+                  KVCHAT_VERSION, c->model_label, remote_url(backend_remote_client(c->b)));
+    else if (c->tmpl == CHAT_TMPL_NONE)
         ui_notice(c->u, UI_ROLE_NOTICE,
                   "kvchat %s · %s has no chat template, so this is completion mode: the model continues the "
                   "conversation text (Enter on an empty line lets it go on). F1 help · F2 sliders · Ctrl-D quits.",
@@ -1643,7 +1709,8 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     show_warnings(c, &tw);
     if (tmpl_notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", tmpl_notice);
     for (int i = 0; i < o->n_warnings; i++) ui_notice(c->u, UI_ROLE_ERROR, "config warning: %s", o->warnings[i]);
-    {
+    if (remote_note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", remote_note);
+    if (e) {
         gen_opts go;
         engine_default_opts(e, &go);
         int n_ctx = engine_n_ctx(e), max_keep = n_ctx * 3 / 4;
@@ -1660,7 +1727,7 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     while (!c->quit) {
         struct pollfd p[3] = {
             {.fd = ui_input_fd(c->u), .events = POLLIN},
-            {.fd = worker_fd(c->w), .events = POLLIN},
+            {.fd = backend_fd(c->b), .events = POLLIN},
             {.fd = g_sigpipe[0], .events = POLLIN},
         };
         int t = ui_timeout_ms(c->u);
@@ -1675,14 +1742,14 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         ui_render(c->u);
     }
     if (c->busy) { /* stop a streaming reply and save it (partial) before leaving */
-        worker_cancel(c->w);
+        backend_cancel(c->b);
         for (int i = 0; i < 100 && c->busy; i++) {
-            struct pollfd p = {.fd = worker_fd(c->w), .events = POLLIN};
+            struct pollfd p = {.fd = backend_fd(c->b), .events = POLLIN};
             poll(&p, 1, 50);
             drain_events(c);
         }
     }
-    worker_destroy(c->w); /* cancels a running reply and joins the thread (after a KV save) */
+    backend_free(c->b); /* cancels a running reply and joins the thread (after a KV save) */
     chatstore_close(c->cs);
     ui_close(c->u);
     restore_signals(old);
@@ -1695,5 +1762,6 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
     prompt_jinja_free(c->pj);
     prompt_buf_free(&c->kb);
     free(c->attach);
+    free(c->rmsgs);
     return status;
 }

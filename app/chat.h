@@ -24,10 +24,18 @@ typedef struct chat_options {
     int markdown;             /* 1: replies are shown as rendered Markdown (--no-markdown: 0) */
     const char *const *warnings; /* config.ini / environment warnings to show in the chat */
     int n_warnings;
+    /* --remote URL: the replies come from an OpenAI-compatible server (app/remote.h) instead of
+     * the local engine; chat_run then gets e = NULL and s = NULL */
+    const char *remote_url;
+    const char *remote_api_key;  /* NULL: none */
+    const char *remote_model;    /* NULL: the server's first model */
+    double remote_timeout_s;     /* a server silent this long fails the reply (<= 0: 120) */
+    const sampler_params *sp;    /* with remote: the sampling parameters to start from */
 } chat_options;
 
 /* Run the full-screen chat on engine e with sampler s (both stay the caller's; the generator
- * thread uses them until chat_run returns) until the user quits. Returns an exit status:
+ * thread uses them until chat_run returns) — or, with o->remote_url (e, s NULL), on a server —
+ * until the user quits. Returns an exit status:
  * 0, 2 (an unknown --theme), 1 (the screen could not start; message on stderr), 4 (--resume
  * could not be honoured: no database, no such conversation; message on stderr), or 128 + the
  * signal that ended it (SIGTERM, SIGHUP). The terminal is restored on every path, also on a

@@ -48,6 +48,12 @@ void chatstore_fingerprint(const engine *e, char out[33]);
  * budget (0: no KV store). NULL with why on failure. */
 chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, char *why, size_t why_cap);
 void chatstore_close(chatstore *cs); /* NULL is a no-op; call after the worker is destroyed */
+/* The same for a chat whose replies come from a server (app/remote.h): the "model" registered is
+ * the server — path url, name model_name, architecture "remote", fingerprint "remote" + FNV-1a
+ * hashes of url and name — and there is no KV prefix store (the server's cache is its own; no
+ * worker hooks, chatstore_load never returns exact tokens). NULL with why on failure. */
+chatstore *chatstore_open_remote(const char *url, const char *model_name, const char *db_path, char *why,
+                                 size_t why_cap);
 const char *chatstore_path(const chatstore *cs);
 
 /* The hooks to install on the worker (worker_set_hooks): KV restore and save. */

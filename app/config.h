@@ -20,11 +20,13 @@
  *               frequency_penalty, seed, n_predict
  *   [chat]      theme, mouse, system, markdown
  *   [storage]   db, cache_size
+ *   [remote]    url, api_key, model, timeout (the chat on an OpenAI-compatible server: app/remote.h)
  *
  * Keys may also stand before the first section; '-' and '_' are the same in key names. A line
  * that cannot be used (no '=', unknown section or key, bad value, too long) gives a warning
  * "FILE:LINE: what is wrong; ..." and is ignored; the rest of the file applies. A missing
- * file is not an error. Environment: KVCHAT_MODEL (model), KVCHAT_DB (db). "~/" at the start
+ * file is not an error. Environment: KVCHAT_MODEL (model), KVCHAT_DB (db), KVCHAT_REMOTE_API_KEY
+ * (api_key; --print-config never shows a key). "~/" at the start
  * of a path value is the home directory. cache_size is MiB, or a size with a unit (512M, 2G).
  */
 
@@ -33,6 +35,7 @@ enum cfg_key {
     CFG_TEMP, CFG_TOP_K, CFG_TOP_P, CFG_MIN_P, CFG_REPEAT_PENALTY, CFG_REPEAT_LAST_N,
     CFG_PRESENCE_PENALTY, CFG_FREQUENCY_PENALTY, CFG_SEED, CFG_N_PREDICT,
     CFG_THEME, CFG_MOUSE, CFG_SYSTEM, CFG_MARKDOWN, CFG_DB, CFG_CACHE_SIZE,
+    CFG_REMOTE_URL, CFG_REMOTE_API_KEY, CFG_REMOTE_MODEL, CFG_REMOTE_TIMEOUT,
     CFG_COUNT
 };
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <readline/history.h>
@@ -21,6 +22,7 @@
 #include "app/serve.h"
 #include "app/store_cli.h"
 #include "app/prompt.h"
+#include "app/remote.h"
 #include "app/template_cmd.h"
 #include "app/tokenize_cmd.h"
 #include "app/tools.h"
@@ -57,6 +59,8 @@ typedef struct cli {
     const char *db;          /* --db (else the config's db / KVCHAT_DB, else the default) */
     const char *cache_size;  /* --cache-size */
     const char *resume;      /* --resume [ID|last]: "last" or an ID; NULL: a new chat */
+    const char *remote;      /* --remote URL (else [remote] url without -m): the replies come from a server */
+    const char *remote_model;/* with it: -m/--model NAME, else [remote] model */
 } cli;
 
 static volatile sig_atomic_t g_interrupted;
@@ -69,6 +73,7 @@ static json_out g_jout;
 enum { OPT_JSON = 1100, OPT_PRINT_CONFIG };
 enum { OPT_KEEP = 1200, OPT_TRUNCATE_PROMPT, OPT_NO_CONTEXT_SHIFT }; /* KV cache / context options */
 enum { OPT_DB = 1300, OPT_RESUME, OPT_CACHE_SIZE };                  /* the conversation store */
+enum { OPT_REMOTE = 1400, OPT_API_KEY, OPT_REMOTE_TIMEOUT };         /* the chat on a server (app/remote.h) */
 
 static void on_sigint(int sig)
 {
@@ -116,6 +121,11 @@ static void usage(FILE *out)
             "      --repeat-last-n N    tokens the penalties look back on (default 64)\n"
             "      --presence-penalty F, --frequency-penalty F   (default 0 = off)\n"
             "      --seed N             random seed, 0 .. 2^64-2 (default: random; --stats and --json say which)\n"
+            "Remote (the chat, or -p, on an OpenAI-compatible server: kvchat serve, llama-server, vLLM, ollama):\n"
+            "      --remote URL         stream replies from URL/v1/chat/completions instead of a local model\n"
+            "                           (-m NAME then names the server's model; default: its first)\n"
+            "      --api-key KEY        send \"Authorization: Bearer KEY\" (env KVCHAT_REMOTE_API_KEY)\n"
+            "      --remote-timeout S   a server silent for S seconds fails the reply (default 120)\n"
             "Chat screen (no prompt, on a terminal):\n"
             "      --theme NAME         colour theme: default, light, solarized-dark, high-contrast, mono,\n"
             "                           or a file path; searched in $XDG_CONFIG_HOME/kvchat/themes,\n"
@@ -267,6 +277,8 @@ static int parse_args(int argc, char **argv, cli *c)
         {"json", no_argument, 0, OPT_JSON},          {"print-config", no_argument, 0, OPT_PRINT_CONFIG},
         {"db", required_argument, 0, OPT_DB},        {"resume", optional_argument, 0, OPT_RESUME},
         {"cache-size", required_argument, 0, OPT_CACHE_SIZE},
+        {"remote", required_argument, 0, OPT_REMOTE}, {"api-key", required_argument, 0, OPT_API_KEY},
+        {"remote-timeout", required_argument, 0, OPT_REMOTE_TIMEOUT},
         {0, 0, 0, 0},
     };
     engine_params_default(&c->ep);
@@ -291,6 +303,14 @@ static int parse_args(int argc, char **argv, cli *c)
             if (table_option(opts, o, optarg)) return EXIT_USAGE; /* applied after the loop */
             break;
         case OPT_STATS: c->stats = 1; break;
+        case OPT_REMOTE:
+            if (strncasecmp(optarg, "http://", 7) && strncasecmp(optarg, "https://", 8))
+                return usage_error("invalid --remote '%s' (an http:// or https:// URL, e.g. http://127.0.0.1:8080)", optarg);
+            break;
+        case OPT_API_KEY: break; /* the table holds it (config_note_getopt) */
+        case OPT_REMOTE_TIMEOUT:
+            if (table_option(opts, o, optarg)) return EXIT_USAGE;
+            break;
         case OPT_NO_BOS: c->no_bos = 1; break;
         case OPT_STOP:
             if (c->n_stops == STOP_MAX_STRINGS || !*optarg || strlen(optarg) >= STOP_MAX_LEN)
@@ -356,6 +376,21 @@ static int parse_args(int argc, char **argv, cli *c)
     if (sampler_params_validate(&c->sp, &err)) {
         fprintf(stderr, "kvchat: %s\n", err.msg);
         return EXIT_USAGE;
+    }
+    /* a server instead of a model: --remote, or [remote] url unless -m names a local model */
+    {
+        const cfg_value *ru = &g_config.v[CFG_REMOTE_URL];
+        int model_on_cli = g_config.v[CFG_MODEL].source == CFG_SRC_CLI;
+        if (ru->value && (ru->source == CFG_SRC_CLI || !model_on_cli)) {
+            c->remote = ru->value;
+            c->remote_model = model_on_cli ? c->ep.model_path : config_get(&g_config, CFG_REMOTE_MODEL);
+            if (g_print_config) {
+                print_warnings();
+                config_print(&g_config, stdout, NULL);
+                exit(EXIT_OK);
+            }
+            return -1;
+        }
     }
     /* -m NAME: a bare name is looked up in the models directory (app/models.c) */
     static char model_path[4096];
@@ -512,6 +547,35 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     return EXIT_OK;
 }
 
+/* --remote: the one-shot prompt or the full-screen chat on a server (no engine is loaded). */
+static int run_remote(const cli *c, int full_screen)
+{
+    remote_options ro = {.url = c->remote, .api_key = config_get(&g_config, CFG_REMOTE_API_KEY),
+                         .model = c->remote_model, .timeout_s = strtod(config_get(&g_config, CFG_REMOTE_TIMEOUT), NULL)};
+    if (c->prompt) return remote_oneshot(&ro, c->prompt, &c->sp, c->n_predict, c->stops, c->n_stops, c->stats, g_json,
+                                         &g_interrupted);
+    if (!full_screen) {
+        fprintf(stderr, "kvchat: --remote needs a terminal for the chat, or a prompt (-p TEXT, or text on standard "
+                        "input); the line-by-line session runs on a local model only\n");
+        return EXIT_USAGE;
+    }
+    char db_path[4096], why[900];
+    int have_db = !chatstore_db_path(c->db ? c->db : config_get(&g_config, CFG_DB), 1, db_path, sizeof db_path, why,
+                                     sizeof why);
+    if (!have_db) fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
+    chat_options co = {.theme = c->theme, .n_predict = c->n_predict, .mouse = !c->no_mouse, .markdown = !c->no_markdown,
+                       .resume = c->resume, .stops = c->stops, .n_stops = c->n_stops, .system = c->system,
+                       .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn,
+                       .remote_url = ro.url, .remote_api_key = ro.api_key, .remote_model = ro.model,
+                       .remote_timeout_s = ro.timeout_s, .sp = &c->sp};
+    if (have_db) co.db_path = db_path;
+    int rc = chat_run(NULL, NULL, &co);
+    if (rc == 1) print_warnings();
+    for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
+    g_n_warn = 0;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* a KVCHAT_ISA the kernels cannot honour is said once, before anything runs */
@@ -559,6 +623,12 @@ int main(int argc, char **argv)
         return usage_error("%s needs a prompt (-p TEXT, or text on standard input)", "--json");
     }
 
+    if (c.remote) {
+        rc = run_remote(&c, full_screen);
+        if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");
+        free(stdin_prompt);
+        return rc;
+    }
     kv_error err = {0};
     engine *e = NULL;
     /* The engine's threads inherit a mask without the signals the chat screen handles
