@@ -314,6 +314,12 @@ static void run_request(remote *r, const char *body, worker_event *ev)
         ev->status = kv_error_set(&ev->err, KV_ERR_IO, "%s: %s", r->endpoint, x.fail);
         goto out;
     }
+    if (x.status == 200 && (res == CURLE_PARTIAL_FILE || res == CURLE_RECV_ERROR || res == CURLE_GOT_NOTHING)) {
+        ev->status = kv_error_set(&ev->err, KV_ERR_IO, "%s: the server closed the connection before the reply ended "
+                                  "(%d piece%s received; %s)", r->endpoint, x.n_pieces, x.n_pieces == 1 ? "" : "s",
+                                  cerr[0] ? cerr : curl_easy_strerror(res));
+        goto out;
+    }
     if (res != CURLE_OK) {
         ev->status = kv_error_set(&ev->err, KV_ERR_IO, "%s: %s%s", r->endpoint, cerr[0] ? cerr : curl_easy_strerror(res),
                                   res == CURLE_COULDNT_CONNECT ? " — is the server running there?" : "");
