@@ -227,6 +227,55 @@ if r_idle 20; then
 else bad "remote: the chat opens on the slow server"; r_dump; fi
 kill "$RT_FK" 2>/dev/null
 
+# ---- kvchat serve --store: finished requests become conversations ---------------------------------------------
+SDB=$RT/served.db
+SVB=${KVCHAT_SERVE_BIN:-$BIN} # under make e2e: the ASan + UBSan build (a leak fails the exit status)
+"$SVB" serve -m "$MODEL" --port 0 --store "$SDB" 2>"$RT/store.log" &
+RT_ST=$!
+RT_PIDS="$RT_PIDS $RT_ST"
+SU=""
+for i in $(seq 1 150); do
+    p=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$RT/store.log")
+    grep -q ready "$RT/store.log" && [ -n "$p" ] && { SU=http://127.0.0.1:$p; break; }
+    sleep 0.1
+done
+if [ -n "$SU" ]; then
+    r1=$(curl -s -m 60 "$SU/v1/chat/completions" -H 'Content-Type: application/json' -d '{"messages": [{"role": "system",
+        "content": "You tell stories."}, {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi!"},
+        {"role": "user", "content": "Once upon a time"}], "max_tokens": 12, "temperature": 0}')
+    c1=$(node -e 'console.log(JSON.parse(process.argv[1]).choices[0].message.content)' "$r1" 2>/dev/null)
+    curl -sN -m 60 "$SU/v1/chat/completions" -H 'Content-Type: application/json' \
+        -d '{"messages": [{"role": "user", "content": "A streamed request"}], "max_tokens": 6, "stream": true}' >"$RT/st.sse"
+    "$BIN" --remote "$SU" -p "Sent by the remote chat" -n 4 >/dev/null 2>&1
+    kill -TERM "$RT_ST"
+    wait "$RT_ST"
+    rc=$?
+    [ "$rc" = 0 ] && ok "serve --store: the server stops cleanly (exit 0$([ -n "${KVCHAT_SERVE_BIN:-}" ] && echo ", no leak under ASan"))" ||
+        bad "serve --store: exit status" "$rc: $(tail -5 "$RT/store.log")"
+    lst=$("$BIN" list --db "$SDB" 2>&1)
+    echo "$lst" | grep -qE "^ +1 .* 4 +1 .*Hello$" && echo "$lst" | grep -qE "^ +2 .* 2 +1 .*A streamed request$" &&
+        echo "$lst" | grep -qE "^ +3 .* 2 +1 .*Sent by the remote chat$" &&
+        ok "serve --store: each finished request is a conversation in kvchat list (history kept, streamed too)" ||
+        bad "serve --store: kvchat list" "$lst"
+    exp=$("$BIN" export 1 --db "$SDB" --format json 2>&1)
+    sys=$(node -e 'const j = JSON.parse(process.argv[1]); console.log(j.system || j.system_prompt || "")' "$exp" 2>/dev/null)
+    last=$(node -e 'const j = JSON.parse(process.argv[1]); const m = j.messages; console.log(m[m.length - 1].content)' "$exp" 2>/dev/null)
+    [ -n "$c1" ] && [ "$last" = "$c1" ] && [ "$sys" = "You tell stories." ] &&
+        ok "serve --store: the stored reply is the one sent, with the request's system prompt" ||
+        bad "serve --store: export of the stored request" "reply '$c1' stored '$last' system '$sys' — $exp"
+    # the chat's F3 lists them
+    r_start -m "$MODEL" --db "$SDB"
+    if r_idle 20; then
+        r_keys F3
+        r_wait "A streamed request" 5 && grep -q "Sent by the remote chat" "$RT/screen" &&
+            ok "serve --store: the chat's F3 sessions view shows the served conversations" || { bad "serve --store: F3"; r_dump; }
+        r_keys Escape
+        r_keys C-d
+    else bad "serve --store: the chat opens on the database"; r_dump; fi
+    out=$("$BIN" serve --help)
+    echo "$out" | grep -q -- "--store\[=DB\]" && ok "serve --store: documented in serve --help" || bad "serve --store in --help"
+else bad "serve --store: the server starts" "$(cat "$RT/store.log")"; fi
+
 # ---- llama.cpp's own llama-server, where it has been built ------------------------------------------------------
 LS_BIN=${KVCHAT_LLAMA_SERVER:-/tmp/kvchat-ref/llama.cpp/build/bin/llama-server}
 if [ -x "$LS_BIN" ]; then
