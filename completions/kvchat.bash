@@ -6,7 +6,7 @@
 _kvchat_opts='-m --model -p --prompt -n --n-predict -c --ctx-size -b --batch-size -t --threads
     --kv-type --keep --no-context-shift --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
     --presence-penalty --frequency-penalty --seed --theme --no-mouse --no-markdown --system --chat-template --db --resume
-    --cache-size --stats --json --print-config -h --help -V --version'
+    --cache-size --remote --api-key --remote-timeout --stats --json --print-config -h --help -V --version'
 _kvchat_cmds='models themes list export import rm check bench gen-model tokenize template-render serve'
 _kvchat_templates='none chatml llama2 llama2-sys llama2-sys-bos llama2-sys-strip mistral-v1 mistral-v3
     mistral-v3-tekken mistral-v7 phi3 phi4 falcon3 zephyr monarch gemma orion openchat vicuna
@@ -51,7 +51,7 @@ _kvchat()
             -m|--model|-p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--kv-type|--keep|--stop|\
             --temp|--top-k|--top-p|--min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|\
             --frequency-penalty|--seed|--theme|--system|--chat-template|--db|--resume|--cache-size|-r|-o|--shape|--type|--layers|--format|\
-            --vocab|--ff|--swa|--orig-ctx|--attn-softcap|--host|--port|--parallel|--api-key|--max-body)
+            --vocab|--ff|--swa|--orig-ctx|--attn-softcap|--host|--port|--parallel|--api-key|--max-body|--remote|--remote-timeout)
                 ((i++)) ;;
             -*|=) ;;
             *) cmd=$w; break ;;
@@ -72,7 +72,8 @@ _kvchat()
         --type) COMPREPLY=($(compgen -W 'f16 q8_0 q4_0 q6_k q4_k_m q5_k_m' -- "$cur")); return ;;
         -p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--keep|--stop|--temp|--top-k|--top-p|\
         --min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|--frequency-penalty|--seed|--cache-size|\
-        --system|-r|--layers|--vocab|--ff|--swa|--orig-ctx|--attn-softcap|--host|--port|--parallel|--api-key|--max-body)
+        --system|-r|--layers|--vocab|--ff|--swa|--orig-ctx|--attn-softcap|--host|--port|--parallel|--api-key|--max-body|\
+        --remote|--remote-timeout)
             return ;; # a value of the user's own
     esac
 
@@ -99,7 +100,7 @@ _kvchat()
         tokenize) COMPREPLY=($(compgen -W '-m --model --ids --no-bos --parse-special --help' -- "$cur")) ;;
         template-render) COMPREPLY=($(compgen -W '-t --template -m --model --now --spans --help' -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W '-m --model --host --port --parallel --api-key -c --ctx-size -t --threads
-            -b --batch-size --kv-type --chat-template --max-body --help' -- "$cur")) ;;
+            -b --batch-size --kv-type --chat-template --max-body --store --help' -- "$cur")) ;;
     esac
 }
 complete -F _kvchat kvchat
