@@ -1014,8 +1014,10 @@ static void cmd_read(chat *c, char *args)
     c->attach_len = n;
     const char *base = strrchr(path, '/');
     snprintf(c->attach_name, sizeof c->attach_name, "%.255s", base ? base + 1 : path);
-    ui_notice(c->u, UI_ROLE_NOTICE, "attached %s (%zu bytes, %zu tokens) to your next message (/read alone drops it)",
-              c->attach_name, n, nt);
+    char size[64];
+    if (c->e) snprintf(size, sizeof size, "%zu bytes, %zu tokens", n, nt);
+    else snprintf(size, sizeof size, "%zu bytes", n); /* a server's tokenizer is its own */
+    ui_notice(c->u, UI_ROLE_NOTICE, "attached %s (%s) to your next message (/read alone drops it)", c->attach_name, size);
 }
 
 /* /copy: the last reply, or (/copy N) code block N of the replies, to the terminal's clipboard. */

@@ -552,6 +552,7 @@ static int run_remote(const cli *c, int full_screen)
 {
     remote_options ro = {.url = c->remote, .api_key = config_get(&g_config, CFG_REMOTE_API_KEY),
                          .model = c->remote_model, .timeout_s = strtod(config_get(&g_config, CFG_REMOTE_TIMEOUT), NULL)};
+    if (c->cache_size) keep_warning(NULL, "--cache-size: the KV prefix store is local-only; a --remote chat does not use it");
     if (c->prompt) return remote_oneshot(&ro, c->prompt, &c->sp, c->n_predict, c->stops, c->n_stops, c->stats, g_json,
                                          &g_interrupted);
     if (!full_screen) {

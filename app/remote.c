@@ -78,6 +78,7 @@ typedef struct xfer {
     remote *r;
     sse_parser sse;
     long status;             /* HTTP status once the headers are in */
+    char ctype[96];          /* its Content-Type ("" if none) */
     char *ebody;             /* a non-200 body */
     size_t elen;
     double t0, t_first, t_last_rx, t_prev_piece;
@@ -208,6 +209,12 @@ static size_t on_header(char *ptr, size_t size, size_t n, void *ud)
     if (len > 5 && !strncasecmp(ptr, "HTTP/", 5)) { /* a status line (also of a 100 Continue) */
         const char *sp = memchr(ptr, ' ', len);
         if (sp) x->status = strtol(sp + 1, NULL, 10);
+        x->ctype[0] = 0;
+    } else if (len > 13 && !strncasecmp(ptr, "Content-Type:", 13)) {
+        size_t a = 13, b = len;
+        while (a < b && (ptr[a] == ' ' || ptr[a] == '\t')) a++;
+        while (b > a && (ptr[b - 1] == '\r' || ptr[b - 1] == '\n' || ptr[b - 1] == ' ')) b--;
+        snprintf(x->ctype, sizeof x->ctype, "%.*s", (int)(b - a), ptr + a);
     }
     return len;
 }
@@ -323,6 +330,11 @@ static void run_request(remote *r, const char *body, worker_event *ev)
     if (res != CURLE_OK) {
         ev->status = kv_error_set(&ev->err, KV_ERR_IO, "%s: %s%s", r->endpoint, cerr[0] ? cerr : curl_easy_strerror(res),
                                   res == CURLE_COULDNT_CONNECT ? " — is the server running there?" : "");
+        goto out;
+    }
+    if (!x.got_done && !x.finish && x.n_pieces == 0 && x.ctype[0] && strncasecmp(x.ctype, "text/event-stream", 17)) {
+        ev->status = kv_error_set(&ev->err, KV_ERR_IO, "%s: the server answered with Content-Type %s, not an event stream "
+                                  "(does it support \"stream\": true?)", r->endpoint, x.ctype);
         goto out;
     }
     if (!x.got_done && !x.finish) {

@@ -8,6 +8,7 @@
 //   /stall/...     200, one piece of text, then nothing (the connection stays open)
 //   /cut/...       200, one piece, then the connection ends (no finish_reason, no [DONE])
 //   /slow/...      a piece every 200 ms for a minute (for Esc mid-stream)
+//   /json/...      200 application/json: a whole chat.completion, as a server that ignores "stream"
 // GET /<mode>/v1/models lists "fake-model". Prints "listening PORT" once ready.
 import http from 'node:http';
 import fs from 'node:fs';
@@ -72,6 +73,11 @@ const server = http.createServer((req, res) => {
             sse();
             res.write(piece('cut short'));
             setTimeout(() => res.socket.destroy(), 50);
+            break;
+        case 'json':
+            res.writeHead(200, { 'Content-Type': 'application/json' });
+            res.end(JSON.stringify({ object: 'chat.completion', choices: [{ index: 0, finish_reason: 'stop',
+                                                                            message: { role: 'assistant', content: 'whole' } }] }));
             break;
         case 'slow': {
             sse();

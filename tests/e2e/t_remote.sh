@@ -160,6 +160,7 @@ rp "HTTP 500" "HTTP 500: the model crashed \(server_error\) — the server faile
 rp "HTTP 404" "HTTP 404: unknown mode 'nothere' \(invalid_request_error\) — check the URL" --remote "$FK/nothere"
 rp "a stalled server" "$FK/stall/v1/chat/completions: the server sent nothing for 1 s in the middle of the reply" --remote "$FK/stall" --remote-timeout 1
 rp "a stream cut short" "$FK/cut/v1/chat/completions: the server closed the connection before the reply ended \(1 piece received" --remote "$FK/cut"
+rp "a server that does not stream" "$FK/json/v1/chat/completions: the server answered with Content-Type application/json, not an event stream" --remote "$FK/json"
 rp "connection refused" "http://127.0.0.1:9/v1/chat/completions: .*(Couldn't connect|refused).*is the server running there" --remote http://127.0.0.1:9
 out=$("$BIN" --remote ftp://x -p hi 2>&1); rc=$?
 [ "$rc" = 2 ] && echo "$out" | grep -q "an http:// or https:// URL" &&
