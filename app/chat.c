@@ -309,7 +309,8 @@ static void save_reply(chat *c, size_t i, const worker_event *ev)
     turn *t = T(c, i);
     int64_t parent = parent_of(c, i);
     char why[700];
-    if (chatstore_reply(c->cs, parent, t->id, c->reply_user, t->text, t->len, ev->finish, &ev->stats.gen, &c->sp,
+    /* a server's prompt_tokens is the whole rendered conversation, not what the user message added */
+    if (chatstore_reply(c->cs, parent, t->id, c->remote ? 0 : c->reply_user, t->text, t->len, ev->finish, &ev->stats.gen, &c->sp,
                         c->max_tokens, ev->seed, ev->conv, ev->n_conv, &t->id, why, sizeof why))
         ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
     c->reply_user = 0;
@@ -340,7 +341,7 @@ static void on_done(chat *c, const worker_event *ev)
     show_store_notes(c);
     if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
     c->last_seed = ev->seed;
-    c->have_seed = 1;
+    c->have_seed = !c->remote; /* a server does not say which seed it drew */
     c->synced = 1;
     turn *t = T(c, c->reply);
     ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
