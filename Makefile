@@ -9,12 +9,12 @@ PREFIX  ?= /usr/local
 BUILD   := build
 VERSION := 0.1.0
 
-PKGS      := ncursesw readline openblas sqlite3 libpcre2-8 inih libcjson libmicrohttpd md4c
+PKGS      := ncursesw readline openblas sqlite3 libpcre2-8 inih libcjson libmicrohttpd md4c libcurl
 TEST_PKGS := cmocka libcjson
 
 # Debian packages (`make deps`); the build and the tests need all of them.
 DEB_PKGS := build-essential pkg-config libncurses-dev libreadline-dev libopenblas-dev \
-            libsqlite3-dev libpcre2-dev libinih-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libmd4c-dev \
+            libsqlite3-dev libpcre2-dev libinih-dev libcmocka-dev libcjson-dev libmicrohttpd-dev libmd4c-dev libcurl4-openssl-dev \
             tmux mandoc bash-completion zsh fish
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter

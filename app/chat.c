@@ -27,12 +27,14 @@
 #include "engine/worker.h"
 #include "engine/speculate.h"
 #include "decode_cmd.h"
+#include "backend.h"
 #include "chatstore.h"
 #include "config.h"
 #include "conv_tree.h"
 #include "models.h"
 #include "prompt.h"
 #include "store_cli.h"
+#include "remote.h"
 #include "ui/markdown.h"
 #include "ui/reasoning.h"
 #include "ui/text.h"
@@ -45,9 +47,11 @@ enum { REQ_NONE = 0, REQ_REPLY, REQ_RESET, REQ_PREFILL /* /model: the conversati
        REQ_LOADING /* /model: the new model loads on a thread of its own */ };
 
 typedef struct chat {
-    engine *e;
-    sampler *s;          /* the sampler the worker draws with (replaced by /model) */
-    worker *w;
+    engine *e;           /* NULL: the replies come from a server (remote) */
+    sampler *s;          /* the sampler the worker draws with (replaced by /model); NULL remote */
+    backend *b;          /* the local engine's worker or the server's client (app/backend.h) */
+    int remote;
+    prompt_msg *rmsgs;   /* remote: the messages of the request being submitted */
     ui *u;
     chat_options opt;
     sampler_params sp;
@@ -209,6 +213,10 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
     }
     size_t n = c->conv.n_path + 1;
     prompt_msg *msgs = calloc(n, sizeof *msgs);
+    if (c->remote) { /* the server renders the messages with its own template */
+        free(c->rmsgs);
+        c->rmsgs = msgs;
+    }
     if (!msgs) {
         snprintf(err, err_cap, "out of memory building the prompt");
         return -1;
@@ -224,6 +232,10 @@ static int build_prompt(chat *c, int append, int with_user, char *err, size_t er
         if (t->role == UI_ROLE_ASSISTANT && c->tmpl != CHAT_TMPL_NONE && ui_reasoning_split(t->text, t->len, &r))
             skip = r.answer;
         msgs[k++] = (prompt_msg){t->role == UI_ROLE_USER ? "user" : "assistant", t->text + skip, t->len - skip};
+    }
+    if (c->remote) {
+        c->pb.n_seg = k; /* the messages to send */
+        return 0;
     }
     int rc = c->pj ? prompt_build_jinja(c->pj, msgs, k, &c->pb, err, err_cap)
                    : prompt_build(c->tmpl, msgs, k, &c->pb, err, err_cap);
@@ -282,18 +294,23 @@ static void start_reply(chat *c, int continue_last)
     c->reply = c->conv.n_path - 1; /* the reply is always the path's last message */
     c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
                         ? T(c, c->reply - 1)->id : 0;
-    worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = c->max_tokens,
-                         .append = append};
+    backend_request brq = {.local = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos,
+                                     .n_predict = c->max_tokens, .append = append}};
+    worker_request *rq = &brq.local;
+    if (c->remote) {
+        brq = (backend_request){.msgs = c->rmsgs, .n_msgs = c->pb.n_seg};
+        c->pb.n_seg = 0;
+    }
     /* the template's prefix and the system prompt survive every context shift */
-    if (c->system && *c->system) {
+    if (!c->remote && c->system && *c->system) {
         prompt_msg sys = {"system", c->system, strlen(c->system)};
         if (prompt_build(c->tmpl, &sys, 1, &c->kb, err, sizeof err) == 0) {
-            rq.keep_seg = c->kb.seg;
-            rq.n_keep_seg = c->kb.n_seg;
+            rq->keep_seg = c->kb.seg;
+            rq->n_keep_seg = c->kb.n_seg;
         }
     }
     kv_error ke = {0};
-    if (worker_submit(c->w, &rq, &ke)) {
+    if (backend_submit(c->b, &brq, &ke)) {
         ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
         ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
         return;
@@ -303,9 +320,9 @@ static void start_reply(chat *c, int continue_last)
 
 static void request_reset(chat *c)
 {
-    worker_request rq = {.n_seg = 0, .reset_cache = 1};
+    backend_request rq = {.local = {.n_seg = 0, .reset_cache = 1}};
     kv_error ke = {0};
-    if (worker_submit(c->w, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
+    if (backend_submit(c->b, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
 }
 
 /* ---- saving (app/chatstore.h) --------------------------------------------------------------------- */
@@ -345,7 +362,8 @@ static void save_reply(chat *c, size_t i, const worker_event *ev)
     turn *t = T(c, i);
     int64_t parent = parent_of(c, i);
     char why[700];
-    if (chatstore_reply(c->cs, parent, t->id, c->reply_user, t->text, t->len, ev->finish, &ev->stats.gen, &c->sp,
+    /* a server's prompt_tokens is the whole rendered conversation, not what the user message added */
+    if (chatstore_reply(c->cs, parent, t->id, c->remote ? 0 : c->reply_user, t->text, t->len, ev->finish, &ev->stats.gen, &c->sp,
                         c->max_tokens, ev->seed, ev->conv, ev->n_conv, &t->id, why, sizeof why))
         ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
     c->reply_user = 0;
@@ -364,6 +382,9 @@ static int ui_phase_of(int worker_phase)
     return worker_phase == WORKER_PREFILL || worker_phase == WORKER_TOKENIZE ? UI_PHASE_PREFILL
            : worker_phase == WORKER_DECODE ? UI_PHASE_DECODE : UI_PHASE_IDLE;
 }
+
+/* The local engine's context length (0 on a server: its own). */
+static int n_ctx_of(const chat *c) { return c->e ? engine_n_ctx(c->e) : 0; }
 
 static void on_done(chat *c, const worker_event *ev)
 {
@@ -387,7 +408,7 @@ static void on_done(chat *c, const worker_event *ev)
     }
     if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
     c->last_seed = ev->seed;
-    c->have_seed = 1;
+    c->have_seed = !c->remote; /* a server does not say which seed it drew */
     c->synced = 1;
     turn *t = T(c, c->reply);
     ui_msg_set_state(c->u, t->view, UI_MSG_DONE);
@@ -406,12 +427,12 @@ static void on_done(chat *c, const worker_event *ev)
         ui_notice(c->u, UI_ROLE_ERROR,
                   "the context shifted, but the system prompt (%d tokens with the template's start) is longer than a "
                   "shift can keep (%d of the %d-token context): the model no longer sees all of it — raise -c or "
-                  "shorten it", ev->keep_wanted, ev->stats.gen.n_keep, engine_n_ctx(c->e));
+                  "shorten it", ev->keep_wanted, ev->stats.gen.n_keep, n_ctx_of(c));
     if (ev->finish == GEN_FINISH_CANCELLED) ui_msg_set_note(c->u, t->view, "[stopped]", 0);
     else if (ev->finish == GEN_FINISH_LENGTH) ui_msg_set_note(c->u, t->view, "[max tokens]", 0);
     /* the engine's cap of one context's worth per unlimited reply is not a full context (the
      * context shifted on the way): say what it is */
-    int cap = ev->finish == GEN_FINISH_CONTEXT && ev->stats.gen.n_generated >= engine_n_ctx(c->e);
+    int cap = !c->remote && ev->finish == GEN_FINISH_CONTEXT && ev->stats.gen.n_generated >= n_ctx_of(c);
     if (cap) {
         char note[160];
         snprintf(note, sizeof note, "[%d tokens, a context's worth: %s/set max_tokens N for longer replies]",
@@ -427,7 +448,7 @@ static void on_done(chat *c, const worker_event *ev)
 static void drain_events(chat *c)
 {
     worker_event ev;
-    for (int guard = 0; guard < 64 && worker_next_event(c->w, &ev); guard++) {
+    for (int guard = 0; guard < 64 && backend_next_event(c->b, &ev); guard++) {
         switch (ev.kind) {
         case WORKER_EV_TEXT:
             if (c->req == REQ_REPLY && c->reply < c->conv.n_path) {
@@ -690,8 +711,8 @@ static const set_param *set_param_find(const char *name)
 
 static void push_params(chat *c)
 {
-    worker_set_params(c->w, &c->sp);
-    worker_set_n_predict(c->w, c->max_tokens);
+    backend_set_params(c->b, &c->sp);
+    backend_set_n_predict(c->b, c->max_tokens);
     ui_set_slider(c->u, UI_SL_TEMP, c->sp.temperature);
     ui_set_slider(c->u, UI_SL_TOP_P, c->sp.top_p);
     ui_set_slider(c->u, UI_SL_TOP_K, c->sp.top_k);
@@ -714,7 +735,7 @@ static const char *stops_list(const chat *c)
 /* Hand the stop strings to the worker (used from the next reply on). */
 static void push_stops(chat *c)
 {
-    worker_set_stops(c->w, (const char *const *)c->stops, c->n_stops);
+    backend_set_stops(c->b, (const char *const *)c->stops, c->n_stops);
 }
 
 /* The current value of a numeric / seed key as /show params and /set print it: the table's
@@ -751,6 +772,13 @@ static void param_text(const chat *c, int key, char *buf, size_t cap)
     else snprintf(buf, cap, "%.*f", r.decimals ? r.decimals : 2, v);
 }
 
+/* How the prompt is made: completion mode, the chat template's name, or the server's. */
+static const char *mode_name(const chat *c)
+{
+    return c->remote ? "remote (the server's chat template)"
+           : c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl);
+}
+
 static void show_params(chat *c)
 {
     char line[1200];
@@ -763,8 +791,7 @@ static void show_params(chat *c)
         o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %s", o ? " · " : "", set_params[i].name, v);
         if (o >= sizeof line) break;
     }
-    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nmode: %s · system prompt: %s\nstop strings: %s", line,
-              c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nmode: %s · system prompt: %s\nstop strings: %s", line, mode_name(c),
               c->system && *c->system ? c->system : "(none)", stops_list(c));
 }
 
@@ -844,7 +871,12 @@ static void cmd_set(chat *c, char *args)
             ui_notice(c->u, UI_ROLE_ERROR, "%s", dm);
             return;
         }
-        worker_set_spec(c->w, &c->spec);
+        if (c->remote) {
+            ui_notice(c->u, UI_ROLE_ERROR, "/set %s: speculative decoding is the local engine's (the replies come from "
+                      "a server)", sp->name);
+            return;
+        }
+        worker_set_spec(backend_worker(c->b), &c->spec);
         SAY(c, "%s%s", dm, c->busy ? " (from the next reply)" : "");
         return;
     }
@@ -904,6 +936,15 @@ static void cb_sessions(void *ud, int action, long long id, const char *text);
 
 static void show_cache(chat *c)
 {
+    if (c->remote) { /* what only the local engine has */
+        remote *r = backend_remote_client(c->b);
+        ui_notice(c->u, UI_ROLE_NOTICE,
+                  "/show cache is local-only: the replies come from %s, whose KV cache is its own (the KV gauge shows "
+                  "the token counts it reports: prompt, cached, completion). The KV prefix store in %s is not used "
+                  "for a remote chat; conversations are saved there as usual.",
+                  remote_url(r), c->cs ? chatstore_path(c->cs) : "the database");
+        return;
+    }
     kv_cache_stats ks;
     kv_cache_get_stats(engine_kv(c->e), &ks);
     char buf[1600];
@@ -1081,6 +1122,15 @@ static void cmd_read(chat *c, char *args)
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
     buf[n] = 0;
     const char *base = strrchr(path, '/');
+    if (!c->e) { /* remote: a server's tokenizer is its own, so the file is attached by its size */
+        free(c->attach);
+        c->attach = buf;
+        c->attach_len = n;
+        snprintf(c->attach_name, sizeof c->attach_name, "%.255s", base ? base + 1 : path);
+        ui_notice(c->u, UI_ROLE_NOTICE, "attached %s (%zu bytes) to your next message (/read alone drops it)",
+                  c->attach_name, n);
+        return;
+    }
     struct read_job *j = &c->rj;
     snprintf(j->name, sizeof j->name, "%.255s", base ? base + 1 : path);
     j->e = c->e;
@@ -1307,7 +1357,8 @@ static void start_prefill(chat *c)
     worker_request rq = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos, .n_predict = 1,
                          .reset_cache = 1};
     kv_error ke = {0};
-    if (worker_submit(c->w, &rq, &ke)) {
+    backend_request brq = {.local = rq};
+    if (backend_submit(c->b, &brq, &ke)) {
         ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
         return;
     }
@@ -1367,6 +1418,11 @@ static void model_loaded(chat *c)
  * tokenized for its vocabulary, and prefilled at once. /model alone: the model in use. */
 static void cmd_model(chat *c, char *args)
 {
+    if (c->remote) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: the replies come from %s (remote); its model is chosen with "
+                  "--model NAME (or [remote] model) when the chat starts", remote_url(backend_remote_client(c->b)));
+        return;
+    }
     const model *m = engine_model(c->e);
     if (!*args) {
         char list[1200] = "";
@@ -1418,10 +1474,18 @@ static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw)
             conv_set_author(&c->conv, (long)i, c->model_label);
     char old_label[160];
     snprintf(old_label, sizeof old_label, "%s", c->model_label);
-    worker_destroy(c->w); /* idle: joins the thread */
+    backend *nb = backend_local(nw);
+    if (!nb) { /* out of memory: stay on the model in use */
+        worker_destroy(nw);
+        engine_close(ne);
+        sampler_free(ns);
+        ui_notice(c->u, UI_ROLE_ERROR, "/model: out of memory; still on %s", c->model_label);
+        return;
+    }
+    backend_free(c->b); /* idle: joins the thread */
     engine_close(c->e);
     sampler_free(c->s);
-    c->w = nw;
+    c->b = nb;
     c->e = ne;
     c->s = ns;
     char why[900];
@@ -1429,7 +1493,7 @@ static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw)
         if (chatstore_switch_engine(c->cs, ne, why, sizeof why)) ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
         worker_hooks hooks;
         chatstore_worker_hooks(c->cs, &hooks);
-        worker_set_hooks(c->w, &hooks);
+        worker_set_hooks(backend_worker(c->b), &hooks);
     }
     push_stops(c);
     push_params(c);
@@ -1739,7 +1803,7 @@ static void cb_quit(void *ud) { ((chat *)ud)->quit = 1; }
 static void cb_stop(void *ud)
 {
     chat *c = ud;
-    if (c->busy) worker_cancel(c->w);
+    if (c->busy) backend_cancel(c->b);
 }
 
 static void cb_slider(void *ud, int id, double v)
@@ -1754,8 +1818,8 @@ static void cb_slider(void *ud, int id, double v)
     case UI_SL_MAX_TOKENS: c->max_tokens = v <= 0 ? -1 : (int)lround(v); break; /* -1: ∞ */
     default: return;
     }
-    worker_set_params(c->w, &c->sp);
-    worker_set_n_predict(c->w, c->max_tokens);
+    backend_set_params(c->b, &c->sp);
+    backend_set_n_predict(c->b, c->max_tokens);
 }
 
 /* ---- saved conversations: open, the sessions view ---------------------------------------------------- */
@@ -1824,9 +1888,9 @@ static int open_conversation(chat *c, int64_t id)
     if (cv.note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", cv.note);
     if (c->conv.n_path && T(c, c->conv.n_path - 1)->role == UI_ROLE_USER)
         ui_notice(c->u, UI_ROLE_NOTICE, "the last message has no reply (the chat ended before it): /regen answers it");
-    worker_request rq = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx};
+    backend_request rq = {.local = {.reset_cache = 1, .set_conv = cv.ctx != NULL, .conv = cv.ctx, .n_conv = cv.n_ctx}};
     if (cv.ctx) chatstore_announce_restore(c->cs);
-    if (worker_submit(c->w, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
+    if (backend_submit(c->b, &rq, &ke) == KV_OK) set_busy(c, 1, REQ_RESET);
     else ui_notice(c->u, UI_ROLE_ERROR, "%s", ke.msg);
     c->synced = cv.ctx != NULL; /* completion mode appends to the exact tokens, as before */
     chatstore_conv_free(&cv);
@@ -2008,14 +2072,17 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     setup_locale();
     chat C, *c = &C;
     memset(c, 0, sizeof *c);
-    engine *e = *pe;
-    sampler *s = *ps;
+    engine *e = pe ? *pe : NULL; /* NULL with --remote */
+    sampler *s = ps ? *ps : NULL;
     c->e = e;
     c->s = s;
     if (pipe2(c->rj.done_pipe, O_NONBLOCK | O_CLOEXEC)) c->rj.done_pipe[0] = c->rj.done_pipe[1] = -1;
     if (pipe2(c->mj.done_pipe, O_NONBLOCK | O_CLOEXEC)) c->mj.done_pipe[0] = c->mj.done_pipe[1] = -1;
     c->opt = *o;
-    c->sp = *sampler_get_params(s);
+    c->remote = o->remote_url != NULL;
+    if (c->remote) sampler_params_default(&c->sp);
+    if (c->remote && o->sp) c->sp = *o->sp;
+    if (!c->remote) c->sp = *sampler_get_params(s);
     c->max_tokens = o->n_predict;
     if (o->system && *o->system) c->system = strdup(o->system); /* --system, or the config's */
 
@@ -2029,34 +2096,56 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         return 2;
     }
 
-    const model *m = engine_model(e);
-    model_label(m, c->model_label, sizeof c->model_label);
     kv_error ke = {0};
-    char tmpl_notice[700];
-    int tmpl_unknown;
-    choose_template(c, o->chat_template, &tmpl_unknown, tmpl_notice, sizeof tmpl_notice);
-
-    if (worker_create(e, s, &c->w, &ke)) {
-        fprintf(stderr, "kvchat: %s\n", ke.msg);
-        return 1;
+    char tmpl_notice[700] = "", remote_note[1200] = "";
+    int tmpl_unknown = 0;
+    const model *m = e ? engine_model(e) : NULL;
+    if (c->remote) { /* the server renders the messages: chat mode, its template */
+        remote_options ro = {.url = o->remote_url, .api_key = o->remote_api_key, .model = o->remote_model,
+                             .timeout_s = o->remote_timeout_s};
+        remote *r = NULL;
+        if (remote_create(&ro, &r, &ke) || !(c->b = backend_remote(r))) {
+            remote_destroy(r);
+            fprintf(stderr, "kvchat: %s\n", ke.msg[0] ? ke.msg : "out of memory");
+            return ke.code == KV_ERR_INVALID ? 2 : 1;
+        }
+        if (remote_probe(r, remote_note, sizeof remote_note) == 0) remote_note[0] = 0; /* else said in the chat */
+        snprintf(c->model_label, sizeof c->model_label, "%s", *remote_model(r) ? remote_model(r) : "remote");
+        c->tmpl = CHAT_TMPL_CHATML; /* not NONE: messages, not continued text */
+    } else {
+        model_label(m, c->model_label, sizeof c->model_label);
+        choose_template(c, o->chat_template, &tmpl_unknown, tmpl_notice, sizeof tmpl_notice);
+        worker *w = NULL;
+        if (worker_create(e, s, &w, &ke)) {
+            fprintf(stderr, "kvchat: %s\n", ke.msg);
+            return 1;
+        }
+        if (!(c->b = backend_local(w))) {
+            worker_destroy(w);
+            fprintf(stderr, "kvchat: out of memory\n");
+            return 1;
+        }
     }
     spec_params_default(&c->spec);
     if (o->spec) c->spec = *o->spec;
-    worker_set_spec(c->w, &c->spec);
+    if (!c->remote) worker_set_spec(backend_worker(c->b), &c->spec);
     for (int i = 0; i < o->n_stops && c->n_stops < STOP_MAX_STRINGS; i++) /* --stop */
         if (o->stops[i] && *o->stops[i] && (c->stops[c->n_stops] = strdup(o->stops[i]))) c->n_stops++;
     push_stops(c);
     /* the conversation store: a failure only means nothing is saved, unless --resume needs it */
     char store_why[900] = "";
     int64_t resume_id = 0;
-    if (o->db_path && (c->cs = chatstore_open(e, o->db_path, o->cache_bytes, store_why, sizeof store_why))) {
+    if (c->remote && o->db_path) /* conversations are saved as usual; no KV prefixes (local-only) */
+        c->cs = chatstore_open_remote(remote_url(backend_remote_client(c->b)), c->model_label, o->db_path, store_why,
+                                      sizeof store_why);
+    else if (o->db_path && (c->cs = chatstore_open(e, o->db_path, o->cache_bytes, store_why, sizeof store_why))) {
         worker_hooks hooks;
         chatstore_worker_hooks(c->cs, &hooks);
-        worker_set_hooks(c->w, &hooks);
+        worker_set_hooks(backend_worker(c->b), &hooks);
     }
     if (o->resume && (!c->cs || chatstore_resolve(c->cs, o->resume, &resume_id, store_why, sizeof store_why))) {
         fprintf(stderr, "kvchat: --resume: %s\n", o->db_path ? store_why : "no conversation database");
-        worker_destroy(c->w);
+        backend_free(c->b);
         chatstore_close(c->cs);
         return 4;
     }
@@ -2094,7 +2183,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         .commands = ucmds,
         .n_commands = N_COMMANDS,
         .sliders = sliders,
-        .n_ctx = engine_n_ctx(e),
+        .n_ctx = e ? engine_n_ctx(e) : 8192, /* the max-tokens slider's span */
         .help_text = help,
     };
     ui_callbacks cb = {.submit = cb_submit, .quit = cb_quit, .stop = cb_stop, .slider = cb_slider, .ud = c,
@@ -2107,12 +2196,23 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     free(help);
     if (!c->u) {
         restore_signals(old);
-        worker_destroy(c->w);
+        backend_free(c->b);
         chatstore_close(c->cs);
         fprintf(stderr, "kvchat: %s\n", why);
         return 1;
     }
-    show_info(c);
+    if (c->remote) {
+        ui_info info = {
+            .model_name = c->model_label,
+            .arch = "remote",
+            .weight_type = "?",
+            .mode = "server's template",
+            .remote = remote_url(backend_remote_client(c->b)),
+        };
+        ui_set_info(c->u, &info);
+    } else {
+        show_info(c);
+    }
     c->markdown = o->markdown;
     ui_set_markdown(c->u, c->markdown);
     push_params(c);
@@ -2123,7 +2223,11 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
                   "warning: %s has a chat template kvchat does not recognise; using chatml "
                   "(choose another with --chat-template NAME, or 'none' for completion mode)",
                   c->model_label);
-    if (c->tmpl == CHAT_TMPL_NONE)
+    if (c->remote)
+        ui_notice(c->u, UI_ROLE_NOTICE, "kvchat %s · %s on %s (remote: the server renders the chat with its own "
+                  "template; KV prefixes in SQLite and /show cache are local-only). F1 help · F2 sliders · Ctrl-D quits.",
+                  KVCHAT_VERSION, c->model_label, remote_url(backend_remote_client(c->b)));
+    else if (c->tmpl == CHAT_TMPL_NONE)
         ui_notice(c->u, UI_ROLE_NOTICE,
                   "kvchat %s · %s has no chat template, so this is completion mode: the model continues the "
                   "conversation text (Enter on an empty line lets it go on). F1 help · F2 sliders · Ctrl-D quits.",
@@ -2134,7 +2238,8 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     show_warnings(c, &tw);
     if (tmpl_notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", tmpl_notice);
     for (int i = 0; i < o->n_warnings; i++) ui_notice(c->u, UI_ROLE_ERROR, "config warning: %s", o->warnings[i]);
-    {
+    if (remote_note[0]) ui_notice(c->u, UI_ROLE_ERROR, "%s", remote_note);
+    if (e) {
         gen_opts go;
         engine_default_opts(e, &go);
         int n_ctx = engine_n_ctx(e), max_keep = n_ctx * 3 / 4;
@@ -2151,7 +2256,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     while (!c->quit) {
         struct pollfd p[5] = {
             {.fd = ui_input_fd(c->u), .events = POLLIN},
-            {.fd = worker_fd(c->w), .events = POLLIN},
+            {.fd = backend_fd(c->b), .events = POLLIN},
             {.fd = c->rj.done_pipe[0], .events = POLLIN},
             {.fd = c->mj.done_pipe[0], .events = POLLIN},
             {.fd = g_sigpipe[0], .events = POLLIN},
@@ -2170,9 +2275,9 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         ui_render(c->u);
     }
     if (c->busy) { /* stop a streaming reply and save it (partial) before leaving */
-        worker_cancel(c->w);
+        backend_cancel(c->b);
         for (int i = 0; i < 100 && c->busy; i++) {
-            struct pollfd p = {.fd = worker_fd(c->w), .events = POLLIN};
+            struct pollfd p = {.fd = backend_fd(c->b), .events = POLLIN};
             poll(&p, 1, 50);
             drain_events(c);
         }
@@ -2187,7 +2292,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     if (c->mj.done_pipe[0] >= 0) close(c->mj.done_pipe[0]), close(c->mj.done_pipe[1]);
     free(c->rj.buf);
     if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
-    worker_destroy(c->w); /* cancels a running reply and joins the thread (after a KV save) */
+    backend_free(c->b); /* cancels a running reply and joins the thread (after a KV save) */
     chatstore_close(c->cs);
     ui_close(c->u);
     restore_signals(old);
@@ -2201,7 +2306,8 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     prompt_buf_free(&c->kb);
     free(c->attach);
     for (int i = 0; i < N_MODEL_NAMES && model_names[i]; i++) free(model_names[i]);
-    *pe = c->e; /* /model may have replaced them */
-    *ps = c->s;
+    free(c->rmsgs);
+    if (pe) *pe = c->e; /* /model may have replaced them */
+    if (ps) *ps = c->s;
     return status;
 }

@@ -29,11 +29,19 @@ typedef struct chat_options {
     const struct spec_params *spec; /* speculative decoding at start (engine/speculate.h; its draft
                                  engine stays the caller's); /set draft changes it; NULL: off */
     const char *draft_path;   /* the draft model's file, for /set draft and /show params */
+    /* --remote URL: the replies come from an OpenAI-compatible server (app/remote.h) instead of
+     * the local engine; chat_run then gets e = NULL and s = NULL */
+    const char *remote_url;
+    const char *remote_api_key;  /* NULL: none */
+    const char *remote_model;    /* NULL: the server's first model */
+    double remote_timeout_s;     /* a server silent this long fails the reply (<= 0: 120) */
+    const sampler_params *sp;    /* with remote: the sampling parameters to start from */
 } chat_options;
 
-/* Run the full-screen chat on engine *e with sampler *s until the user quits. Both stay the
- * caller's to close after it returns; /model replaces them (closing the old ones), so *e and *s
- * are then the ones in use at the end. Returns an exit status:
+/* Run the full-screen chat on engine *e with sampler *s until the user quits — or, with
+ * o->remote_url (*e and *s NULL), on a server. Both stay the caller's to close after it returns;
+ * /model replaces them (closing the old ones), so *e and *s are then the ones in use at the end.
+ * Returns an exit status:
  * 0, 2 (an unknown --theme), 1 (the screen could not start; message on stderr), 4 (--resume
  * could not be honoured: no database, no such conversation; message on stderr), or 128 + the
  * signal that ended it (SIGTERM, SIGHUP). The terminal is restored on every path, also on a

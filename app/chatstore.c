@@ -210,6 +210,41 @@ int chatstore_switch_engine(chatstore *cs, engine *e, char *why, size_t why_cap)
     return 0;
 }
 
+static uint64_t fnv1a64(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a, 64-bit offset basis and prime (Fowler, Noll, Vo) */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+chatstore *chatstore_open_remote(const char *url, const char *model_name, const char *db_path, char *why,
+                                 size_t why_cap)
+{
+    chatstore *cs = calloc(1, sizeof *cs);
+    if (!cs) {
+        util_set_why(why, why_cap, "out of memory");
+        return NULL;
+    }
+    snprintf(cs->path, sizeof cs->path, "%s", db_path);
+    pthread_mutex_init(&cs->mu, NULL);
+    store_error err = {0};
+    if (store_open(db_path, 0, &cs->db, &err)) {
+        util_set_why(why, why_cap, "%s", err.msg);
+        chatstore_close(cs);
+        return NULL;
+    }
+    /* 32 hex digits like a model's; "remote" in front so no GGUF fingerprint can equal it */
+    snprintf(cs->fp, sizeof cs->fp, "remote%010llx%016llx", (unsigned long long)(fnv1a64(url) & 0xffffffffffull),
+             (unsigned long long)fnv1a64(model_name));
+    if (store_model_register(cs->db, cs->fp, url, model_name, "remote", "", 0, &cs->model_id, &err)) {
+        util_set_why(why, why_cap, "%s", err.msg);
+        chatstore_close(cs);
+        return NULL;
+    }
+    snprintf(cs->kv_type, sizeof cs->kv_type, "none");
+    return cs;
+}
+
 void chatstore_close(chatstore *cs)
 {
     if (!cs) return;
@@ -888,10 +923,10 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
                                "goes on from there. ", cs->path, (long long)cut, (long long)(n ? m[0].id : 0));
     /* the saved exact tokens, if any, must be tokens of this model: ids outside its vocabulary
      * (a damaged row, another model's context) would make every prefill fail */
-    int32_t n_vocab = tokenizer_n_vocab(engine_tokenizer(cs->e));
+    int32_t n_vocab = cs->e ? tokenizer_n_vocab(engine_tokenizer(cs->e)) : 0; /* a server: no exact tokens */
     size_t n_oov = 0;
     int32_t first_oov = 0;
-    for (size_t i = 0; c.ctx_tokens && i < c.n_ctx_tokens; i++)
+    for (size_t i = 0; cs->e && c.ctx_tokens && i < c.n_ctx_tokens; i++)
         if (c.ctx_tokens[i] < 0 || c.ctx_tokens[i] >= n_vocab)
             if (!n_oov++) first_oov = c.ctx_tokens[i];
     if (n_oov && nl < sizeof out->note)
@@ -899,7 +934,7 @@ int chatstore_load(chatstore *cs, int64_t id, chatstore_conv *out, char *why, si
                                "holds %zu token id%s outside the model's vocabulary of %d (e.g. %d); it is rebuilt from "
                                "the messages (the next reply prefills the history). ", cs->path, (long long)id, n_oov,
                                n_oov > 1 ? "s" : "", (int)n_vocab, (int)first_oov);
-    if (c.ctx_tokens && c.ctx_model_id == cs->model_id && c.ctx_head_id == c.head_id && c.head_id && !bad && !cut &&
+    if (cs->e && c.ctx_tokens && c.ctx_model_id == cs->model_id && c.ctx_head_id == c.head_id && c.head_id && !bad && !cut &&
         !n_oov) {
         out->ctx = c.ctx_tokens;
         out->n_ctx = c.n_ctx_tokens;

@@ -55,6 +55,12 @@ int chatstore_switch_engine(chatstore *cs, engine *e, char *why, size_t why_cap)
 /* How a model is named on screen: its general.name, unless that is missing or only the
  * architecture ("llama"): then the file's name without .gguf, which says more. */
 void chatstore_label(const char *name, const char *arch, const char *path, char *buf, size_t cap);
+/* The same for a chat whose replies come from a server (app/remote.h): the "model" registered is
+ * the server — path url, name model_name, architecture "remote", fingerprint "remote" + FNV-1a
+ * hashes of url and name — and there is no KV prefix store (the server's cache is its own; no
+ * worker hooks, chatstore_load never returns exact tokens). NULL with why on failure. */
+chatstore *chatstore_open_remote(const char *url, const char *model_name, const char *db_path, char *why,
+                                 size_t why_cap);
 const char *chatstore_path(const chatstore *cs);
 
 /* The hooks to install on the worker (worker_set_hooks): KV restore and save. */

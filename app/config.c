@@ -79,9 +79,14 @@ static const key_def keys[CFG_COUNT] = {
     [CFG_DRAFT] = {"draft", "sampling", "draft", NULL, T_DRAFT, 0, 0, "speculative decoding: off, lookup or a draft model"},
     [CFG_DRAFT_MAX] = {"draft_max", "sampling", "draft-max", NULL, T_INT, 1, SPEC_MAX_DRAFT, NULL},
     [CFG_DRAFT_MIN_P] = {"draft_min_p", "sampling", "draft-min-p", NULL, T_FLOAT, 0, 1, NULL},
+    [CFG_REMOTE_URL] = {"url", "remote", "remote", NULL, T_TEXT, 0, 0, "the chat runs on the local model"},
+    [CFG_REMOTE_API_KEY] = {"api_key", "remote", "api-key", "KVCHAT_REMOTE_API_KEY", T_TEXT, 0, 0, "no Authorization header"},
+    /* [remote] model: the server's model name (with --remote, -m/--model NAME sets it) */
+    [CFG_REMOTE_MODEL] = {"model", "remote", NULL, NULL, T_TEXT, 0, 0, "the server's first (GET /v1/models)"},
+    [CFG_REMOTE_TIMEOUT] = {"timeout", "remote", "remote-timeout", NULL, T_FLOAT, 0.1, 86400, NULL},
 };
 
-static const char *const sections[] = {"model", "sampling", "chat", "storage", NULL};
+static const char *const sections[] = {"model", "sampling", "chat", "storage", "remote", NULL};
 
 static void put(kv_config *c, int key, const char *text, int src, const char *where)
 {
@@ -353,6 +358,7 @@ void config_init(kv_config *c)
     DEF(CFG_MOUSE, "true");
     DEF(CFG_MARKDOWN, "true");
     DEF(CFG_CACHE_SIZE, "%d", CHATSTORE_DEFAULT_CACHE_MIB);
+    DEF(CFG_REMOTE_TIMEOUT, "120");
 #undef DEF
 }
 
@@ -517,10 +523,13 @@ static int handler(void *user, const char *section, const char *name, const char
         return 1;
     }
     if (*section && !known_section(section)) {
-        warnf(l, "unknown section '[%s]' (model, sampling, chat, storage, persona NAME); line ignored", section);
+        warnf(l, "unknown section '[%s]' (model, sampling, chat, storage, remote, persona NAME); line ignored", section);
         return 1;
     }
     int key = config_key_from_name(name);
+    /* a name two sections share ([model] model, [remote] model): the section's own key */
+    for (int k = 0; *section && key >= 0 && k < CFG_COUNT; k++)
+        if (k != key && !strcmp(keys[k].name, keys[key].name) && !strcasecmp(section, keys[k].section)) key = k;
     if (key < 0) {
         warnf(l, "unknown key '%s'%s%s%s; line ignored", name, *section ? " in [" : "", section, *section ? "]" : "");
         return 1;
@@ -692,7 +701,7 @@ void config_print(const kv_config *c, FILE *out, const char *resolved_model)
         }
         char src[700];
         source_text(v, src, sizeof src);
-        int w = fprintf(out, "%-18s = %s", d->name, v->value);
+        int w = fprintf(out, "%-18s = %s", d->name, k == CFG_REMOTE_API_KEY ? "(set, not shown)" : v->value);
         fprintf(out, "%*s ; %s", w < 52 ? 52 - w : 0, "", src);
         if (k == CFG_MODEL && resolved_model && strcmp(resolved_model, v->value)) fprintf(out, " -> %s", resolved_model);
         fputc('\n', out);

@@ -22,11 +22,13 @@
  *   [chat]      theme, mouse, system, markdown
  *   [storage]   db, cache_size
  *   [persona NAME]  system and any [sampling] key: a persona, the chat's /persona NAME
+ *   [remote]    url, api_key, model, timeout (the chat on an OpenAI-compatible server: app/remote.h)
  *
  * Keys may also stand before the first section; '-' and '_' are the same in key names. A line
  * that cannot be used (no '=', unknown section or key, bad value, too long) gives a warning
  * "FILE:LINE: what is wrong; ..." and is ignored; the rest of the file applies. A missing
- * file is not an error. Environment: KVCHAT_MODEL (model), KVCHAT_DB (db). "~/" at the start
+ * file is not an error. Environment: KVCHAT_MODEL (model), KVCHAT_DB (db), KVCHAT_REMOTE_API_KEY
+ * (api_key; --print-config never shows a key). "~/" at the start
  * of a path value is the home directory. cache_size is MiB, or a size with a unit (512M, 2G).
  */
 
@@ -36,6 +38,7 @@ enum cfg_key {
     CFG_PRESENCE_PENALTY, CFG_FREQUENCY_PENALTY, CFG_SEED, CFG_N_PREDICT,
     CFG_THEME, CFG_MOUSE, CFG_SYSTEM, CFG_MARKDOWN, CFG_DB, CFG_CACHE_SIZE,
     CFG_DRAFT, CFG_DRAFT_MAX, CFG_DRAFT_MIN_P,
+    CFG_REMOTE_URL, CFG_REMOTE_API_KEY, CFG_REMOTE_MODEL, CFG_REMOTE_TIMEOUT,
     CFG_COUNT
 };
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <readline/history.h>
@@ -21,6 +22,7 @@
 #include "app/serve.h"
 #include "app/store_cli.h"
 #include "app/prompt.h"
+#include "app/remote.h"
 #include "app/template_cmd.h"
 #include "app/tokenize_cmd.h"
 #include "app/tools.h"
@@ -66,6 +68,8 @@ typedef struct cli {
     int beams;               /* --beams N */
     float length_penalty;    /* --length-penalty A */
     int best_of;             /* --best-of N */
+    const char *remote;      /* --remote URL (else [remote] url without -m): the replies come from a server */
+    const char *remote_model;/* with it: -m/--model NAME, else [remote] model */
 } cli;
 
 static volatile sig_atomic_t g_interrupted;
@@ -80,6 +84,7 @@ enum { OPT_KEEP = 1200, OPT_TRUNCATE_PROMPT, OPT_NO_CONTEXT_SHIFT }; /* KV cache
 enum { OPT_DB = 1300, OPT_RESUME, OPT_CACHE_SIZE };                  /* the conversation store */
 enum { OPT_LOOKUP = 1400, OPT_DRAFT, OPT_DRAFT_MAX, OPT_DRAFT_MIN_P, OPT_TOP_LOGPROBS, OPT_BEAMS, OPT_LENGTH_PENALTY,
        OPT_BEST_OF };                                                 /* decoding (engine/speculate.h, app/decode_cmd.c) */
+enum { OPT_REMOTE = 1500, OPT_API_KEY, OPT_REMOTE_TIMEOUT };         /* the chat on a server (app/remote.h) */
 
 static void on_sigint(int sig)
 {
@@ -137,6 +142,11 @@ static void usage(FILE *out)
             "      --beams N            beam search with N beams (one-shot; 2..16), prints the best beam and its score\n"
             "      --length-penalty A   beam score = sum of log-probs / length^A (default 1)\n"
             "      --best-of N          N samples from one prefill (2..16), prints the one of highest mean log-prob\n"
+            "Remote (the chat, or -p, on an OpenAI-compatible server: kvchat serve, llama-server, vLLM, ollama):\n"
+            "      --remote URL         stream replies from URL/v1/chat/completions instead of a local model\n"
+            "                           (-m NAME then names the server's model; default: its first)\n"
+            "      --api-key KEY        send \"Authorization: Bearer KEY\" (env KVCHAT_REMOTE_API_KEY)\n"
+            "      --remote-timeout S   a server silent for S seconds fails the reply (default 120)\n"
             "Chat screen (no prompt, on a terminal):\n"
             "      --theme NAME         colour theme: default, light, solarized-dark, high-contrast, mono,\n"
             "                           or a file path; searched in $XDG_CONFIG_HOME/kvchat/themes,\n"
@@ -307,6 +317,8 @@ static int parse_args(int argc, char **argv, cli *c)
         {"draft-max", required_argument, 0, OPT_DRAFT_MAX}, {"draft-min-p", required_argument, 0, OPT_DRAFT_MIN_P},
         {"top-logprobs", required_argument, 0, OPT_TOP_LOGPROBS}, {"beams", required_argument, 0, OPT_BEAMS},
         {"length-penalty", required_argument, 0, OPT_LENGTH_PENALTY}, {"best-of", required_argument, 0, OPT_BEST_OF},
+        {"remote", required_argument, 0, OPT_REMOTE}, {"api-key", required_argument, 0, OPT_API_KEY},
+        {"remote-timeout", required_argument, 0, OPT_REMOTE_TIMEOUT},
         {0, 0, 0, 0},
     };
     engine_params_default(&c->ep);
@@ -342,6 +354,14 @@ static int parse_args(int argc, char **argv, cli *c)
             if (parse_float(optarg, "--length-penalty", -10, 10, &c->length_penalty)) return EXIT_USAGE;
             break;
         case OPT_STATS: c->stats = 1; break;
+        case OPT_REMOTE:
+            if (strncasecmp(optarg, "http://", 7) && strncasecmp(optarg, "https://", 8))
+                return usage_error("invalid --remote '%s' (an http:// or https:// URL, e.g. http://127.0.0.1:8080)", optarg);
+            break;
+        case OPT_API_KEY: break; /* the table holds it (config_note_getopt) */
+        case OPT_REMOTE_TIMEOUT:
+            if (table_option(opts, o, optarg)) return EXIT_USAGE;
+            break;
         case OPT_NO_BOS: c->no_bos = 1; break;
         case OPT_STOP:
             if (c->n_stops == STOP_MAX_STRINGS || !*optarg || strlen(optarg) >= STOP_MAX_LEN)
@@ -420,6 +440,21 @@ static int parse_args(int argc, char **argv, cli *c)
     if (sampler_params_validate(&c->sp, &err)) {
         fprintf(stderr, "kvchat: %s\n", err.msg);
         return EXIT_USAGE;
+    }
+    /* a server instead of a model: --remote, or [remote] url unless -m names a local model */
+    {
+        const cfg_value *ru = &g_config.v[CFG_REMOTE_URL];
+        int model_on_cli = g_config.v[CFG_MODEL].source == CFG_SRC_CLI;
+        if (ru->value && (ru->source == CFG_SRC_CLI || !model_on_cli)) {
+            c->remote = ru->value;
+            c->remote_model = model_on_cli ? c->ep.model_path : config_get(&g_config, CFG_REMOTE_MODEL);
+            if (g_print_config) {
+                print_warnings();
+                config_print(&g_config, stdout, NULL);
+                exit(EXIT_OK);
+            }
+            return -1;
+        }
     }
     /* -m NAME: a bare name is looked up in the models directory (app/models.c) */
     static char model_path[4096];
@@ -644,6 +679,36 @@ static int run_prompt(engine *e, sampler *s, const char *text, const cli *c, int
     return EXIT_OK;
 }
 
+/* --remote: the one-shot prompt or the full-screen chat on a server (no engine is loaded). */
+static int run_remote(const cli *c, int full_screen)
+{
+    remote_options ro = {.url = c->remote, .api_key = config_get(&g_config, CFG_REMOTE_API_KEY),
+                         .model = c->remote_model, .timeout_s = strtod(config_get(&g_config, CFG_REMOTE_TIMEOUT), NULL)};
+    if (c->cache_size) keep_warning(NULL, "--cache-size: the KV prefix store is local-only; a --remote chat does not use it");
+    if (c->prompt) return remote_oneshot(&ro, c->prompt, &c->sp, c->n_predict, c->stops, c->n_stops, c->stats, g_json,
+                                         &g_interrupted);
+    if (!full_screen) {
+        fprintf(stderr, "kvchat: --remote needs a terminal for the chat, or a prompt (-p TEXT, or text on standard "
+                        "input); the line-by-line session runs on a local model only\n");
+        return EXIT_USAGE;
+    }
+    char db_path[4096], why[900];
+    int have_db = !chatstore_db_path(c->db ? c->db : config_get(&g_config, CFG_DB), 1, db_path, sizeof db_path, why,
+                                     sizeof why);
+    if (!have_db) fprintf(stderr, "kvchat: conversations will not be saved: %s\n", why);
+    chat_options co = {.theme = c->theme, .n_predict = c->n_predict, .mouse = !c->no_mouse, .markdown = !c->no_markdown,
+                       .resume = c->resume, .stops = c->stops, .n_stops = c->n_stops, .system = c->system,
+                       .warnings = (const char *const *)g_warn, .n_warnings = g_n_warn,
+                       .remote_url = ro.url, .remote_api_key = ro.api_key, .remote_model = ro.model,
+                       .remote_timeout_s = ro.timeout_s, .sp = &c->sp};
+    if (have_db) co.db_path = db_path;
+    int rc = chat_run(NULL, NULL, &co);
+    if (rc == 1) print_warnings();
+    for (int i = 0; i < g_n_warn; i++) free(g_warn[i]);
+    g_n_warn = 0;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* a KVCHAT_ISA the kernels cannot honour is said once, before anything runs */
@@ -691,6 +756,12 @@ int main(int argc, char **argv)
         return usage_error("%s needs a prompt (-p TEXT, or text on standard input)", "--json");
     }
 
+    if (c.remote) {
+        rc = run_remote(&c, full_screen);
+        if (c.prompt && rc == EXIT_OK && isatty(STDOUT_FILENO)) printf("\n");
+        free(stdin_prompt);
+        return rc;
+    }
     kv_error err = {0};
     engine *e = NULL;
     /* The engine's threads inherit a mask without the signals the chat screen handles

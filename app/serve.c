@@ -22,6 +22,8 @@
 
 #include "app/models.h"
 #include "app/prompt.h"
+#include "app/chatstore.h"
+#include "app/serve_store.h"
 #include "engine/chat_template.h"
 #include "engine/gen_batch.h"
 #include "engine/generate.h"
@@ -77,6 +79,7 @@ typedef struct job {
     gen_stats st;
     atomic_int cancel;        /* the client went away (or the server stops) */
     pthread_cond_t cv;        /* signalled on new text and when done */
+    char *store_req;          /* --store: the request's messages / prompt (serve_store_capture) */
 } job;
 
 static struct {
@@ -87,6 +90,7 @@ static struct {
     int parallel;             /* requests admitted at once (decoding together) */
     int prefill_budget;       /* prefill tokens per step while others decode (--prefill-chunk) */
     engine *e;
+    serve_store *store;       /* --store: finished requests saved as conversations (NULL: off) */
     atomic_int ready;         /* the model is loaded */
     atomic_int shutdown;
     pthread_mutex_t mu;
@@ -102,6 +106,7 @@ static void job_unref_locked(job *j)
     pthread_cond_destroy(&j->cv);
     free(j->toks);
     for (int i = 0; i < SERVE_MAX_N; i++) free(j->ch[i].text), free(j->ch[i].lp);
+    free(j->store_req);
     free(j);
 }
 
@@ -790,6 +795,17 @@ static void log_job(const char *route, const job *j, const char *outcome)
             job_completion_tokens(j));
 }
 
+/* --store: a finished request (done, not cancelled) as a conversation (app/serve_store.h). */
+static void store_job(const job *j)
+{
+    if (!g.store || !j->store_req || j->rc != KV_OK || j->ch[0].finish == GEN_FINISH_CANCELLED) return;
+    char why[700];
+    long long id;
+    if (serve_store_save(g.store, j->store_req, j->ch[0].text, j->ch[0].len, j->ch[0].finish, &j->st, &j->sp,
+                         j->go.n_predict, &id, why, sizeof why))
+        fprintf(stderr, "kvchat serve: --store: %s: not saved: %s\n", serve_store_path(g.store), why);
+}
+
 static cJSON *usage_obj(const job *j)
 {
     cJSON *u = cJSON_CreateObject();
@@ -1060,6 +1076,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         s->phase = 2;
         s->logged = 1;
         log_job(s->route, j, NULL);
+        store_job(j);
     }
 }
 
@@ -1125,6 +1142,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
     j->top_n = r.top_n;
     stop_init(&j->sm0, r.stops, r.n_stops);
     pthread_cond_init(&j->cv, NULL);
+    if (g.store) j->store_req = serve_store_capture(root, chat);
     cJSON_Delete(root); /* r.stops pointed into it; stop_init copied them */
     pthread_mutex_lock(&g.mu);
     if (g.n_inflight >= g.parallel) {
@@ -1173,6 +1191,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
     }
     enum MHD_Result ret;
     log_job(route, j, NULL);
+    store_job(j);
     if (j->rc != KV_OK) {
         ret = send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, j->err.msg, "server_error", NULL, NULL);
     } else {
@@ -1343,12 +1362,15 @@ static void serve_usage(FILE *out)
             "      --chat-template NAME how chat messages become the prompt (default: the model's; none =\n"
             "                           completion mode)\n"
             "      --max-body BYTES     largest request body (default 1048576); larger ones get 413\n"
+            "      --store[=DB]         save each finished request as a conversation in the chat's database\n"
+            "                           (DB, else env KVCHAT_DB, else ~/.local/share/kvchat/kvchat.db): kvchat list\n"
+            "                           and the chat's F3 show them (default: off)\n"
             "  -h, --help               show this help and exit\n"
             "\n"
             "Stops on SIGINT or SIGTERM.\n");
 }
 
-enum { SO_HOST = 2000, SO_PORT, SO_PARALLEL, SO_API_KEY, SO_KV_TYPE, SO_CHAT_TEMPLATE, SO_MAX_BODY, SO_PREFILL_CHUNK };
+enum { SO_HOST = 2000, SO_PORT, SO_PARALLEL, SO_API_KEY, SO_KV_TYPE, SO_CHAT_TEMPLATE, SO_MAX_BODY, SO_PREFILL_CHUNK, SO_STORE };
 
 static int serve_int(const char *s, const char *opt, long lo, long hi, int *out)
 {
@@ -1373,11 +1395,13 @@ int serve_main(int argc, char **argv)
         {"threads", required_argument, 0, 't'},     {"batch-size", required_argument, 0, 'b'},
         {"kv-type", required_argument, 0, SO_KV_TYPE}, {"chat-template", required_argument, 0, SO_CHAT_TEMPLATE},
         {"max-body", required_argument, 0, SO_MAX_BODY}, {"help", no_argument, 0, 'h'},
+        {"store", optional_argument, 0, SO_STORE},
         {0, 0, 0, 0},
     };
     engine_params ep;
     engine_params_default(&ep);
-    const char *host = "127.0.0.1", *model_arg = NULL, *tmpl_name = NULL;
+    const char *host = "127.0.0.1", *model_arg = NULL, *tmpl_name = NULL, *store_arg = NULL;
+    int want_store = 0;
     int port = 8080, max_body = SERVE_DEFAULT_MAX_BODY;
     g.parallel = 4;
     g.prefill_budget = 32;
@@ -1410,6 +1434,11 @@ int serve_main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             tmpl_name = optarg;
+            break;
+        case SO_STORE: /* --store, --store=DB, --store DB (a next word that is not an option) */
+            if (!optarg && optind < argc && argv[optind][0] != '-') optarg = argv[optind++];
+            want_store = 1;
+            store_arg = optarg;
             break;
         case 'h': serve_usage(stdout); return EXIT_OK;
         case ':': fprintf(stderr, "kvchat serve: option '%s' needs a value\n", argv[optind - 1]); return EXIT_USAGE;
@@ -1510,6 +1539,17 @@ int serve_main(int argc, char **argv)
         engine_close(g.e);
         return EXIT_RUNTIME;
     }
+    if (want_store) { /* the chat's database (app/chatstore.h): --store DB > KVCHAT_DB > the default */
+        char db[4096], why[900];
+        if (chatstore_db_path(store_arg, 1, db, sizeof db, why, sizeof why) ||
+            !(g.store = serve_store_open(g.e, db, why, sizeof why))) {
+            fprintf(stderr, "kvchat serve: --store: %s\n", why);
+            MHD_stop_daemon(d);
+            engine_close(g.e);
+            return 4; /* a database error, as kvchat's */
+        }
+        fprintf(stderr, "kvchat serve: storing finished requests in %s\n", db);
+    }
     pthread_t gen;
     if (pthread_create(&gen, NULL, generator_main, NULL)) {
         fprintf(stderr, "kvchat serve: cannot start the generator thread\n");
@@ -1541,6 +1581,8 @@ int serve_main(int argc, char **argv)
     gen_batch_free(sch.b);
     free(sch.slots);
     free(sch.gs);
+    serve_store_close(g.store); /* the connections that save are gone (MHD_stop_daemon) */
+    g.store = NULL;
     engine_close(g.e);
     return EXIT_OK;
 }

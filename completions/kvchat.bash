@@ -6,7 +6,7 @@
 _kvchat_opts='-m --model -p --prompt -n --n-predict -c --ctx-size -b --batch-size -t --threads
     --kv-type --keep --no-context-shift --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
     --presence-penalty --frequency-penalty --seed --theme --no-mouse --no-markdown --system --chat-template --db --resume
-    --cache-size --stats --json --top-logprobs --lookup --draft --draft-max --draft-min-p --beams --length-penalty --best-of
+    --cache-size --remote --api-key --remote-timeout --stats --json --top-logprobs --lookup --draft --draft-max --draft-min-p --beams --length-penalty --best-of
     --print-config -h --help -V --version'
 _kvchat_cmds='models themes list export import rm check bench gen-model tokenize template-render serve'
 _kvchat_templates='none chatml llama2 llama2-sys llama2-sys-bos llama2-sys-strip mistral-v1 mistral-v3
@@ -53,7 +53,7 @@ _kvchat()
             --temp|--top-k|--top-p|--min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|\
             --frequency-penalty|--seed|--theme|--system|--chat-template|--db|--resume|--cache-size|-r|-o|--shape|--type|--layers|--format|\
             --top-logprobs|--draft|--draft-max|--draft-min-p|--beams|--length-penalty|--best-of|\
-            --vocab|--ff|--swa|--orig-ctx|--attn-softcap|--special|--yarn|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--prefill-chunk|--api-key|--max-body)
+            --vocab|--ff|--swa|--orig-ctx|--attn-softcap|--special|--yarn|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--prefill-chunk|--api-key|--max-body|--remote|--remote-timeout)
                 ((i++)) ;;
             -*|=) ;;
             *) cmd=$w; break ;;
@@ -76,7 +76,7 @@ _kvchat()
         -p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--keep|--stop|--temp|--top-k|--top-p|\
         --min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|--frequency-penalty|--seed|--cache-size|\
         --system|-r|--layers|--vocab|--ff|--swa|--orig-ctx|--attn-softcap|--special|--yarn|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--prefill-chunk|--api-key|--max-body|\
-        --top-logprobs|--draft-max|--draft-min-p|--beams|--length-penalty|--best-of)
+        --top-logprobs|--draft-max|--draft-min-p|--beams|--length-penalty|--best-of|--remote|--remote-timeout)
             return ;; # a value of the user's own
     esac
 
@@ -103,7 +103,7 @@ _kvchat()
         tokenize) COMPREPLY=($(compgen -W '-m --model --ids --no-bos --parse-special --help' -- "$cur")) ;;
         template-render) COMPREPLY=($(compgen -W '-t --template -m --model --now --spans --help' -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W '-m --model --host --port --parallel --prefill-chunk --api-key -c --ctx-size -t --threads
-            -b --batch-size --kv-type --chat-template --max-body --help' -- "$cur")) ;;
+            -b --batch-size --kv-type --chat-template --max-body --store --help' -- "$cur")) ;;
     esac
 }
 complete -F _kvchat kvchat

@@ -240,6 +240,43 @@ static void test_precedence(void **st)
     config_free(&c);
 }
 
+/* [remote]: its own "model" (not [model]'s), the API key from the environment, never printed. */
+static void test_remote_section(void **st)
+{
+    (void)st;
+    const char *path = write_file("r.ini", "model = local.gguf\n[remote]\nurl = http://gpu-box:8000/v1\n"
+                                           "model = Qwen/Qwen2.5-7B-Instruct\ntimeout = 30\napi_key = from-file\n"
+                                           "[model]\nurl = http://wrong\n");
+    kv_config c;
+    config_init(&c);
+    tu_warnings w = {0};
+    config_load_file(&c, path, tu_collect_warning, &w);
+    assert_string_equal(config_get(&c, CFG_MODEL), "local.gguf");
+    assert_string_equal(config_get(&c, CFG_REMOTE_MODEL), "Qwen/Qwen2.5-7B-Instruct");
+    assert_string_equal(config_get(&c, CFG_REMOTE_URL), "http://gpu-box:8000/v1");
+    assert_string_equal(config_get(&c, CFG_REMOTE_TIMEOUT), "30");
+    assert_int_equal(w.n, 1); /* url in [model] */
+    assert_non_null(strstr(w.msg[0], "'url' belongs in [remote], not [model]"));
+    setenv("KVCHAT_REMOTE_API_KEY", "sk-secret-from-env", 1);
+    config_load_env(&c, tu_collect_warning, &w);
+    unsetenv("KVCHAT_REMOTE_API_KEY");
+    assert_string_equal(config_get(&c, CFG_REMOTE_API_KEY), "sk-secret-from-env");
+    assert_int_equal(config_note_option(&c, "remote", "http://127.0.0.1:8080"), CFG_REMOTE_URL);
+    assert_int_equal(c.v[CFG_REMOTE_URL].source, CFG_SRC_CLI);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_print(&c, f, NULL);
+    fclose(f);
+    assert_null(strstr(buf, "sk-secret"));
+    assert_non_null(strstr(buf, "api_key            = (set, not shown)"));
+    assert_non_null(strstr(buf, "[remote]"));
+    free(buf);
+    char out[64], why[200];
+    assert_int_equal(config_check(CFG_REMOTE_TIMEOUT, "0", out, sizeof out, why, sizeof why), -1);
+    config_free(&c);
+}
+
 static void test_parsers(void **st)
 {
     (void)st;
@@ -326,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_file_values_and_warnings),
         cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_remote_section),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_models_resolve),

@@ -31,10 +31,13 @@ void draw_status(ui *u, int y, int w)
     /* items after the model name, dropped from the end until the bar fits */
     char items[7][64];
     int n_items = 0;
-    snprintf(items[n_items++], 64, "%s %s", u->arch, u->weight_type);
-    if (u->params[0]) snprintf(items[n_items++], 64, "%s", u->params);
-    snprintf(items[n_items++], 64, "ctx %d", u->n_ctx);
-    snprintf(items[n_items++], 64, "%d thread%s", u->n_threads, u->n_threads == 1 ? "" : "s");
+    if (u->remote[0]) snprintf(items[n_items++], 64, "remote %.56s", u->remote);
+    else {
+        snprintf(items[n_items++], 64, "%s %s", u->arch, u->weight_type);
+        if (u->params[0]) snprintf(items[n_items++], 64, "%s", u->params);
+        snprintf(items[n_items++], 64, "ctx %d", u->n_ctx);
+        snprintf(items[n_items++], 64, "%d thread%s", u->n_threads, u->n_threads == 1 ? "" : "s");
+    }
     snprintf(items[n_items++], 64, "%s", u->mode);
     snprintf(items[n_items++], 64, "theme %.40s%s", u->theme.name, u->mono ? " (mono)" : "");
     char head[80];
@@ -81,8 +84,29 @@ static void gauge_label(int form, int n_tok, int n_ctx, int pct, const char *use
     else snprintf(text, cap, " %d/%d %s/%s", n_tok, n_ctx, used, resv);
 }
 
+/* A server's cache is not ours to measure: the gauge says so and shows the token counts of the
+ * last reply's usage (prompt, of which cached, completion). */
+static void draw_gauge_remote(ui *u, int y, int w)
+{
+    const char *d = ui_glyph(u, " · ", " - ");
+    char text[200];
+    if (u->have_stats && u->stats.n_prompt > 0)
+        snprintf(text, sizeof text, "remote%sprompt %d tokens (%d cached)%scompletion %d%sas the server reports", d,
+                 u->stats.n_prompt, u->stats.n_reused, d, u->stats.n_generated, d);
+    else if (u->have_stats) /* streaming, or stopped: the usage comes at the end */
+        snprintf(text, sizeof text, "remote%scompletion %d pieces so far%sthe server reports its token counts at the end",
+                 d, u->stats.n_generated, d);
+    else snprintf(text, sizeof text, "remote%sthe server's own cache: its token counts after the first reply", d);
+    int x = ui_puts(u, y, 0, w, "KV ", u->attr[UI_EL_TITLE]);
+    ui_puts(u, y, x, w - x, text, u->attr[UI_EL_STATS]);
+}
+
 void draw_gauge(ui *u, int y, int w)
 {
+    if (u->remote[0]) {
+        draw_gauge_remote(u, y, w);
+        return;
+    }
     attr_t t = u->attr[UI_EL_STATS];
     int n_tok = u->have_kv ? u->kv.n_tokens : 0;
     int n_ctx = u->have_kv ? u->kv.n_ctx : u->n_ctx;

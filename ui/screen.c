@@ -192,6 +192,7 @@ void ui_set_info(ui *u, const ui_info *i)
     snprintf(u->mode, sizeof u->mode, "%s", i->mode ? i->mode : "");
     u->n_ctx = i->n_ctx;
     u->n_threads = i->n_threads;
+    snprintf(u->remote, sizeof u->remote, "%s", i->remote ? i->remote : "");
     u->dirty = 1;
 }
 

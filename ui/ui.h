@@ -72,6 +72,8 @@ typedef struct ui_info {
     const char *mode; /* "completion" or the chat template's name */
     int n_ctx;
     int n_threads;
+    const char *remote; /* the server's URL when the replies come from one (NULL: the local engine):
+                           the status bar names it and the KV gauge shows the server's token counts */
 } ui_info;
 
 /* A slash command as Tab completes it: its name ("/set") and the words its first argument

@@ -150,6 +150,7 @@ struct ui {
 
     char model_name[64], arch[32], weight_type[16], mode[32], params[48];
     int n_ctx, n_threads;
+    char remote[96];          /* the server's URL ("" local) */
 
     pane pane;
     slider sliders[UI_SL_COUNT];
