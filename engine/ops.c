@@ -158,7 +158,8 @@ void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, voi
     j.chunk_rows = nth == 1 ? n_out : rows;
     j.n_chunks = (n_out + j.chunk_rows - 1) / j.chunk_rows;
     atomic_init(&j.next, 0);
-    if (n_tokens > 1) tpool_run(pool, matmul_prepare, &j);
+    /* a few rows (decode, a batched decode step) are converted here: a pool dispatch would cost more */
+    if (n_tokens > 8) tpool_run(pool, matmul_prepare, &j);
     else matmul_prepare(&j, 0, 1);
     tpool_run(pool, matmul_rows, &j);
 }
