@@ -77,5 +77,7 @@ echo "| case | options | plain t/s | speculative t/s | accepted / drafted | spee
 echo "|---|---|---|---|---|---|"
 row "stories260K, repeat its own story" "$SHARED/models/stories260K.gguf" "$REPEAT_SMALL" --lookup
 row "stories260K, a new story" "$SHARED/models/stories260K.gguf" "$FRESH" --lookup
+row "stories260K, a random-weight draft (rejected)" "$SHARED/models/stories260K.gguf" "$FRESH" \
+    --draft "$SHARED/models/syn-llama-q4_0.gguf" --draft-min-p 0
 row "TinyLlama-shaped Q4_0, repeat a passage" "$TINY" "$REPEAT" --lookup
 row "TinyLlama-shaped Q4_0, repeat, 2-layer draft" "$TINY" "$REPEAT" --draft "$TINY_DRAFT" --draft-max 4 --draft-min-p 0
