@@ -207,7 +207,7 @@ static double read_bandwidth(tpool *pool)
 }
 
 /* FP32 FMA peak with nth threads: every thread runs independent FMA chains of the level's widest
- * vectors (kern_probe_fma), best of 5 passes of ~50 ms (flops per second). */
+ * vectors (kern_probe_fma), the best of about 20 passes of ~5 ms (flops per second). */
 static void fma_worker(void *arg, int ith, int nth)
 {
     bw_job *j = arg;
@@ -218,18 +218,25 @@ static void fma_worker(void *arg, int ith, int nth)
 
 static double fma_peak(tpool *pool, int nth)
 {
-    bw_job j = {.fma_iters = 1000};
+    /* iterations for ~5 ms a pass, from the fastest of a few short runs on this thread (short
+     * passes: a busy machine preempts fewer of them) */
+    const long probe = 20000;
+    double fastest = 1e9;
+    float s;
+    for (int i = 0; i < 5; i++) {
+        double t0 = now_s();
+        kern_probe_fma(probe, &s);
+        double dt = now_s() - t0;
+        fastest = dt < fastest ? dt : fastest;
+    }
+    bw_job j = {.fma_iters = fastest > 0 ? (long)(probe * 0.005 / fastest) : probe};
+    if (j.fma_iters < probe) j.fma_iters = probe;
     double best = 0;
-    for (int rep = 0; rep < 8; rep++) {
+    for (int rep = 0; rep < 20; rep++) {
         double t0 = now_s();
         tpool_run(pool, fma_worker, &j);
         double dt = now_s() - t0, fl = 0;
         for (int i = 0; i < nth && i < 64; i++) fl += j.flops[i];
-        if (dt < 0.02 && rep < 7) { /* calibrating: aim at ~50 ms a pass */
-            j.fma_iters = (long)(j.fma_iters * (dt > 0 ? 0.05 / dt : 100));
-            if (j.fma_iters < 1000) j.fma_iters = 1000;
-            continue;
-        }
         best = fl / dt > best ? fl / dt : best;
     }
     return best;

@@ -220,6 +220,9 @@ cp "$MODEL" "$DM/we\"ird.gguf"
 if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d[0]["file"] == "we\"ird.gguf"' "$DM/bench.json" 2>/dev/null; then
     ok "bench --json: a file name with a quote is escaped (valid JSON)"
 else bad "bench --json escapes the file name" "$(head -c 300 "$DM/bench.json")"; fi
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d[0]; assert r["read_gbps"] > 0 and r["fma_peak_gflops"] > 0 and r["gflops"] > 0 and 0 <= r["load_s"] < 60 and 0 < r["fma_peak_fraction"] < 5' "$DM/bench.json" 2>/dev/null; then
+    ok "bench --json: the read bandwidth, the FMA peak, prefill GFLOP/s and the load time are measured"
+else bad "bench --json: read bandwidth, FMA peak, GFLOP/s, load time" "$(head -c 600 "$DM/bench.json")"; fi
 mkdir -p "$XDG_DATA_HOME/kvchat/models"
 cp "$MODEL" "$XDG_DATA_HOME/kvchat/models/tiny-stories.gguf"
 if [ "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)" = "[1, 403, 407, 261, 378]" ]; then
