@@ -222,17 +222,30 @@ static void pack_worker(void *arg, int ith, int nth)
     }
 }
 
+/* Rows per work item of about `piece` bytes of source rows: whole panels (kind 1) or rows. */
+static int64_t pack_step(const gguf_tensor *w, int kind, size_t piece)
+{
+    int64_t unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
+    int64_t step = (int64_t)(piece / (quant_row_size(w->type, w->ne[0]) * (size_t)unit)) * unit;
+    return step < unit ? unit : step;
+}
+
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err)
 {
     *arena = NULL;
     size_t total = 0, bytes;
     long n_items = 0;
     const size_t piece = (size_t)1 << 20; /* about 1 MiB of source rows per work item */
-    for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (&f->tensors[i] != skip && pack_kind(&f->tensors[i], &bytes)) {
-            total += (bytes + 63) & ~(size_t)63;
-            n_items += (long)(f->tensors[i].nbytes / piece) + 1;
-        }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *w = &f->tensors[i];
+        int kind = w != skip ? pack_kind(w, &bytes) : 0;
+        if (!kind) continue;
+        total += (bytes + 63) & ~(size_t)63;
+        /* exactly the pieces the loop below cuts (whole panels round the step down, so nbytes /
+         * piece undercounts them, and the last rows of the last tensors were never packed) */
+        int64_t step = pack_step(w, kind, piece);
+        n_items += (long)((w->ne[1] + step - 1) / step);
+    }
     if (!total) return KV_OK;
     size_t huge = (size_t)2 << 20, alloc = (total + huge - 1) & ~(huge - 1);
     uint8_t *p = aligned_alloc(huge, alloc);
@@ -254,8 +267,7 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
         int64_t rows = w->ne[1], unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
         size_t rs = quant_row_size(w->type, w->ne[0]);
         size_t unit_bytes = kind == 1 ? quant_pack_size(w->type, w->ne[0], QUANT_PANEL_ROWS) : rs;
-        int64_t step = (int64_t)(piece / (rs * (size_t)unit)) * unit;
-        if (step < unit) step = unit;
+        int64_t step = pack_step(w, kind, piece);
         for (int64_t r0 = 0; r0 < rows && k < n_items; r0 += step) {
             int64_t r1 = r0 + step < rows ? r0 + step : rows;
             items[k++] = (pack_item){w, kind, r0, r1, p + off + (size_t)(r0 / unit) * unit_bytes};
