@@ -377,9 +377,15 @@ int bench_main(int argc, char **argv)
         }
         double rss_mib = ru.ru_maxrss / 1024.0, file_mib = m->gguf->size / 1048576.0,
                kv_mib = ks.bytes_reserved / 1048576.0;
-        char sz[32], np[32], desc[96];
+        char sz[32], np[64], desc[96];
         human_size(size, sz, sizeof sz);
         human_params(m->n_params, np, sizeof np);
+        if (m->n_params_active != m->n_params) { /* MoE: total (active per token) */
+            char na[32];
+            human_params(m->n_params_active, na, sizeof na);
+            size_t l = strlen(np);
+            snprintf(np + l, sizeof np - l, " (%s active)", na);
+        }
         snprintf(desc, sizeof desc, "%s %s", m->arch_name, tname);
         if (o.json) {
             char *fj = json_string(base); /* a file name may hold quotes, backslashes, controls */
@@ -388,12 +394,12 @@ int bench_main(int argc, char **argv)
                 const result *r = &res[i];
                 double gbps = r->is_pp ? 0.0 : wbytes * r->median / 1e9, peak = bw_of(&o, bw, r->threads) / 1e9;
                 printf("  {\"model\": \"%s\", \"file\": %s, \"type\": \"%s\", \"size\": %llu, \"params\": %llu, "
-                       "\"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, "
+                       "\"params_active\": %llu, \"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, "
                        "\"n_depth\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"median_ts\": %.4f, "
                        "\"weight_bytes_per_token\": %llu, \"decode_gbps\": %.4f, \"read_gbps\": %.4f, "
                        "\"decode_bw_fraction\": %.4f, \"samples_ts\": [",
                        m->arch_name, fj ? fj : "null", tname, (unsigned long long)size, (unsigned long long)m->n_params,
-                       r->threads, kern_isa_name(kern()->isa), r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0,
+                       (unsigned long long)m->n_params_active, r->threads, kern_isa_name(kern()->isa), r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0,
                        r->is_pp ? 0 : r->n, r->depth, r->mean, r->sd, r->median, (unsigned long long)wbytes, gbps,
                        peak, !r->is_pp && peak > 0 ? gbps / peak : 0.0);
                 for (int j = 0; j < o.reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);

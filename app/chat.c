@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app/experts.h"
 #include "engine/chat_template.h"
 #include "engine/gguf.h"
 #include "engine/kernels/quant.h"
@@ -843,11 +844,26 @@ static void cmd_quit(chat *c, char *args) { (void)args; c->quit = 1; }
 static void cmd_sessions(chat *c, char *args) { (void)args; cb_sessions(c, UI_SESS_SHOW, 0, NULL); }
 static void cmd_branch_(chat *c, char *args) { cmd_branch(c, args); }
 
+/* /show experts: the last reply's expert choices per layer (mixture-of-experts models). */
+static void show_experts(chat *c)
+{
+    int nl, ne;
+    const uint32_t *cnt = engine_expert_counts(c->e, &nl, &ne);
+    static char buf[24576];
+    if (!cnt)
+        ui_notice(c->u, UI_ROLE_NOTICE, "/show experts: %s is not a mixture-of-experts model", engine_model(c->e)->arch_name);
+    else if (!need_idle(c, "/show experts")) return;
+    else if (!experts_report(cnt, nl, ne, ui_mono(c->u), buf, sizeof buf))
+        ui_notice(c->u, UI_ROLE_NOTICE, "/show experts: no reply yet");
+    else ui_notice(c->u, UI_ROLE_NOTICE, "%s", buf);
+}
+
 static void cmd_show(chat *c, char *args)
 {
     if (!*args || !strcmp(args, "params")) show_params(c);
     else if (!strcmp(args, "cache")) show_cache(c);
-    else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params or /show cache)", args);
+    else if (!strcmp(args, "experts")) show_experts(c);
+    else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params, /show cache or /show experts)", args);
 }
 
 static void cmd_clear(chat *c, char *args)
@@ -1031,7 +1047,7 @@ typedef struct chat_cmd {
     int args_themes;               /* ... the theme names */
 } chat_cmd;
 
-static const char *const show_args[] = {"params", "cache", NULL};
+static const char *const show_args[] = {"params", "cache", "experts", NULL};
 static const char *const branch_args[] = {"list", "next", "prev", NULL};
 static const char *set_args[N_SET_PARAMS + 1];
 
@@ -1040,7 +1056,8 @@ static const chat_cmd commands[] = {
     {"/set", {0}, "/set NAME VALUE\tchange a parameter (from the next token on):\n@set\n"
                   "\t  stop STR: end replies where STR appears\n\t  (repeatable; /set stop alone clears them)",
      0, cmd_set, set_args, 0},
-    {"/show", {0}, "/show params\tlist the parameters\n/show cache\tthe KV prefix store: size, hit rate", 0, cmd_show,
+    {"/show", {0}, "/show params\tlist the parameters\n/show cache\tthe KV prefix store: size, hit rate\n"
+                        "/show experts\texpert usage of the last reply per layer (MoE models)", 0, cmd_show,
      show_args, 0},
     {"/sessions", {0}, "/sessions\tsaved conversations (also F3)", 0, cmd_sessions, NULL, 0},
     {"/clear", {0}, "/clear\tnew conversation (empties the KV cache)", 1, cmd_clear, NULL, 0},
@@ -1613,8 +1630,15 @@ int chat_run(engine *e, sampler *s, const chat_options *o)
         fprintf(stderr, "kvchat: %s\n", why);
         return 1;
     }
+    char params[48] = ""; /* MoE: total and active parameters */
+    if (m->n_params_active != m->n_params) {
+        double t = (double)m->n_params, a = (double)m->n_params_active;
+        if (t >= 1e9) snprintf(params, sizeof params, "%.1fB, %.1fB active", t / 1e9, a / 1e9);
+        else snprintf(params, sizeof params, "%.0fM, %.0fM active", t / 1e6, a / 1e6);
+    }
     ui_info info = {
         .model_name = c->model_label,
+        .params = params[0] ? params : NULL,
         .arch = m->arch_name,
         .weight_type = quant_traits_of(m->weight_type) ? quant_traits_of(m->weight_type)->name : "?",
         .mode = c->tmpl == CHAT_TMPL_NONE ? "completion" : chat_template_name(c->tmpl),

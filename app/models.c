@@ -91,7 +91,7 @@ typedef struct model_info {
     char path[1024];
     uint64_t size;
     char arch[64], type[32], title[128];
-    uint64_t n_params;
+    uint64_t n_params, n_params_active; /* active: less the experts a token does not select (MoE) */
     int64_t n_ctx;
     char error[512]; /* "" when the header was read */
 } model_info;
@@ -128,6 +128,21 @@ static void read_info(model_info *mi)
     if (!tn && f->n_tensors) tn = quant_traits_of(best) ? quant_traits_of(best)->name : NULL;
     snprintf(mi->type, sizeof mi->type, "%s", tn ? tn : "?");
     mi->n_ctx = -1;
+    mi->n_params_active = mi->n_params;
+    if (*mi->arch) {
+        /* MoE: of each 3-D expert tensor a token uses expert_used_count of expert_count */
+        char key[128];
+        int64_t nx = 0, nk = 0;
+        snprintf(key, sizeof key, "%s.expert_count", mi->arch);
+        gguf_get_i64(f, key, 0, &nx, &err);
+        snprintf(key, sizeof key, "%s.expert_used_count", mi->arch);
+        gguf_get_i64(f, key, 0, &nk, &err);
+        for (uint64_t i = 0; nx > 0 && nk > 0 && nk <= nx && i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            if (t->n_dims == 3 && t->ne[2] == nx && strstr(t->name, "_exps."))
+                mi->n_params_active -= (uint64_t)t->n_elements / (uint64_t)nx * (uint64_t)(nx - nk);
+        }
+    }
     if (*mi->arch) {
         char key[128];
         snprintf(key, sizeof key, "%s.context_length", mi->arch);
@@ -228,7 +243,8 @@ int models_main(int argc, char **argv)
             else {
                 json_kv_str(stdout, "architecture", mi->arch, 0);
                 json_kv_str(stdout, "type", mi->type, 0);
-                printf(", \"n_params\": %llu, \"n_ctx_train\": %lld", (unsigned long long)mi->n_params, (long long)mi->n_ctx);
+                printf(", \"n_params\": %llu, \"n_params_active\": %llu, \"n_ctx_train\": %lld",
+                       (unsigned long long)mi->n_params, (unsigned long long)mi->n_params_active, (long long)mi->n_ctx);
                 json_kv_str(stdout, "title", mi->title, 0);
             }
             printf("}\n");
@@ -252,7 +268,7 @@ int models_main(int argc, char **argv)
     printf("%-*s  %9s  %7s  %-8s  %-7s  %7s\n", wn, "NAME", "SIZE", "PARAMS", "ARCH", "TYPE", "CONTEXT");
     for (size_t i = 0; i < n; i++) {
         model_info *mi = &list[i];
-        char sz[32], np[32];
+        char sz[32], np[72];
         human_size(mi->size, sz, sizeof sz);
         if (*mi->error) {
             printf("%-*s  %9s  error: ", wn, mi->name, sz);
@@ -261,6 +277,11 @@ int models_main(int argc, char **argv)
             continue;
         }
         human_count(mi->n_params, np, sizeof np);
+        if (mi->n_params_active != mi->n_params) { /* MoE: total/active */
+            size_t l = strlen(np);
+            np[l++] = '/';
+            human_count(mi->n_params_active, np + l, sizeof np - l);
+        }
         printf("%-*s  %9s  %7s  %-8s  %-7s  %7lld\n", wn, mi->name, sz, np, *mi->arch ? mi->arch : "?", mi->type,
                (long long)mi->n_ctx);
     }

@@ -51,7 +51,7 @@ _kvchat()
             -m|--model|-p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--kv-type|--keep|--stop|\
             --temp|--top-k|--top-p|--min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|\
             --frequency-penalty|--seed|--theme|--system|--chat-template|--db|--resume|--cache-size|-r|-o|--shape|--type|--layers|--format|\
-            --vocab|--ff|--swa|--orig-ctx|--attn-softcap|--yarn|--host|--port|--parallel|--api-key|--max-body)
+            --vocab|--ff|--swa|--orig-ctx|--attn-softcap|--yarn|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--api-key|--max-body)
                 ((i++)) ;;
             -*|=) ;;
             *) cmd=$w; break ;;
@@ -68,11 +68,11 @@ _kvchat()
         --chat-template) COMPREPLY=($(compgen -W "$_kvchat_templates" -- "$cur")); return ;;
         --resume) COMPREPLY=($(compgen -W "last $("$self" list --ids 2>/dev/null)" -- "$cur")); return ;;
         --db|-o) COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
-        --shape) COMPREPLY=($(compgen -W 'tinyllama llama3.2-1b qwen2.5-0.5b tiny qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini gpt-oss-20b' -- "$cur")); return ;;
+        --shape) COMPREPLY=($(compgen -W 'tinyllama llama3.2-1b qwen2.5-0.5b tiny qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini qwen3-30b-a3b qwen1.5-moe-a2.7b olmoe-1b-7b gpt-oss-20b' -- "$cur")); return ;;
         --type) COMPREPLY=($(compgen -W 'f16 q8_0 q4_0 q6_k q4_k_m q5_k_m mxfp4' -- "$cur")); return ;;
         -p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--keep|--stop|--temp|--top-k|--top-p|\
         --min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|--frequency-penalty|--seed|--cache-size|\
-        --system|-r|--layers|--vocab|--ff|--swa|--orig-ctx|--attn-softcap|--yarn|--host|--port|--parallel|--api-key|--max-body)
+        --system|-r|--layers|--vocab|--ff|--swa|--orig-ctx|--attn-softcap|--yarn|--experts|--experts-used|--ff-exp|--ff-shexp|--host|--port|--parallel|--api-key|--max-body)
             return ;; # a value of the user's own
     esac
 
@@ -95,7 +95,7 @@ _kvchat()
             if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W '--db --help' -- "$cur"))
             else COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; fi ;;
         bench) COMPREPLY=($(compgen -W '-m --model -p --n-prompt -n --n-gen -t --threads -d --n-depth -r --repetitions --json --help' -- "$cur")) ;;
-        gen-model) COMPREPLY=($(compgen -W '--shape --type -o --layers --seed --vocab --ff --swa --orig-ctx --attn-softcap --yarn --help' -- "$cur")) ;;
+        gen-model) COMPREPLY=($(compgen -W '--shape --type -o --layers --seed --vocab --ff --swa --orig-ctx --attn-softcap --yarn --experts --experts-used --ff-exp --ff-shexp --help' -- "$cur")) ;;
         tokenize) COMPREPLY=($(compgen -W '-m --model --ids --no-bos --parse-special --help' -- "$cur")) ;;
         template-render) COMPREPLY=($(compgen -W '-t --template -m --model --now --spans --help' -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W '-m --model --host --port --parallel --api-key -c --ctx-size -t --threads

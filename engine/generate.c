@@ -30,6 +30,11 @@ struct engine {
     size_t text_cap;
 };
 
+const uint32_t *engine_expert_counts(const engine *e, int *n_layer, int *n_expert)
+{
+    return forward_ctx_expert_counts(e->fc, n_layer, n_expert);
+}
+
 void engine_params_default(engine_params *p)
 {
     memset(p, 0, sizeof *p);
@@ -410,6 +415,7 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
     *finish = GEN_FINISH_ERROR;
     if (!kv_seq_valid(e->kv, seq)) return kv_error_set(err, KV_ERR_INVALID, "no KV sequence %d", seq);
     if (n_prompt == 0) return kv_error_set(err, KV_ERR_INVALID, "the prompt is empty");
+    forward_ctx_expert_counts_reset(e->fc); /* engine_expert_counts: this request's */
     int n_keep = resolve_keep(e, o->n_keep);
     st->n_keep = n_keep;
     const int32_t *P = prompt;

@@ -65,6 +65,9 @@ const tokenizer *engine_tokenizer(const engine *e);
 kv_cache *engine_kv(engine *e);
 int engine_n_ctx(const engine *e);
 int engine_n_threads(const engine *e);
+/* Expert usage of a mixture-of-experts model in the last engine_generate_seq (its prompt and
+ * reply): counts[il * n_expert + e] as forward_ctx_expert_counts gives them; NULL for a dense model. */
+const uint32_t *engine_expert_counts(const engine *e, int *n_layer, int *n_expert);
 /* Tokens whose K/V the default sequence holds, in order (length kv_cache_n_tokens). */
 const int32_t *engine_history(const engine *e, int *n);
 /* Empty the default sequence (a new conversation); its full blocks stay cached for reuse. */

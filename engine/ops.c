@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -171,9 +172,15 @@ void op_get_row(const gguf_tensor *w, int64_t row, float *dst)
 /* What op_weights_pack does with a matrix: 1 = panels (quant_pack), 2 = a plain copy of the rows
  * (a copy in anonymous memory on 2 MiB pages streams faster than the file mapping's 4 KiB page-
  * cache pages: fewer TLB misses, prefetch streams not cut every 4 KiB), 0 = nothing. */
-static int pack_kind(const gguf_tensor *w, size_t *bytes)
+static int pack_kind(const gguf_tensor *w, size_t *bytes, int experts)
 {
     *bytes = 0;
+    if (w->n_dims == 3 && !experts) return 0;
+    /* a 3-D tensor of experts is packed as one matrix of ne1 * ne2 rows when every expert's matrix
+     * is whole panels (so expert e's panels start at e * pack_size(ne1 rows), engine/moe.c) and the
+     * experts are to be packed at all (op_weights_pack) */
+    if (w->n_dims == 3 && w->ne[3] == 1 && w->ne[1] % QUANT_PANEL_ROWS == 0)
+        return (*bytes = quant_pack_size(w->type, w->ne[0], w->ne[1] * w->ne[2])) ? 1 : 0;
     if (w->n_dims != 2) return 0;
     if ((*bytes = quant_pack_size(w->type, w->ne[0], w->ne[1]))) return 1;
     if (w->nbytes < (1u << 20)) return 0; /* small matrices stay in the mapping */
@@ -222,11 +229,41 @@ static void pack_worker(void *arg, int ith, int nth)
     }
 }
 
-/* Rows per work item of about `piece` bytes of source rows: whole panels (kind 1) or rows. */
+/* MemAvailable of /proc/meminfo in bytes, 0 when unknown. */
+static uint64_t mem_available(void)
+{
+    FILE *fp = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+    while (fp && fgets(line, sizeof line, fp))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (fp) fclose(fp);
+    return (uint64_t)kb * 1024;
+}
+
+/* Pack a MoE model's 3-D expert tensors too? Yes when their panels fit in half of the memory
+ * available now (prefill then runs the panel GEMM on them); else, or with KVCHAT_MOE_MAPPED=1,
+ * they stay in the file mapping, where the pages of experts that are not used stay reclaimable
+ * page cache and decode faults in only the selected experts' rows. */
+static int experts_packable(const gguf_file *f)
+{
+    const char *env = getenv("KVCHAT_MOE_MAPPED");
+    if (env && *env && strcmp(env, "0")) return 0;
+    uint64_t need = 0;
+    size_t b;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (f->tensors[i].n_dims == 3 && pack_kind(&f->tensors[i], &b, 1)) need += b;
+    if (!need) return 0;
+    uint64_t avail = mem_available();
+    return avail == 0 || need <= avail / 2;
+}
+
+/* Rows per packing work item of w (about `piece` bytes of source rows, whole panels when packed). */
 static int64_t pack_step(const gguf_tensor *w, int kind, size_t piece)
 {
     int64_t unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
-    int64_t step = (int64_t)(piece / (quant_row_size(w->type, w->ne[0]) * (size_t)unit)) * unit;
+    size_t rs = quant_row_size(w->type, w->ne[0]);
+    int64_t step = (int64_t)(piece / (rs * (size_t)unit)) * unit;
     return step < unit ? unit : step;
 }
 
@@ -236,16 +273,15 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
     size_t total = 0, bytes;
     long n_items = 0;
     const size_t piece = (size_t)1 << 20; /* about 1 MiB of source rows per work item */
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *w = &f->tensors[i];
-        int kind = w != skip ? pack_kind(w, &bytes) : 0;
-        if (!kind) continue;
-        total += (bytes + 63) & ~(size_t)63;
-        /* exactly the pieces the loop below cuts (whole panels round the step down, so nbytes /
-         * piece undercounts them, and the last rows of the last tensors were never packed) */
-        int64_t step = pack_step(w, kind, piece);
-        n_items += (long)((w->ne[1] + step - 1) / step);
-    }
+    int experts = experts_packable(f), kd;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (&f->tensors[i] != skip && (kd = pack_kind(&f->tensors[i], &bytes, experts))) {
+            /* exactly the items the loop below makes (an estimate from the byte count fell one
+             * short for large 3-D tensors, leaving their last rows unpacked) */
+            int64_t rows = f->tensors[i].ne[1] * f->tensors[i].ne[2], step = pack_step(&f->tensors[i], kd, piece);
+            total += (bytes + 63) & ~(size_t)63;
+            n_items += (long)((rows + step - 1) / step);
+        }
     if (!total) return KV_OK;
     size_t huge = (size_t)2 << 20, alloc = (total + huge - 1) & ~(huge - 1);
     uint8_t *p = aligned_alloc(huge, alloc);
@@ -262,9 +298,9 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
     long k = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *w = &f->tensors[i];
-        int kind = w != skip ? pack_kind(w, &bytes) : 0;
+        int kind = w != skip ? pack_kind(w, &bytes, experts) : 0;
         if (!kind) continue;
-        int64_t rows = w->ne[1], unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
+        int64_t rows = w->ne[1] * w->ne[2], unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
         size_t rs = quant_row_size(w->type, w->ne[0]);
         size_t unit_bytes = kind == 1 ? quant_pack_size(w->type, w->ne[0], QUANT_PANEL_ROWS) : rs;
         int64_t step = pack_step(w, kind, piece);

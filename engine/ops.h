@@ -72,7 +72,10 @@ void op_attention_paged(const float *q, const uint8_t *const *kb, const uint8_t 
  * reads (untied token embeddings), or NULL. The mmap'd pages of every packed tensor are released
  * (MADV_DONTNEED; the file stays in the page cache; a tensor also read by rows, like tied token
  * embeddings, faults back just the rows op_get_row reads), so resident memory holds one copy of
- * the weights. *arena: free it with op_weights_free (NULL when nothing was packed). KV_ERR_NOMEM. */
+ * the weights. 3-D expert tensors (MoE) are packed in panels as one matrix of ne1 * ne2 rows
+ * when ne1 is whole panels and their panels fit in half of MemAvailable (KVCHAT_MOE_MAPPED=1: never);
+ * otherwise they stay mapped (never copied), so an unused expert's pages are never touched.
+ * *arena: free it with op_weights_free (NULL when nothing was packed). KV_ERR_NOMEM. */
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err);
 void op_weights_free(gguf_file *f, void *arena);
 

@@ -14,7 +14,9 @@
 # BENCH_THREADS (2), BENCH_PP ("128 512"), BENCH_TG (32), BENCH_ROUNDS (5), BENCH_TYPES
 # ("q4_0 q8_0 q4_k_m q5_k_m q6_k f16"), BENCH_SHAPES ("tinyllama"; also llama3.2-1b, qwen2.5-0.5b),
 # BENCH_DEPTHS ("2048 4096": tg at these depths, for BENCH_DEPTH_TYPES, default "q4_0"),
-# BENCH_STORIES (1: also stories260K on 1 thread, pp128 / tg256), BENCH_LLAMA (1: run llama.cpp).
+# BENCH_STORIES (1: also stories260K on 1 thread, pp128 / tg256), BENCH_LLAMA (1: run llama.cpp),
+# BENCH_LAYERS (the shapes' own layer count; N: gen-model --layers N, files named SHAPE-TYPE-NL.gguf —
+# e.g. BENCH_SHAPES=qwen3-30b-a3b BENCH_LAYERS=8 for the MoE shape with its real experts).
 set -eu
 KVCHAT=${KVCHAT:-./kvchat}
 SHARED=${SHARED:-../shared}
@@ -28,6 +30,8 @@ SHAPES=${BENCH_SHAPES:-tinyllama}
 DEPTHS=${BENCH_DEPTHS:-"2048 4096"}
 DEPTH_TYPES=${BENCH_DEPTH_TYPES:-q4_0}
 LLAMA=${BENCH_LLAMA:-1}
+LAYERS=${BENCH_LAYERS:-}
+mfile() { echo "$DIR/$1-$2${LAYERS:+-${LAYERS}L}.gguf"; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvchat-bench.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT INT TERM
 comma() { echo "$*" | tr ' ' ','; }
@@ -44,10 +48,10 @@ fi
 mkdir -p "$DIR"
 for s in $SHAPES; do
   for t in $TYPES; do
-    f="$DIR/$s-$t.gguf"
+    f=$(mfile "$s" "$t")
     if [ ! -s "$f" ]; then
       echo "writing $f (random weights, $s shape)" >&2
-      "$KVCHAT" gen-model --shape "$s" --type "$t" -o "$f"
+      "$KVCHAT" gen-model --shape "$s" --type "$t" ${LAYERS:+--layers "$LAYERS"} -o "$f"
     fi
   done
 done
@@ -106,8 +110,8 @@ isa=$("$KVCHAT" --version | sed -n 's/^kernels: \([a-z0-9]*\).*/\1/p')
 echo "kvchat bench ($isa kernels) vs llama.cpp's llama-bench ($LB), $ROUNDS rounds of one repetition, back to back" >&2
 for s in $SHAPES; do
   for t in $TYPES; do
-    run_model "$s-$t" "$DIR/$s-$t.gguf" "$TH" "$(comma $PPS)" "$TG" 0
-    case " $DEPTH_TYPES " in *" $t "*) run_model "$s-$t" "$DIR/$s-$t.gguf" "$TH" 0 "$TG" "$(comma $DEPTHS)" ;; esac
+    run_model "$s-$t" "$(mfile "$s" "$t")" "$TH" "$(comma $PPS)" "$TG" 0
+    case " $DEPTH_TYPES " in *" $t "*) run_model "$s-$t" "$(mfile "$s" "$t")" "$TH" 0 "$TG" "$(comma $DEPTHS)" ;; esac
   done
 done
 STORIES="$(cd "$SHARED/models" 2>/dev/null && pwd)/stories260K.gguf"

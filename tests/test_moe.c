@@ -19,9 +19,11 @@
 
 #include <cmocka.h>
 
+#include "app/experts.h"
 #include "app/tools.h"
 #include "engine/model.h"
 #include "engine/moe.h"
+#include "engine/ops.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
 #include "engine/kernels/threadpool.h"
@@ -312,6 +314,51 @@ static void test_ties(void **state)
     fixture_free(&fx);
 }
 
+/* op_weights_pack on the real Qwen3-30B-A3B expert tensor shape (Q4_0 [2048, 768, 128]): every
+ * expert's panels, the last rows of the last expert included, give what its GGUF rows give (its
+ * work items once fell one short for this shape, leaving the tail unpacked). */
+static void test_pack_experts(void **state)
+{
+    (void)state;
+    const int64_t n = 2048, f = 768, x = 128;
+    size_t rb = quant_row_size(GGML_TYPE_Q4_0, n), bytes = rb * (size_t)(f * x);
+    if (!quant_pack_size(GGML_TYPE_Q4_0, n, f * x)) skip(); /* no panel layout at this level */
+    uint8_t *data = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095), *copy = malloc(bytes);
+    assert_non_null(data);
+    assert_non_null(copy);
+    for (size_t i = 0; i < bytes; i++) data[i] = (uint8_t)(urand() * 127);
+    for (size_t r = 0; r < (size_t)(f * x); r++) { /* sane scales */
+        uint16_t d = fp32_to_fp16(0.01f);
+        for (int b = 0; b < n / 32; b++) memcpy(data + r * rb + (size_t)b * sizeof(block_q4_0), &d, 2);
+    }
+    memcpy(copy, data, bytes);
+    gguf_tensor t = {.name = "blk.0.ffn_up_exps.weight", .n_dims = 3, .ne = {n, f, x, 1}, .type = GGML_TYPE_Q4_0,
+                     .data = data, .nbytes = bytes, .n_elements = n * f * x};
+    gguf_file gf = {.path = "mem.gguf", .n_tensors = 1, .tensors = &t};
+    void *arena = NULL;
+    kv_error err = {0};
+    setenv("KVCHAT_MOE_MAPPED", "0", 1);
+    assert_int_equal(op_weights_pack(&gf, NULL, &arena, &err), KV_OK);
+    assert_non_null(t.packed);
+    float xin[2048], a[64], b[64];
+    for (int i = 0; i < n; i++) xin[i] = urand();
+    uint8_t *act = aligned_alloc(64, quant_act_row_size(GGML_TYPE_Q4_0, n));
+    quant_act_prepare(GGML_TYPE_Q4_0, xin, n, act);
+    const int experts[] = {0, 1, 64, 126, 127};
+    for (size_t k = 0; k < sizeof experts / sizeof *experts; k++)
+        for (int64_t r0 = 0; r0 < f; r0 += f - 64) { /* the first and the last 64 rows */
+            gguf_tensor v = moe_expert_view(&t, experts[k]);
+            assert_non_null(v.packed);
+            quant_gemm_packed(GGML_TYPE_Q4_0, n, r0, 64, v.packed, act, 0, 1, a, 64);
+            quant_gemv(GGML_TYPE_Q4_0, n, 64, copy + ((size_t)experts[k] * f + (size_t)r0) * rb, rb, act, b);
+            for (int i = 0; i < 64; i++) assert_float_equal(a[i], b[i], 1e-3f * (fabsf(b[i]) + 1.0f));
+        }
+    op_weights_free(&gf, arena);
+    free(act);
+    free(copy);
+    free(data);
+}
+
 /* ---- the loader ---------------------------------------------------------------------------- */
 
 static const char *gen_small(const char *shape, const char *file)
@@ -472,6 +519,41 @@ static void test_load_errors(void **state)
     expect_error(p, KV_ERR_FORMAT, "required tensor 'blk.0.ffn_up_shexp.weight' is missing", NULL);
 }
 
+/* /show experts: bars scaled to each layer's most used expert, used counts, the top three. */
+static void test_experts_report(void **state)
+{
+    (void)state;
+    uint32_t c[2 * 8] = {0, 8, 4, 0, 1, 0, 0, 3, /* layer 1: */ 2, 2, 2, 2, 2, 2, 2, 2};
+    char buf[1024];
+    size_t n = experts_report(c, 2, 8, 0, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(n, strlen(buf));
+    const char *want0 = "L0    █▄ ▁  ▃  4/8 used · top e1 50% e2 25% e7 19%";
+    const char *want1 = "L1   ████████  8/8 used · top e0 12% e1 12% e2 12%";
+    if (!strstr(buf, want0) || !strstr(buf, want1)) print_message("%s\n", buf);
+    assert_non_null(strstr(buf, "16 selections per layer over 8 experts (one bar per expert)"));
+    assert_non_null(strstr(buf, want0));
+    assert_non_null(strstr(buf, want1));
+    assert_int_equal(experts_report(c, 2, 8, 1, buf, sizeof buf) > 0, 1);
+    assert_non_null(strstr(buf, "L0    @+ :  =  4/8 used"));
+    /* over 64 experts: one bar per pair (the larger) */
+    uint32_t big[128] = {0};
+    big[0] = 1, big[127] = 2;
+    experts_report(big, 1, 128, 1, buf, sizeof buf);
+    assert_non_null(strstr(buf, "one bar per two experts"));
+    char *l = strstr(buf, "L0   ");
+    assert_non_null(l);
+    assert_int_equal(l[5], '+');  /* ceil(1 * 9 / 2) = 5: '+' */
+    assert_int_equal(l[5 + 63], '@');
+    assert_int_equal(l[5 + 64], ' ');
+    /* nothing counted: nothing written; a small buffer is cut, still terminated */
+    uint32_t z[8] = {0};
+    assert_int_equal(experts_report(z, 1, 8, 0, buf, sizeof buf), 0);
+    assert_int_equal(buf[0], 0);
+    assert_true(experts_report(c, 2, 8, 0, buf, 20) < 20);
+    assert_int_equal(strlen(buf), 19);
+}
+
 int main(void)
 {
     if (tu_tmpdir_make("moe")) return 1;
@@ -479,10 +561,12 @@ int main(void)
         cmocka_unit_test(test_vs_reference),
         cmocka_unit_test(test_packed),
         cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_pack_experts),
     };
     const struct CMUnitTest once[] = {
         cmocka_unit_test(test_load),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_experts_report),
     };
     int failed = tu_run_every_isa("moe", every_isa, sizeof every_isa / sizeof *every_isa, NULL, NULL);
     failed += cmocka_run_group_tests(once, NULL, NULL);

@@ -29,9 +29,10 @@ void draw_status(ui *u, int y, int w)
     int rw = ui_text_width(right, strlen(right));
     if (rw > w - 10) rw = w - 10 > 0 ? w - 10 : 0;
     /* items after the model name, dropped from the end until the bar fits */
-    char items[6][64];
+    char items[7][64];
     int n_items = 0;
     snprintf(items[n_items++], 64, "%s %s", u->arch, u->weight_type);
+    if (u->params[0]) snprintf(items[n_items++], 64, "%s", u->params);
     snprintf(items[n_items++], 64, "ctx %d", u->n_ctx);
     snprintf(items[n_items++], 64, "%d thread%s", u->n_threads, u->n_threads == 1 ? "" : "s");
     snprintf(items[n_items++], 64, "%s", u->mode);

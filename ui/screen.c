@@ -197,6 +197,7 @@ void ui_set_info(ui *u, const ui_info *i)
     snprintf(u->model_name, sizeof u->model_name, "%s", i->model_name ? i->model_name : "?");
     snprintf(u->arch, sizeof u->arch, "%s", i->arch ? i->arch : "?");
     snprintf(u->weight_type, sizeof u->weight_type, "%s", i->weight_type ? i->weight_type : "?");
+    snprintf(u->params, sizeof u->params, "%s", i->params ? i->params : "");
     snprintf(u->mode, sizeof u->mode, "%s", i->mode ? i->mode : "");
     u->n_ctx = i->n_ctx;
     u->n_threads = i->n_threads;

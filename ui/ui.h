@@ -68,6 +68,7 @@ typedef struct ui_info {
     const char *model_name;
     const char *arch;
     const char *weight_type;
+    const char *params; /* "30.5B, 3.3B active" (mixture of experts), or NULL: not shown */
     const char *mode; /* "completion" or the chat template's name */
     int n_ctx;
     int n_threads;

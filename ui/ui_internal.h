@@ -126,7 +126,7 @@ struct ui {
     int unicode;              /* UTF-8 box drawing (locale is UTF-8 and the theme says unicode) */
     int mouse;
 
-    char model_name[64], arch[32], weight_type[16], mode[32];
+    char model_name[64], arch[32], weight_type[16], mode[32], params[48];
     int n_ctx, n_threads;
 
     pane pane;
