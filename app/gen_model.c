@@ -41,7 +41,9 @@ enum {
     SH_NO_PRE_NORM = 8,  /* no attn_norm / ffn_norm (olmo2) */
     SH_POST_NORM = 16,   /* post_attention_norm / post_ffw_norm (olmo2, gemma) */
     SH_FUSED = 32,       /* attn_qkv and ffn_up = gate|up, no ffn_gate (phi3) */
-    SH_RANDOM_NORMS = 64 /* norm weights 1 + U(-0.25, 0.25) instead of 1 */
+    SH_RANDOM_NORMS = 64, /* norm weights 1 + U(-0.25, 0.25) instead of 1 */
+    SH_GPTOSS = 128       /* gpt-oss: post_attention_norm as the FFN norm, attn_output.bias, attn_sinks,
+                             router and expert biases, YaRN (factor 32 over 4096) */
 };
 
 typedef struct shape {
@@ -77,6 +79,7 @@ static const moe_shape MOE_SHAPES[] = {
     {"qwen3-30b-a3b", 128, 8, 768, 0},      /* 128 experts of 768, 8 per token */
     {"qwen1.5-moe-a2.7b", 60, 4, 1408, 5632}, /* 60 experts of 1408, 4 per token, a shared expert */
     {"olmoe-1b-7b", 64, 8, 0, 0},           /* 64 experts of feed_forward_length 1024, 8 per token */
+    {"gpt-oss-20b", 32, 4, 2880, 0},        /* 32 experts of 2880, 4 per token */
 };
 
 #define R SH_RANDOM_NORMS
@@ -119,6 +122,9 @@ static const model_shape SHAPES[] = {
      128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16.0f, 16384, 32.0f, 1.0f, 1.0f, 0.1f},
     {"internlm2.5-1.8b", "internlm2", "InternLM2.5-1.8B", 92544, 2048, 24, 16, 8, 8192, 32768, 1000000.0f, 1e-5f, 0, R,
      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* gpt-oss-20b: 24 layers of 64 heads of 64 (8 kv heads) on 2880, sliding window 128 on even layers */
+    {"gpt-oss-20b", "gpt-oss", "gpt-oss-20b", 201088, 2880, 24, 64, 8, 2880, 131072, 150000.0f, 1e-5f, 0,
+     SH_QKV_BIAS | SH_GPTOSS | R, 64, 0, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #undef R
 #define N_SHAPES (sizeof SHAPES / sizeof *SHAPES)
@@ -126,10 +132,10 @@ static const model_shape SHAPES[] = {
 const char *const gen_model_shapes[] = {"tinyllama", "llama3.2-1b", "qwen2.5-0.5b", "tiny", "qwen3-0.6b", "smollm3-3b",
                                         "granite-3-2b", "olmo2-1b", "gemma2-2b", "gemma3-1b", "gemma3-4b", "phi4-mini",
                                         "ministral3-3b", "internlm2.5-1.8b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b",
-                                        "olmoe-1b-7b", NULL};
+                                        "olmoe-1b-7b", "gpt-oss-20b", NULL};
 #define SHAPE_LIST "tinyllama, llama3.2-1b, qwen2.5-0.5b, tiny, qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, " \
                    "gemma2-2b, gemma3-1b, gemma3-4b, phi4-mini, ministral3-3b, internlm2.5-1.8b, qwen3-30b-a3b, " \
-                   "qwen1.5-moe-a2.7b, olmoe-1b-7b"
+                   "qwen1.5-moe-a2.7b, olmoe-1b-7b, gpt-oss-20b"
 
 /* ftype names and their general.file_type (llama.cpp's enum llama_ftype). */
 enum { FT_F16, FT_Q8_0, FT_Q4_0, FT_Q4_K_M, FT_Q5_K_M, FT_Q6_K, FT_IQ4_NL, FT_IQ4_XS, FT_MXFP4 };
@@ -378,6 +384,18 @@ static int fill_norm(void *user, const gguf_writer_chunk *c, kv_error *err)
     return KV_OK;
 }
 
+/* gpt-oss's attention sinks: (norm_values - 1) · 8 + 1, uniform in [-1, 3]. */
+static int fill_sinks(void *user, const gguf_writer_chunk *c, kv_error *err)
+{
+    const norm_ctx *nc = user;
+    float *v = c->dst;
+    int n = (int)(c->nbytes / sizeof(float));
+    norm_values(v, n, 1, nc->seed, c->name);
+    for (int i = 0; i < n; i++) v[i] = (v[i] - 1.0f) * 8.0f + 1.0f;
+    (void)err;
+    return KV_OK;
+}
+
 /* An F32 norm weight of n values (norm_values; written from the name when the file is). */
 static int add_norm(gguf_writer *w, const char *name, int n, norm_ctx *nc)
 {
@@ -512,7 +530,7 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         if (sh->yarn_log_mul) set_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", sh->yarn_log_mul);
     }
     if (sh->attn_temp_scale) set_arch_f32(w, a, "attention.temperature_scale", sh->attn_temp_scale);
-    float yarn = opt->rope_yarn;
+    float yarn = opt->rope_yarn > 0 ? opt->rope_yarn : (fl & SH_GPTOSS) ? 32.0f : 0.0f;
     if (yarn && !sh->yarn_factor) { /* --yarn F (gpt-oss: factor 32 over 4096 positions) */
         char key[96];
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
@@ -577,7 +595,11 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
         add_norm(w, nm, n, &nc);
         if (!(fl & SH_NO_PRE_NORM)) {
             NORM("attn_norm.weight", E)
-            NORM("ffn_norm.weight", E)
+            if (fl & SH_GPTOSS) {
+                NORM("post_attention_norm.weight", E) /* gpt-oss's FFN norm */
+            } else {
+                NORM("ffn_norm.weight", E)
+            }
         }
         if (fl & SH_POST_NORM) {
             NORM("post_attention_norm.weight", E)
@@ -627,6 +649,17 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
                 gguf_writer_add_tensor_fill(w, nm, tensor_type(ft, ex[k].kind, il, n_layer, sh->tied, ne3[0]), 3, ne3,
                                             fill_random, &fc);
             }
+            if (fl & SH_GPTOSS) { /* router and expert biases (F32, std 0.02) */
+                int64_t nb1[4] = {n_expert, 1, 1, 1}, nbg[4] = {n_ff_exp, n_expert, 1, 1}, nbd[4] = {E, n_expert, 1, 1};
+                snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.bias", il);
+                gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 1, nb1, fill_random, &fc);
+                snprintf(nm, sizeof nm, "blk.%d.ffn_gate_exps.bias", il);
+                gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 2, nbg, fill_random, &fc);
+                snprintf(nm, sizeof nm, "blk.%d.ffn_up_exps.bias", il);
+                gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 2, nbg, fill_random, &fc);
+                snprintf(nm, sizeof nm, "blk.%d.ffn_down_exps.bias", il);
+                gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 2, nbd, fill_random, &fc);
+            }
             if (n_ff_shexp) {
                 for (int k = 0; k < 3; k++) {
                     int down = ex[k].kind == TK_DOWN;
@@ -639,6 +672,15 @@ int gen_model_write_ex(const char *path, const char *shape_name, const char *typ
                 snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp_shexp.weight", il);
                 gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 1, ng, fill_random, &fc);
             }
+        }
+        if (fl & SH_GPTOSS) {
+            /* the attention output's bias, and a sink logit per head in [-1, 3) (norm_values' 1 ±
+             * 0.25, stretched): as large as the random weights' attention logits, so they show */
+            int64_t no[4] = {E, 1, 1, 1}, ns[4] = {sh->n_head, 1, 1, 1};
+            snprintf(nm, sizeof nm, "blk.%d.attn_output.bias", il);
+            gguf_writer_add_tensor(w, nm, GGML_TYPE_F32, 1, no, bias);
+            snprintf(nm, sizeof nm, "blk.%d.attn_sinks.weight", il);
+            gguf_writer_add_tensor_fill(w, nm, GGML_TYPE_F32, 1, ns, fill_sinks, &nc);
         }
         if (fl & SH_QKV_BIAS) {
             int64_t nq[4] = {EQ, 1, 1, 1}, nkv[4] = {EKV, 1, 1, 1};
@@ -671,7 +713,7 @@ static void gen_usage(FILE *out)
             "  --shape SHAPE   tinyllama (TinyLlama-1.1B), llama3.2-1b, qwen2.5-0.5b, tiny (2 layers, for tests),\n"
             "                  qwen3-0.6b, smollm3-3b, granite-3-2b, olmo2-1b, gemma2-2b, gemma3-1b, gemma3-4b,\n"
             "                  phi4-mini, ministral3-3b, internlm2.5-1.8b; mixture of experts: qwen3-30b-a3b,\n"
-            "                  qwen1.5-moe-a2.7b, olmoe-1b-7b\n"
+            "                  qwen1.5-moe-a2.7b, olmoe-1b-7b, gpt-oss-20b\n"
             "  --type TYPE     f16, q8_0, q4_0, q6_k, iq4_nl, iq4_xs (every matrix in that type), q4_k_m, q5_k_m\n"
             "                  or mxfp4 (the FFN's matrices MXFP4, the others Q8_0)\n"
             "                  (llama-quantize's mixes: Q4_K / Q5_K, Q6_K for the output and some\n"

@@ -71,7 +71,7 @@ _kvchat()
         --chat-template) COMPREPLY=($(compgen -W "$_kvchat_templates" -- "$cur")); return ;;
         --resume) COMPREPLY=($(compgen -W "last $("$self" list --ids 2>/dev/null)" -- "$cur")); return ;;
         --db|-o) COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null; return ;;
-        --shape) COMPREPLY=($(compgen -W 'tinyllama llama3.2-1b qwen2.5-0.5b tiny qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini ministral3-3b internlm2.5-1.8b qwen3-30b-a3b qwen1.5-moe-a2.7b olmoe-1b-7b' -- "$cur")); return ;;
+        --shape) COMPREPLY=($(compgen -W 'tinyllama llama3.2-1b qwen2.5-0.5b tiny qwen3-0.6b smollm3-3b granite-3-2b olmo2-1b gemma2-2b gemma3-1b gemma3-4b phi4-mini ministral3-3b internlm2.5-1.8b qwen3-30b-a3b qwen1.5-moe-a2.7b olmoe-1b-7b gpt-oss-20b' -- "$cur")); return ;;
         --type) COMPREPLY=($(compgen -W 'f16 q8_0 q4_0 q6_k iq4_nl iq4_xs q4_k_m q5_k_m mxfp4' -- "$cur")); return ;;
         -p|--prompt|-n|--n-predict|-c|--ctx-size|-b|--batch-size|-t|--threads|--keep|--stop|--temp|--top-k|--top-p|\
         --min-p|--repeat-penalty|--repeat-last-n|--presence-penalty|--frequency-penalty|--seed|--cache-size|\

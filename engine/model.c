@@ -64,6 +64,8 @@ static const arch_info ARCHS[] = {
     {"mistral3", ARCH_MISTRAL3, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,     0, 0, 0, 0},
     /* InternLM2 / 2.5: llama's graph under its own name (converters split its fused wqkv) */
     {"internlm2", ARCH_INTERNLM2, 0, 1, QK_NORM_NONE, 1, 0, FFN_SILU,   0, 0, 0, 0},
+    /* gpt-oss: sliding-window layers alternate with full ones (llama.cpp's swa pattern 2) */
+    {"gpt-oss", ARCH_GPTOSS,  1, 2, QK_NORM_NONE, 1, 0, FFN_SILU,      0, 2, 0, 0},
 };
 
 /* The mixture-of-experts architectures, as llama.cpp builds them (its build_moe_ffn calls):
@@ -74,6 +76,7 @@ static const struct { int arch, norm_w, shared, ff_exp_key; } MOE_ARCHS[] = {
     {ARCH_QWEN2MOE, 0, 1, 1},
     {ARCH_QWEN3MOE, 1, 0, 1},
     {ARCH_OLMOE,    0, 0, 0},
+    {ARCH_GPTOSS,   0, 0, 1},
 };
 
 /* {arch}.expert_count, expert_used_count, the experts' widths (none of them for a dense model). */
@@ -90,8 +93,8 @@ static int load_moe_hparams(const gguf_file *f, const char *a, model_hparams *hp
     if (c->n_expert < 1 || c->n_expert > 4096 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert)
         return kv_error_set(err, KV_ERR_FORMAT, "%s: %s.expert_used_count %d must be 1 to %s.expert_count %d (at most 4096)",
                             f->path, a, c->n_expert_used, a, c->n_expert);
-    c->gating = MOE_GATING_SOFTMAX;
-    c->act = MOE_ACT_SILU;
+    c->gating = hp->arch == ARCH_GPTOSS ? MOE_GATING_SOFTMAX_WEIGHT : MOE_GATING_SOFTMAX;
+    c->act = hp->arch == ARCH_GPTOSS ? MOE_ACT_SWIGLU_OAI : MOE_ACT_SILU;
     c->norm_w = MOE_ARCHS[mi].norm_w;
     c->n_ff_exp = MOE_ARCHS[mi].ff_exp_key ? hp->n_ff / c->n_expert_used : hp->n_ff;
     if (MOE_ARCHS[mi].ff_exp_key && (rc = get_int(f, a, "expert_feed_forward_length", 0, &c->n_ff_exp, err))) return rc;
@@ -150,6 +153,27 @@ static int load_vec(model *m, const char *name, int64_t n, int optional, const f
             return kv_error_set(err, KV_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at %lld", m->gguf->path,
                                 name, (long long)i);
     *used += (size_t)n;
+    *out = dst;
+    return KV_OK;
+}
+
+/* A 2-D tensor [ne0, ne1] (per-expert biases) as ne0·ne1 f32 values in m->f32_store at *used. */
+static int load_mat_f32(model *m, const char *name, int64_t ne0, int64_t ne1, const float **out, size_t *used,
+                        kv_error *err)
+{
+    const gguf_tensor *t;
+    int rc = want_tensor(m, name, ne0, ne1, 0, &t, err);
+    *out = NULL;
+    if (rc) return rc;
+    float *dst = m->f32_store + *used;
+    for (int64_t r = 0; r < ne1; r++)
+        quant_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * quant_row_size(t->type, ne0),
+                             dst + (size_t)r * ne0, ne0);
+    for (int64_t i = 0; i < ne0 * ne1; i++)
+        if (!isfinite(dst[i]))
+            return kv_error_set(err, KV_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at %lld", m->gguf->path,
+                                name, (long long)i);
+    *used += (size_t)(ne0 * ne1);
     *out = dst;
     return KV_OK;
 }
@@ -348,6 +372,8 @@ int model_load(const char *path, model **out, kv_error *err)
 
     const size_t E = (size_t)hp->n_embd, EQ = (size_t)hp->n_embd_q, EKV = (size_t)hp->n_embd_kv;
     size_t per_layer = 5 * E + 2 * EQ + 3 * EKV; /* every norm and bias a layer may have (+ a shared expert's gate) */
+    if (hp->arch == ARCH_GPTOSS) /* sinks, router and expert biases */
+        per_layer += (size_t)hp->n_head + (size_t)hp->moe.n_expert * (1 + 2 * (size_t)hp->moe.n_ff_exp + E);
     m->f32_store = malloc(sizeof(float) * (per_layer * hp->n_layer + E + 3 * (size_t)hp->n_rot));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) {
@@ -380,16 +406,20 @@ int model_load(const char *path, model **out, kv_error *err)
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *L = &m->layers[il];
         char nm[96];
-        int bias_opt = hp->arch != ARCH_QWEN2;
+        int bias_opt = hp->arch != ARCH_QWEN2 && hp->arch != ARCH_GPTOSS;
 #define T2(field, suffix, ne0, ne1)                                                         \
         snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                   \
         if ((rc = want_tensor(m, nm, ne0, ne1, 0, &L->field, err))) goto fail;
 #define T1(field, suffix, n, opt)                                                           \
         snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                   \
         if ((rc = load_vec(m, nm, n, opt, &L->field, &used, err))) goto fail;
+#define TB(field, suffix, ne0, ne1)                                                         \
+        snprintf(nm, sizeof nm, "blk.%d.%s", il, suffix);                                   \
+        if ((rc = load_mat_f32(m, nm, ne0, ne1, &L->field, &used, err))) goto fail;
         if (hp->pre_norm) {
             T1(attn_norm, "attn_norm.weight", hp->n_embd, 0)
-            T1(ffn_norm, "ffn_norm.weight", hp->n_embd, 0)
+            /* gpt-oss's FFN norm is named post_attention_norm (it normalises the attention's output) */
+            T1(ffn_norm, hp->arch == ARCH_GPTOSS ? "post_attention_norm.weight" : "ffn_norm.weight", hp->n_embd, 0)
         }
         if (hp->post_norm) {
             T1(attn_post_norm, "post_attention_norm.weight", hp->n_embd, 0)
@@ -410,11 +440,22 @@ int model_load(const char *path, model **out, kv_error *err)
             T2(wv, "attn_v.weight", hp->n_embd, hp->n_embd_kv)
         }
         T2(wo, "attn_output.weight", hp->n_embd_q, hp->n_embd)
+        if (hp->arch == ARCH_GPTOSS) {
+            T1(bo, "attn_output.bias", hp->n_embd, 0)
+            T1(sinks, "attn_sinks.weight", hp->n_head, 0)
+        }
         if (hp->moe.n_expert) {
             /* router, 3-D experts [, shared expert and its sigmoid gate] (engine/moe.c) */
             if ((rc = moe_find_layer(m->gguf, il, hp->n_embd, &hp->moe, &L->moe, err))) goto fail;
             if (hp->moe.n_ff_shexp) {
                 T1(moe.gate_inp_shexp, "ffn_gate_inp_shexp.weight", hp->n_embd, 0)
+            }
+            if (hp->arch == ARCH_GPTOSS) {
+                const int X = hp->moe.n_expert, F = hp->moe.n_ff_exp;
+                T1(moe.gate_inp_b, "ffn_gate_inp.bias", X, 0)
+                TB(moe.gate_exps_b, "ffn_gate_exps.bias", F, X)
+                TB(moe.up_exps_b, "ffn_up_exps.bias", F, X)
+                TB(moe.down_exps_b, "ffn_down_exps.bias", hp->n_embd, X)
             }
         } else if (hp->fused) {
             T2(w_up, "ffn_up.weight", hp->n_embd, 2 * hp->n_ff)
@@ -432,6 +473,7 @@ int model_load(const char *path, model **out, kv_error *err)
         }
 #undef T1
 #undef T2
+#undef TB
         L->swa = hp->swa_period && hp->n_swa > 0 && il % hp->swa_period < hp->swa_period - 1;
         L->use_rope = !hp->no_rope_step || (il + 1) % hp->no_rope_step != 0;
     }
@@ -797,7 +839,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             kv_cache_store(kv, segs[g].seq, il, pos, kt, fc->v + (size_t)t * EKV);
         }
         int paged = kv_cache_type(kv) == GGML_TYPE_F16 || kv_cache_type(kv) == GGML_TYPE_F32;
-        int ext = hp->attn_softcap > 0 || L->swa;
+        int ext = hp->attn_softcap > 0 || L->swa || L->sinks;
         /* op_attention scales by 1/sqrt(head_dim): fold any other query scale into q */
         if (!ext && hp->attn_scale != def_scale) scale_vec(fc->q, (size_t)n_tokens * EQ, hp->attn_scale / def_scale);
         /* attention per sequence, over its own blocks (the batch's other rows are not its history);
@@ -814,8 +856,8 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             if (ext) {
                 const float *K = kv_cache_k_from(kv, seq, il, kv_lo, n_kv, fc->k_tmp);
                 const float *V = kv_cache_v_from(kv, seq, il, kv_lo, n_kv, fc->v_tmp);
-                op_attention_ext(q, K, V, att, nt, pos0, hp->n_head, hp->n_head_kv, HD, hp->attn_scale,
-                                 hp->attn_softcap, L->swa ? hp->n_swa : 0, pool);
+                op_attention_sinks(q, K, V, att, nt, pos0, hp->n_head, hp->n_head_kv, HD, hp->attn_scale,
+                                   hp->attn_softcap, L->swa ? hp->n_swa : 0, L->sinks, pool);
             } else if (paged) { /* read in place, block by block: decode at depth copies nothing */
                 kv_cache_blocks(kv, seq, il, 0, n_kv, fc->kblk);
                 kv_cache_blocks(kv, seq, il, 1, n_kv, fc->vblk);
@@ -827,6 +869,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             }
         }
         op_matmul(L->wo, fc->att, n_tokens, fc->xb2, fc->act, pool);
+        add_bias(fc->xb2, L->bo, n_tokens, E);
         residual_add(fc->x, fc->xb2, L->attn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
 
         /* FFN block: [norm] -> act(gate) * up -> down [-> norm] */

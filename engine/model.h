@@ -1,4 +1,4 @@
-/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2; mixture-of-experts qwen2moe, qwen3moe, olmoe) and its forward pass. */
+/* model: a decoder-only transformer loaded from GGUF (llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2; mixture-of-experts qwen2moe, qwen3moe, olmoe, gpt-oss) and its forward pass. */
 #ifndef KV_MODEL_H
 #define KV_MODEL_H
 
@@ -15,6 +15,7 @@ enum model_arch {
     ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_SMOLLM3, ARCH_GRANITE, ARCH_OLMO2, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3,
     ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_OLMOE, /* mixture of experts (engine/moe.h) */
     ARCH_MISTRAL3, ARCH_INTERNLM2,
+    ARCH_GPTOSS,                              /* gpt-oss: MoE, attention sinks, alternating sliding windows */
 };
 enum { QK_NORM_NONE = 0, QK_NORM_HEAD = 1, QK_NORM_FULL = 2 }; /* per head [head_dim] / whole projection */
 enum { FFN_SILU = 0, FFN_GELU_TANH = 1 };                         /* the gated FFN's activation */
@@ -69,6 +70,8 @@ typedef struct model_layer {
     int swa;                                    /* 1: sliding-window layer */
     int use_rope;                               /* 0: no RoPE in this layer (smollm3) */
     const float *bq, *bk, *bv;                  /* attention biases (qwen2) or NULL */
+    const float *bo;                            /* attention output bias [n_embd] (gpt-oss) or NULL */
+    const float *sinks;                         /* attention sink logits [n_head] (gpt-oss) or NULL */
     const gguf_tensor *wq, *wk, *wv, *wo;        /* [n_embd -> n_embd_q], [n_embd -> n_embd_kv] … */
     const gguf_tensor *wqkv;                     /* fused [n_embd -> n_embd_q + 2 n_embd_kv] (phi3) or NULL */
     const gguf_tensor *w_gate, *w_up, *w_down;   /* gated FFN; fused: no gate, w_up [n_embd -> 2 n_ff] */
@@ -104,7 +107,7 @@ typedef struct model {
  * unsupported weight type is an error naming the tensor and type). Weights stay mmap'd.
  * Errors name the file and the key or tensor. Source: GGUF spec, llama.cpp's tensor naming. */
 int model_load(const char *path, model **out, kv_error *err);
-#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2, qwen2moe, qwen3moe, olmoe"
+#define MODEL_ARCHS "llama, qwen2, qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2, qwen2moe, qwen3moe, olmoe, gpt-oss"
 void model_free(model *m);
 
 /* Working memory of the forward pass for batches of up to n_batch tokens and a cache of up
@@ -134,7 +137,11 @@ void forward_ctx_set_abort(forward_ctx *fc, int (*abort_cb)(void *ud), void *ud)
  * (Ding et al. 2024), the long ones when the context exceeds original_context_length;
  * qwen2moe / qwen3moe / olmoe replace the FFN with a mixture of experts (moe_ffn, engine/moe.h:
  * qwen3moe normalises the top-k weights, qwen2moe adds a sigmoid-gated shared expert) and count
- * each layer's expert choices (forward_ctx_expert_counts).
+ * each layer's expert choices (forward_ctx_expert_counts); gpt-oss (OpenAI gpt-oss model card,
+ * 2025) has biases on q, k, v and the attention output, a learned attention-sink logit per head
+ * (op_attention_sinks), sliding-window (attention.sliding_window, 128) and full layers
+ * alternating (even layers slide), YaRN RoPE, and experts chosen by top-k over the router's
+ * logits with a softmax over the chosen ones, each with biases and the clamped SwiGLU.
  * mistral3 (Ministral 3, Mistral Small 3.x) is llama with YaRN (Peng et al. 2023) and a
  * position-dependent query temperature; YaRN applies to any architecture whose file says
  * rope.scaling.type = yarn; internlm2 is llama's graph.

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "ops_extra.h"
 #include "kernels/quant.h"
 
 /* ---- tensors ------------------------------------------------------------------------------- */
@@ -306,6 +307,7 @@ static void prepare_rows(int type, const float *x, int64_t n, long rows, uint8_t
 
 /* SwiGLU of the grouped rows (+ expert biases) and their preparation for the down matrices. */
 typedef struct act_job {
+    const moe_config *c;
     const moe_layer *L;
     moe_scratch *s;
     int down_type;
@@ -327,7 +329,8 @@ static void act_worker(void *arg, int ith, int nth)
             for (int i = 0; i < F; i++) g[i] += a->L->gate_exps_b[(size_t)e * F + i];
         if (a->L->up_exps_b)
             for (int i = 0; i < F; i++) u[i] += a->L->up_exps_b[(size_t)e * F + i];
-        op_swiglu(g, u, F);
+        if (a->c->act == MOE_ACT_SWIGLU_OAI) op_swiglu_oai(g, u, F, 1.702f, 7.0f);
+        else op_swiglu(g, u, F);
         quant_act_prepare(a->down_type, g, F, s->act_h + (size_t)r * a->arow);
     }
 }
@@ -388,7 +391,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
     /* 5. SwiGLU, then the down inputs */
     const int td = L->down_exps->type;
     const size_t ad = quant_act_row_size(td, F);
-    act_job aj = {L, s, td, ad, n_rows};
+    act_job aj = {c, L, s, td, ad, n_rows};
     if (n_rows > 8 && tpool_size(pool) > 1) tpool_run(pool, act_worker, &aj);
     else act_worker(&aj, 0, 1);
     /* 6. down of every selected expert */

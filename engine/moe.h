@@ -17,7 +17,10 @@ enum {
                                       logits (gpt-oss) */
 };
 /* The experts' gated activation. */
-enum { MOE_ACT_SILU = 0 /* SwiGLU: silu(gate) * up (Shazeer 2020) */ };
+enum {
+    MOE_ACT_SILU = 0,       /* SwiGLU: silu(gate) * up (Shazeer 2020) */
+    MOE_ACT_SWIGLU_OAI = 1, /* gpt-oss: min(gate, 7) σ(1.702 min(gate, 7)) (clamp(up, ±7) + 1) (op_swiglu_oai) */
+};
 
 /* What a model's MoE blocks share (from its GGUF metadata and architecture). */
 typedef struct moe_config {

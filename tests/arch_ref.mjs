@@ -49,6 +49,13 @@ export const CASES = [
   // the IQ4 weight types (every matrix, the token embedding too) on a Llama-3.2-1B-shaped model
   { name: "iq4_nl", shape: "llama3.2-1b", type: "iq4_nl", layers: 2 },
   { name: "iq4_xs", shape: "llama3.2-1b", type: "iq4_xs", layers: 2 },
+  // gpt-oss: experts with biases, softmax over the top-k logits, clamped SwiGLU, attention sinks
+  // and biases, layer 0 sliding (window 32 here) and layer 1 full, YaRN; F16, then MXFP4 experts
+  // with Q8_0 attention; then the real widths (n_embd 2880, 64 heads, experts of 2880, window 128
+  // < the long prompt's 160) with 4 experts, all used
+  { name: "gpt-oss", shape: "gpt-oss-20b", layers: 2, experts: 8, ff_exp: 256, swa: 32 },
+  { name: "gpt-oss-mxfp4", shape: "gpt-oss-20b", layers: 2, type: "mxfp4", experts: 8, ff_exp: 256, swa: 32 },
+  { name: "gpt-oss-wide", shape: "gpt-oss-20b", layers: 2, experts: 4, ff: 2880 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)

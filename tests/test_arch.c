@@ -1,4 +1,4 @@
-/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2; MoE qwen3moe, qwen2moe, olmoe), YaRN, MXFP4 and the IQ4 weight types against llama.cpp's teacher-forced logits (tests/arch-ref). */
+/* test_arch: the forward pass of each newer architecture (qwen3, smollm3, granite, olmo2, gemma2, gemma3, phi3, mistral3, internlm2; MoE qwen3moe, qwen2moe, olmoe, gpt-oss), YaRN, MXFP4 and the IQ4 weight types against llama.cpp's teacher-forced logits (tests/arch-ref). */
 /*
  * Each tests/arch-ref/NAME.json (written by tests/arch_ref.sh with node-llama-cpp) names the
  * `kvchat gen-model` arguments of a small synthetic model of that architecture; the test
@@ -54,6 +54,11 @@ static arch_case cases[] = {
     {"olmoe", "olmoe", 64, 0, NULL, NULL},
     {"mxfp4", "llama", 64, 0, NULL, NULL}, /* MXFP4 FFN, Q8_0 elsewhere */
     {"yarn", "llama", 64, 0, NULL, NULL},  /* YaRN RoPE */
+    /* gpt-oss in F16 (the architecture, tight), then MXFP4 experts / Q8_0 attention (looser: the
+     * quantized pipelines differ in rounding, and a near-tied expert choice can flip), then the
+     * real widths in F16 with 4 experts */
+    {"gpt-oss", "gpt-oss", 48, 0, NULL, NULL}, {"gpt-oss-mxfp4", "gpt-oss", 48, 5e-2f, NULL, NULL},
+    {"gpt-oss-wide", "gpt-oss", 64, 0, NULL, NULL},
     /* the real expert counts and widths in Q4_K_M, at the best level and at AVX2 (other kernels
      * for Q4_K / Q6_K / Q5_0 and no panels of AVX-512) */
     {"qwen3moe-real", "qwen3moe", 64, 1e-1f, NULL, NULL}, {"qwen2moe-real", "qwen2moe", 64, 1e-1f, NULL, NULL},
@@ -297,6 +302,30 @@ static void test_hparams(void **state)
     /* YaRN's attention factor without a log multiplier: 1 + 0.1 ln(factor) */
     assert_float_equal(op_rope_yarn_mscale(16.0f, 1.0f, 1.0f, 0.0f), 1.0f + 0.1f * logf(16.0f), 1e-6);
     assert_float_equal(op_rope_yarn_mscale(1.0f, 1.0f, 1.0f, 0.0f), 1.0f, 0);
+    /* gpt-oss: even layers slide (window 128), odd ones are full; sinks, output bias, YaRN 32 over
+     * 4096 (attention factor 1 + 0.1 ln 32), top-k-then-softmax routing, clamped SwiGLU */
+    gen_model_opts g = {.n_layer = 4, .n_vocab = 300, .n_expert = 4, .n_ff_exp = 64, .seed = 1};
+    assert_int_equal(gen_model_write_ex(p, "gpt-oss-20b", "mxfp4", &g, &err), KV_OK);
+    assert_int_equal(model_load(p, &m, &err), KV_OK);
+    assert_string_equal(m->arch_name, "gpt-oss");
+    assert_int_equal(m->hp.n_swa, 128);
+    for (int il = 0; il < 4; il++) {
+        assert_int_equal(m->layers[il].swa, il % 2 == 0);
+        assert_non_null(m->layers[il].sinks);
+        assert_non_null(m->layers[il].bo);
+        assert_non_null(m->layers[il].bq);
+        assert_non_null(m->layers[il].moe.gate_inp_b);
+        assert_non_null(m->layers[il].moe.down_exps_b);
+        assert_int_equal(m->layers[il].moe.gate_exps->type, GGML_TYPE_MXFP4);
+    }
+    assert_non_null(m->rope_yarn);
+    assert_int_equal(m->hp.rope_neox, 1);
+    assert_float_equal(m->hp.rope_attn_factor, 1.0 + 0.1 * log(32.0), 1e-6);
+    assert_int_equal(m->hp.moe.gating, MOE_GATING_SOFTMAX_WEIGHT);
+    assert_int_equal(m->hp.moe.act, MOE_ACT_SWIGLU_OAI);
+    assert_int_equal(m->hp.moe.n_expert_used, 4);
+    assert_int_equal(m->hp.head_dim, 64);
+    model_free(m);
 }
 
 int main(void)
