@@ -102,8 +102,9 @@ if command -v tmux >/dev/null 2>&1; then
         while [ "$(date +%s)" -le "$end" ]; do mcap >"$ar/screen"; grep -qE -- "$1" "$ar/screen" && return 0; sleep 0.2; done
         return 1
     }
-    mstart() { # model
+    mstart() { # model — each on its own tmux socket: a server still exiting takes the next session down
         $MT kill-server >/dev/null 2>&1
+        MT="tmux -L kvchat-moe-$$-$1"
         $MT -f /dev/null new-session -d -s m -x 160 -y 45 \
             "env LANG=C.UTF-8 TERM=tmux-256color XDG_DATA_HOME='$ar/data' XDG_STATE_HOME='$ar/state' XDG_CONFIG_HOME='$ar/cfg' '$BIN' -m '$1' --db '$ar/c.db' -t 2 --temp 0 -n 12; sleep 30"
     }

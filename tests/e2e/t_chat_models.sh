@@ -188,7 +188,7 @@ if wait_idle 30; then
     keys Enter
     if wait_for 'persona storyteller: temp 0.3 · top_k 7 · n_predict 6' 10 && wait_for 'system prompt: You tell stories about cats\.' 5; then
         keys "/show params" Enter
-        wait_joined 'temp 0\.30 · top_k 7 .*max_tokens 6 mode: completion · system prompt: You tell stories about cats\.' 10 &&
+        wait_joined 'temp 0\.30 · top_k 7 .*max_tokens 6 .*mode: completion · system prompt: You tell stories about cats\.' 10 &&
             ok "chat: /persona NAME sets its system prompt and sampler settings (/show params)" ||
             bad "chat: /persona NAME sets its settings" "$(screen_dump)"
     else
