@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             }
             free(j);
-            char *md = export_md(db, id, why, sizeof why);
+            char *md = store_cli_export_md(db, id, why, sizeof why);
             free(md);
             store_conv_delete(db, id, &err);
         }
