@@ -148,15 +148,15 @@ void chatstore_fingerprint(const engine *e, char out[33])
 
 /* ---- open / close ---------------------------------------------------------------------------------- */
 
-chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, char *why, size_t why_cap)
+/* A chatstore on the database at db_path, opened (NULL with why: out of memory, or SQLite's
+ * reason); the caller fills in the model it serves. */
+static chatstore *store_for(const char *db_path, char *why, size_t why_cap)
 {
     chatstore *cs = calloc(1, sizeof *cs);
     if (!cs) {
         util_set_why(why, why_cap, "out of memory");
         return NULL;
     }
-    cs->e = e;
-    cs->budget = cache_bytes;
     snprintf(cs->path, sizeof cs->path, "%s", db_path);
     pthread_mutex_init(&cs->mu, NULL);
     store_error err = {0};
@@ -165,6 +165,16 @@ chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, 
         chatstore_close(cs);
         return NULL;
     }
+    return cs;
+}
+
+chatstore *chatstore_open(engine *e, const char *db_path, uint64_t cache_bytes, char *why, size_t why_cap)
+{
+    chatstore *cs = store_for(db_path, why, why_cap);
+    if (!cs) return NULL;
+    cs->e = e;
+    cs->budget = cache_bytes;
+    store_error err = {0};
     chatstore_fingerprint(e, cs->fp);
     const model *m = engine_model(e);
     const quant_traits *wt = quant_traits_of(m->weight_type);
@@ -220,19 +230,9 @@ static uint64_t fnv1a64(const char *s)
 chatstore *chatstore_open_remote(const char *url, const char *model_name, const char *db_path, char *why,
                                  size_t why_cap)
 {
-    chatstore *cs = calloc(1, sizeof *cs);
-    if (!cs) {
-        util_set_why(why, why_cap, "out of memory");
-        return NULL;
-    }
-    snprintf(cs->path, sizeof cs->path, "%s", db_path);
-    pthread_mutex_init(&cs->mu, NULL);
+    chatstore *cs = store_for(db_path, why, why_cap);
+    if (!cs) return NULL;
     store_error err = {0};
-    if (store_open(db_path, 0, &cs->db, &err)) {
-        util_set_why(why, why_cap, "%s", err.msg);
-        chatstore_close(cs);
-        return NULL;
-    }
     /* 32 hex digits like a model's; "remote" in front so no GGUF fingerprint can equal it */
     snprintf(cs->fp, sizeof cs->fp, "remote%010llx%016llx", (unsigned long long)(fnv1a64(url) & 0xffffffffffull),
              (unsigned long long)fnv1a64(model_name));

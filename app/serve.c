@@ -28,6 +28,7 @@
 #include "engine/gen_batch.h"
 #include "engine/generate.h"
 #include "engine/gguf.h"
+#include "engine/logprob.h"
 #include "engine/stop.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_MODEL = 3 };
@@ -37,17 +38,11 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_MODEL = 3 };
 #define SERVE_CONN_TIMEOUT_S 300        /* an idle connection is closed after this */
 #define SERVE_POLL_MS 100               /* how often a waiting connection checks its client */
 #define SERVE_MAX_N 16                  /* choices per request ("n") */
-#define SERVE_MAX_TOP_LOGPROBS 20       /* "top_logprobs" (chat) / "logprobs" (completions) at most */
+#define SERVE_MAX_TOP_LOGPROBS LOGPROB_MAX_TOP      /* "top_logprobs" (chat) / "logprobs" (completions) at most */
 
-/* The log-probability of one generated token under the model (log-softmax of the logits it was
- * sampled from, before penalties and temperature) and the most likely alternatives. */
-typedef struct lp_entry {
-    int32_t tok;
-    float lp;
-    int n_top;
-    int32_t top[SERVE_MAX_TOP_LOGPROBS];
-    float top_lp[SERVE_MAX_TOP_LOGPROBS];
-} lp_entry;
+/* The log-probability of one generated token under the model and its most likely alternatives
+ * (engine/logprob.h: log-softmax of the logits it was sampled from, before penalties and temperature). */
+typedef token_logprob lp_entry;
 
 /* ---- one request's generation (shared by its connection and the generator thread) -------- */
 /* One choice's output, under g.mu. */
@@ -181,32 +176,6 @@ static int gen_on_text(void *ud, const char *text, size_t len, int32_t token)
 }
 
 /* Log-softmax of the logits at tok and the top_n most likely tokens (ties: lower id first). */
-static void token_logprobs(const float *logits, int n_vocab, int32_t tok, int top_n, lp_entry *out)
-{
-    float mx = -INFINITY;
-    for (int i = 0; i < n_vocab; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    double lse = mx + log(sum);
-    out->tok = tok;
-    out->lp = (float)(logits[tok] - lse);
-    out->n_top = 0;
-    for (int i = 0; top_n > 0 && i < n_vocab; i++) { /* insertion into a sorted list of at most top_n */
-        float v = logits[i];
-        int k = out->n_top;
-        if (k == top_n && !(v > logits[out->top[k - 1]])) continue;
-        if (k < top_n) out->n_top++;
-        else k--;
-        while (k > 0 && v > logits[out->top[k - 1]]) {
-            out->top[k] = out->top[k - 1];
-            k--;
-        }
-        out->top[k] = i;
-    }
-    for (int k = 0; k < out->n_top; k++) out->top_lp[k] = (float)(logits[out->top[k]] - lse);
-}
-
 static void gen_on_token(void *ud, int32_t token, int is_eog)
 {
     slot *sl = ud;
@@ -218,7 +187,7 @@ static void gen_on_token(void *ud, int32_t token, int is_eog)
         const float *logits = gen_stream_logits(sl->gs); /* those token was sampled from */
         int n_vocab = engine_model(g.e)->hp.n_vocab;
         if (logits && token >= 0 && token < n_vocab) {
-            token_logprobs(logits, n_vocab, token, j->top_n, &le);
+            logprob_token(logits, n_vocab, token, j->top_n, &le);
             have = 1;
         }
     }
