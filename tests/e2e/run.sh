@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests: drive the real kvchat binary the way a user does and check its output.
-# Env: KVCHAT_BIN (./kvchat), KVCHAT_SHARED (../shared). Prints "N passed, N failed".
+# Env: KVCHAT_BIN (./kvchat), KVCHAT_SHARED (../shared), E2E (a glob of the files to run, e.g.
+# `make e2e E2E=serve*` runs t_serve*.sh; default every file). Prints "N passed, N failed".
 set -u
 BIN=${KVCHAT_BIN:-./kvchat}
 SHARED=${KVCHAT_SHARED:-../shared}
@@ -17,7 +18,8 @@ unset KVCHAT_MODEL KVCHAT_DB
 ok() { pass=$((pass + 1)); echo "ok   - $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL - $1"; [ $# -gt 1 ] && echo "       $2"; }
 
-for t in "$here"/t_*.sh; do
+for t in "$here"/t_${E2E:-*}.sh; do
+    [ -e "$t" ] || { bad "no e2e file matches t_${E2E:-*}.sh"; continue; }
     # shellcheck source=/dev/null
     . "$t"
 done
