@@ -54,6 +54,8 @@ LDLIBS_ALL = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
 TEST_LIBS  = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# the optimisation of the sanitized objects the unit tests and the served e2e binary link
+ASAN_OPT ?= -O1
 
 ENGINE_SRC  := $(wildcard engine/*.c engine/kernels/*.c)
 STORAGE_SRC := $(wildcard storage/*.c)
@@ -97,7 +99,7 @@ $(BUILD)/rel/%.o: %.c | $(DEPS_OK)
 
 $(BUILD)/asan/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g $(KFLAGS) $(SAN) -MMD -MP -c $< -o $@
+	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) $(ASAN_OPT) -g $(KFLAGS) $(SAN) -MMD -MP -c $< -o $@
 
 kvchat: $(OBJ) $(BUILD)/rel/app/main.o
 	$(CC) $(OPT) $(CFLAGS) -o $@ $^ $(LDLIBS_ALL)
@@ -111,15 +113,29 @@ run: kvchat
 	./kvchat -m $(MODEL)
 
 # Unit and golden tests (cmocka), all under AddressSanitizer + UBSan, then end-to-end tests
-# that drive the real binary.
-test: unit e2e lint-man test-aarch64
+# that drive the real binary. `make test` first installs what is missing (one apt-get / npm at a
+# time), then builds every binary the suites need in parallel (TEST_JOBS, default the CPU count),
+# then runs the suites one after another (timing tests are not run beside each other), each
+# suite's wall time printed as it ends.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+.PHONY: test-deps test-build test-run
+test:
+	@t0=$$(date +%s); \
+	$(MAKE) --no-print-directory test-deps && \
+	t1=$$(date +%s) && echo "make test: dependencies ready in $$((t1 - t0)) s" && \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build && \
+	t2=$$(date +%s) && echo "make test: built in $$((t2 - t1)) s ($(TEST_JOBS) jobs)" && \
+	$(MAKE) --no-print-directory test-run && \
+	echo "make test: all suites passed; tests $$(( $$(date +%s) - t2 )) s, total $$(( $$(date +%s) - t0 )) s"
+test-run: unit e2e lint-man test-aarch64
 
 unit: $(TESTS)
 	@export KVCHAT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
 	pass=0; fail=0; \
 	for t in $(TESTS); do \
-	  echo "== $$t"; \
+	  echo "== $$t"; s=$$(date +%s); \
 	  if $$t; then pass=$$((pass+1)); else fail=$$((fail+1)); echo "FAILED: $$t"; fi; \
+	  echo "== $$t: $$(( $$(date +%s) - s )) s"; \
 	done; \
 	echo "unit: $$pass passed, $$fail failed"; [ $$fail -eq 0 ]
 
@@ -407,4 +423,12 @@ fuzz-smoke: $(FUZZ_BINS)
 	      > $(FUZZ)/$$n.smoke.log 2>&1; then fail=1; echo "FAILED: $$n fuzzing (see $(FUZZ)/$$n.smoke.log)"; \
 	  else echo "fuzz-smoke: $$n ok ($$(grep -oE '^#[0-9]+' $(FUZZ)/$$n.smoke.log | tail -1 | tr -d '#') runs)"; fi; \
 	done; [ $$fail -eq 0 ]
-test: fuzz-smoke
+test-run: fuzz-smoke
+
+# what `make test` installs first, and builds before any suite runs
+test-deps: $(DEPS_OK) $(JINJA_REF) $(SERVE_NPM) $(FUZZ_DEPS_OK)
+test-build: kvchat $(TESTS) $(SERVE_ASAN_BIN) $(FUZZ_BINS)
+ifneq ($(ARCH),aarch64)
+test-deps: $(A64_DEPS_OK)
+test-build: $(A64_TESTS)
+endif

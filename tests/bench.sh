@@ -85,8 +85,9 @@ run_model() { # label model threads pp-list tg depth-list
     : > "$TMP/l"
     [ "$LLAMA" = 1 ] && theirs "$m" "$th" "$pp" "$tg" "$dl" > "$TMP/l"
     awk 'FILENAME == ARGV[1] { l[$1] = $2; next } { print $1, $2, ($1 in l ? l[$1] : "-"), $3, $4, $5, $6 }' "$TMP/l" "$TMP/o" \
-      >> "$TMP/$label"
-    echo "  $label round $r: $(awk '{ printf "%s %s/%s  ", $1, $2, $3 }' "$TMP/$label" | tail -c 400)" >&2
+      > "$TMP/r"
+    cat "$TMP/r" >> "$TMP/$label"
+    echo "  $label round $r: $(awk '{ printf "%s %s/%s  ", $1, $2, $3 }' "$TMP/r")" >&2
     r=$((r + 1))
   done
 }
