@@ -905,10 +905,9 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             op_matmul(L->w_gate, in, n_tokens, fc->hb, fc->act, pool);
             op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
             FWD_PROF_MARK(FP_FFN_UP);
-            for (int t = 0; t < n_tokens; t++) {
-                if (hp->ffn_act == FFN_GELU_TANH) op_geglu_tanh(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
-                else op_swiglu(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
-            }
+            if (hp->ffn_act == FFN_GELU_TANH)
+                for (int t = 0; t < n_tokens; t++) op_geglu_tanh(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
+            else op_swiglu_pool(fc->hb, fc->hb2, (size_t)n_tokens * FF, pool);
         }
         FWD_PROF_MARK(FP_FFN_ACT);
         if (!L->moe.gate_inp) op_matmul(L->w_down, fc->hb, n_tokens, fc->xb2, fc->act, pool);
