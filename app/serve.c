@@ -760,9 +760,11 @@ static const char *finish_reason(int finish)
 /* One line per generation on stderr: route, outcome, token counts. g.mu held or j done. */
 static void log_job(const char *route, const job *j, const char *outcome)
 {
-    fprintf(stderr, "kvchat serve: %s: %s — prompt %zu tokens (cached %d), completion %d tokens\n", route,
-            outcome ? outcome : j->rc != KV_OK ? j->err.msg : gen_finish_name(j->ch[0].finish), j->n_toks, j->st.n_reused,
-            job_completion_tokens(j));
+    /* TTFT and t/s as the engine saw them (from the step that took the request), context shifts */
+    fprintf(stderr, "kvchat serve: %s: %s — prompt %zu tokens (cached %d), completion %d tokens, TTFT %.0f ms, %.1f t/s%s\n",
+            route, outcome ? outcome : j->rc != KV_OK ? j->err.msg : gen_finish_name(j->ch[0].finish), j->n_toks,
+            j->st.n_reused, job_completion_tokens(j), j->st.ttft_ms, j->st.decode_tps,
+            j->st.n_shifts ? ", context shifted" : "");
 }
 
 /* --store: a finished request (done, not cancelled) as a conversation (app/serve_store.h). */
