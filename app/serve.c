@@ -84,6 +84,7 @@ static struct {
     size_t max_body;
     int parallel;             /* requests admitted at once (decoding together) */
     int prefill_budget;       /* prefill tokens per step while others decode (--prefill-chunk) */
+    int no_context_shift;     /* --no-context-shift: a full sequence ends its request ("length") */
     engine *e;
     serve_store *store;       /* --store: finished requests saved as conversations (NULL: off) */
     atomic_int ready;         /* the model is loaded */
@@ -759,9 +760,11 @@ static const char *finish_reason(int finish)
 /* One line per generation on stderr: route, outcome, token counts. g.mu held or j done. */
 static void log_job(const char *route, const job *j, const char *outcome)
 {
-    fprintf(stderr, "kvchat serve: %s: %s — prompt %zu tokens (cached %d), completion %d tokens\n", route,
-            outcome ? outcome : j->rc != KV_OK ? j->err.msg : gen_finish_name(j->ch[0].finish), j->n_toks, j->st.n_reused,
-            job_completion_tokens(j));
+    /* TTFT and t/s as the engine saw them (from the step that took the request), context shifts */
+    fprintf(stderr, "kvchat serve: %s: %s — prompt %zu tokens (cached %d), completion %d tokens, TTFT %.0f ms, %.1f t/s%s\n",
+            route, outcome ? outcome : j->rc != KV_OK ? j->err.msg : gen_finish_name(j->ch[0].finish), j->n_toks,
+            j->st.n_reused, job_completion_tokens(j), j->st.ttft_ms, j->st.decode_tps,
+            j->st.n_shifts ? ", context shifted" : "");
 }
 
 /* --store: a finished request (done, not cancelled) as a conversation (app/serve_store.h). */
@@ -1105,7 +1108,8 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, req_ctx *rq, 
     j->toks = r.toks;
     j->n_toks = r.n_toks;
     j->sp = r.sp;
-    j->go = (gen_opts){.n_predict = r.n_predict, .no_context_shift = 1};
+    /* a sequence that fills -c shifts (keeps 4 sink positions, drops half of the rest) and goes on */
+    j->go = (gen_opts){.n_predict = r.n_predict, .no_context_shift = g.no_context_shift};
     j->n_choices = r.n;
     j->logprobs = r.logprobs;
     j->top_n = r.top_n;
@@ -1322,6 +1326,8 @@ static void serve_usage(FILE *out)
             "                           step for all of them); more at once get 503 (default 4, at most 256)\n"
             "      --prefill-chunk N    prompt tokens a step takes while other requests decode (default 32):\n"
             "                           smaller keeps their inter-token latency low, larger gives a faster TTFT\n"
+            "      --no-context-shift   a request whose sequence fills -c ends (finish_reason \"length\")\n"
+            "                           instead of dropping the oldest half of its context and going on\n"
             "      --api-key KEY        require \"Authorization: Bearer KEY\" on every route but /health\n"
             "                           (env KVCHAT_API_KEY)\n"
             "  -c, --ctx-size N         context length in tokens (prompt + reply of one request)\n"
@@ -1339,7 +1345,7 @@ static void serve_usage(FILE *out)
             "Stops on SIGINT or SIGTERM.\n");
 }
 
-enum { SO_HOST = 2000, SO_PORT, SO_PARALLEL, SO_API_KEY, SO_KV_TYPE, SO_CHAT_TEMPLATE, SO_MAX_BODY, SO_PREFILL_CHUNK, SO_STORE };
+enum { SO_HOST = 2000, SO_PORT, SO_PARALLEL, SO_API_KEY, SO_KV_TYPE, SO_CHAT_TEMPLATE, SO_MAX_BODY, SO_PREFILL_CHUNK, SO_STORE, SO_NO_SHIFT };
 
 static int serve_int(const char *s, const char *opt, long lo, long hi, int *out)
 {
@@ -1364,7 +1370,7 @@ int serve_main(int argc, char **argv)
         {"threads", required_argument, 0, 't'},     {"batch-size", required_argument, 0, 'b'},
         {"kv-type", required_argument, 0, SO_KV_TYPE}, {"chat-template", required_argument, 0, SO_CHAT_TEMPLATE},
         {"max-body", required_argument, 0, SO_MAX_BODY}, {"help", no_argument, 0, 'h'},
-        {"store", optional_argument, 0, SO_STORE},
+        {"store", optional_argument, 0, SO_STORE},  {"no-context-shift", no_argument, 0, SO_NO_SHIFT},
         {0, 0, 0, 0},
     };
     engine_params ep;
@@ -1387,6 +1393,7 @@ int serve_main(int argc, char **argv)
         case SO_PARALLEL: if (serve_int(optarg, "--parallel", 1, 256, &g.parallel)) return EXIT_USAGE; break;
         case SO_PREFILL_CHUNK: if (serve_int(optarg, "--prefill-chunk", 1, 1 << 16, &g.prefill_budget)) return EXIT_USAGE; break;
         case SO_API_KEY: g.api_key = *optarg ? optarg : NULL; break;
+        case SO_NO_SHIFT: g.no_context_shift = 1; break;
         case 'c': if (serve_int(optarg, "-c", 8, 1 << 20, &ep.n_ctx)) return EXIT_USAGE; break;
         case 't': if (serve_int(optarg, "-t", 1, 1024, &ep.n_threads)) return EXIT_USAGE; break;
         case 'b': if (serve_int(optarg, "-b", 1, 1 << 16, &ep.n_batch)) return EXIT_USAGE; break;

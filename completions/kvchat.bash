@@ -103,7 +103,7 @@ _kvchat()
         tokenize) COMPREPLY=($(compgen -W '-m --model --ids --no-bos --parse-special --help' -- "$cur")) ;;
         template-render) COMPREPLY=($(compgen -W '-t --template -m --model --now --spans --help' -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W '-m --model --host --port --parallel --prefill-chunk --api-key -c --ctx-size -t --threads
-            -b --batch-size --kv-type --chat-template --max-body --store --help' -- "$cur")) ;;
+            -b --batch-size --kv-type --chat-template --max-body --store --no-context-shift --help' -- "$cur")) ;;
     esac
 }
 complete -F _kvchat kvchat

@@ -148,6 +148,7 @@ complete -c kvchat -n '__fish_seen_subcommand_from serve' -l host -x -a '127.0.0
 complete -c kvchat -n '__fish_seen_subcommand_from serve' -l port -x -d 'TCP port'
 complete -c kvchat -n '__fish_seen_subcommand_from serve' -l parallel -x -d 'Requests decoding together'
 complete -c kvchat -n '__fish_seen_subcommand_from serve' -l prefill-chunk -x -d 'Prompt tokens a step while others decode'
+complete -c kvchat -n '__fish_seen_subcommand_from serve' -l no-context-shift -d 'End a request at a full context'
 complete -c kvchat -n '__fish_seen_subcommand_from serve' -l api-key -x -d 'Required API key'
 complete -c kvchat -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Context length in tokens'
 complete -c kvchat -n '__fish_seen_subcommand_from serve' -s t -l threads -x -d 'Threads'

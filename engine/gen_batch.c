@@ -230,7 +230,13 @@ static void after_logits(gen_stream *gs, const float *logits, int n_ctx)
     if (gs->o.n_predict >= 0 && st->n_generated >= gs->o.n_predict) return finish_stream(gs, GEN_FINISH_LENGTH);
     if (gs->o.n_predict < 0 && !gs->o.no_length_cap && st->n_generated >= n_ctx)
         return finish_stream(gs, GEN_FINISH_CONTEXT);
-    if (kv_seq_n_tokens(engine_kv(gs->e), gs->seq) >= n_ctx) return finish_stream(gs, GEN_FINISH_CONTEXT);
+    if (kv_seq_n_tokens(engine_kv(gs->e), gs->seq) >= n_ctx) {
+        /* full: shift as engine_generate_seq does (keep n_keep, drop half of the rest) before the
+         * token is fed; a model that cannot shift ends the stream as a full context */
+        kv_error e2 = {0};
+        if (gs->o.no_context_shift || engine_seq_shift(gs->e, gs->seq, st->n_keep, st, &e2))
+            return finish_stream(gs, GEN_FINISH_CONTEXT);
+    }
     gs->state = ST_DECODE;
     gs->pending = tok;
 }

@@ -23,8 +23,10 @@
  * every chunk, so a stream whose prompt shares blocks that another stream finished computing in
  * an earlier step adopts them instead of computing them twice.
  *
- * Not done here: context shift (a stream whose sequence fills up finishes with
- * GEN_FINISH_CONTEXT, as with gen_opts.no_context_shift), sliced prefill by time.
+ * A stream whose sequence fills n_ctx shifts its context between steps exactly as
+ * engine_generate_seq does (engine_seq_shift: keep n_keep, drop half of the rest; the other
+ * streams are not touched) and goes on — or, with gen_opts.no_context_shift or a model that
+ * cannot shift, finishes with GEN_FINISH_CONTEXT. Not done here: sliced prefill by time.
  * One thread (the engine's) calls everything here.
  */
 

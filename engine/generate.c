@@ -392,9 +392,14 @@ static int shift(engine *e, int seq, int n_keep, gen_stats *st, kv_error *err)
     };
     int rc = kv_seq_shift(e->kv, seq, n_keep, n_discard, &rope, err);
     if (rc) return rc;
-    st->n_shifts++;
-    st->n_discarded += n_discard;
+    if (st) st->n_shifts++, st->n_discarded += n_discard;
     return KV_OK;
+}
+
+int engine_seq_shift(engine *e, int seq, int n_keep, gen_stats *st, kv_error *err)
+{
+    if (!kv_seq_valid(e->kv, seq)) return kv_error_set(err, KV_ERR_INVALID, "context shift: no KV sequence %d", seq);
+    return shift(e, seq, n_keep, st, err);
 }
 
 int engine_prefill_seq(engine *e, int seq, const int32_t *tokens, size_t n, const gen_callbacks *cb, gen_stats *st,

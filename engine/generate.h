@@ -180,6 +180,12 @@ int engine_seq_fork(engine *e, int src, int n, int *seq, kv_error *err);
 /* Release a sequence (the default one is emptied instead). Its full blocks stay cached for
  * prefix reuse until evicted. KV_ERR_INVALID for an unknown id. */
 int engine_seq_free(engine *e, int seq);
+/* Context shift of a full sequence (what engine_generate_seq does when it fills n_ctx): keep the
+ * first n_keep positions (the caller's resolved n_keep: at least 4 attention sinks), drop half
+ * of the rest, re-rotate the kept later keys to their new positions (kv_seq_shift); st (may be
+ * NULL) counts the shift and the positions dropped. KV_ERR_CONTEXT (nothing to drop; a model
+ * whose layers do not share one RoPE: NoPE layers, a second RoPE base), KV_ERR_INVALID. */
+int engine_seq_shift(engine *e, int seq, int n_keep, gen_stats *st, kv_error *err);
 /* Keep the first n tokens of seq. KV_ERR_INVALID for an unknown id. */
 int engine_seq_truncate(engine *e, int seq, int n);
 /* The tokens seq holds K/V for, in order; *n their count. NULL (and *n = 0) for an unknown id. */

@@ -10,6 +10,7 @@
 #include "kernels/quant.h"
 #include "ops_extra.h"
 #include "forward_segs.h"
+#include "fwd_prof.h"
 
 /* ---- loading ------------------------------------------------------------------------- */
 
@@ -763,6 +764,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                                 n_segs > 1 ? " (a sequence of the batch)" : "");
     }
     const int E = hp->n_embd, EQ = hp->n_embd_q, EKV = hp->n_embd_kv, HD = hp->head_dim, FF = hp->n_ff;
+    FWD_PROF_BEGIN();
     for (int t = 0; t < n_tokens; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return kv_error_set(err, KV_ERR_INVALID, "forward: token id %d out of range (n_vocab %d)", tokens[t],
@@ -793,12 +795,14 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
         if (il > 0 && fc->abort_cb && fc->abort_cb(fc->abort_ud))
             return kv_error_set(err, KV_ERR_CANCELLED, "forward: stopped after layer %d of %d", il, hp->n_layer);
         /* attention block: [norm] -> q, k, v [+ bias] [-> q/k norm] [-> RoPE] -> attention -> wo */
+        FWD_PROF_MARK(FP_EMBD);
         const float *in = fc->x;
         if (L->attn_norm) {
             for (int t = 0; t < n_tokens; t++)
                 op_rmsnorm(fc->xb + (size_t)t * E, fc->x + (size_t)t * E, L->attn_norm, E, hp->rms_norm_eps);
             in = fc->xb;
         }
+        FWD_PROF_MARK(FP_NORM);
         if (L->wqkv) {
             const int W = EQ + 2 * EKV;
             op_matmul(L->wqkv, in, n_tokens, fc->qkv, fc->act, pool);
@@ -816,6 +820,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
         add_bias(fc->q, L->bq, n_tokens, EQ);
         add_bias(fc->k, L->bk, n_tokens, EKV);
         add_bias(fc->v, L->bv, n_tokens, EKV);
+        FWD_PROF_MARK(FP_QKV);
         const float *cs_all = L->swa && fc->rope_cs_swa ? fc->rope_cs_swa : fc->rope_cs;
         for (int g = 0; g < n_segs; g++)
         for (int t = segs[g].row0; t < segs[g].row0 + segs[g].n_rows; t++) {
@@ -838,6 +843,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                           (float)(1.0 + hp->attn_temp_scale * log(floor((double)pos / hp->attn_temp_len) + 1.0)));
             kv_cache_store(kv, segs[g].seq, il, pos, kt, fc->v + (size_t)t * EKV);
         }
+        FWD_PROF_MARK(FP_ROPE);
         int paged = kv_cache_type(kv) == GGML_TYPE_F16 || kv_cache_type(kv) == GGML_TYPE_F32;
         int ext = hp->attn_softcap > 0 || L->swa || L->sinks;
         /* op_attention scales by 1/sqrt(head_dim): fold any other query scale into q */
@@ -868,8 +874,10 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                 op_attention(q, K, V, att, nt, pos0, hp->n_head, hp->n_head_kv, HD, pool);
             }
         }
+        FWD_PROF_MARK(FP_ATTN);
         op_matmul(L->wo, fc->att, n_tokens, fc->xb2, fc->act, pool);
         add_bias(fc->xb2, L->bo, n_tokens, E);
+        FWD_PROF_MARK(FP_WO);
         residual_add(fc->x, fc->xb2, L->attn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
 
         /* FFN block: [norm] -> act(gate) * up -> down [-> norm] */
@@ -879,6 +887,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                 op_rmsnorm(fc->xb + (size_t)t * E, fc->x + (size_t)t * E, L->ffn_norm, E, hp->rms_norm_eps);
             in = fc->xb;
         }
+        FWD_PROF_MARK(FP_NORM);
         if (L->moe.gate_inp) {
             /* mixture of experts: router, top-k, the selected experts [+ shared expert] */
             moe_ffn(&hp->moe, &L->moe, in, n_tokens, fc->xb2, fc->moe,
@@ -895,13 +904,16 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
         } else {
             op_matmul(L->w_gate, in, n_tokens, fc->hb, fc->act, pool);
             op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
-            for (int t = 0; t < n_tokens; t++) {
-                if (hp->ffn_act == FFN_GELU_TANH) op_geglu_tanh(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
-                else op_swiglu(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
-            }
+            FWD_PROF_MARK(FP_FFN_UP);
+            if (hp->ffn_act == FFN_GELU_TANH)
+                for (int t = 0; t < n_tokens; t++) op_geglu_tanh(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
+            else op_swiglu_pool(fc->hb, fc->hb2, (size_t)n_tokens * FF, pool);
         }
+        FWD_PROF_MARK(FP_FFN_ACT);
         if (!L->moe.gate_inp) op_matmul(L->w_down, fc->hb, n_tokens, fc->xb2, fc->act, pool);
+        FWD_PROF_MARK(FP_FFN_DOWN);
         residual_add(fc->x, fc->xb2, L->ffn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
+        FWD_PROF_MARK(FP_NORM);
     }
     for (int g = 0; g < n_segs; g++) kv_seq_commit(kv, segs[g].seq, tokens + segs[g].row0, segs[g].n_rows);
 
@@ -912,5 +924,6 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
     size_t n_logits = (size_t)n_out * hp->n_vocab;
     if (hp->logit_scale != 1.0f) scale_vec(logits, n_logits, 1.0f / hp->logit_scale);
     if (hp->final_softcap > 0) op_softcap(logits, (int)n_logits, hp->final_softcap);
+    FWD_PROF_MARK(FP_LOGITS);
     return KV_OK;
 }

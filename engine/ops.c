@@ -87,6 +87,28 @@ void op_swiglu(float *gate, const float *up, int n)
     }
 }
 
+typedef struct swiglu_job {
+    float *gate;
+    const float *up;
+    size_t n;
+} swiglu_job;
+
+static void swiglu_worker(void *arg, int ith, int nth)
+{
+    const swiglu_job *j = arg;
+    long lo, hi;
+    tpool_split((long)(j->n / 16), ith, nth, &lo, &hi); /* parts of whole 64-byte lines */
+    size_t a = (size_t)lo * 16, b = ith == nth - 1 ? j->n : (size_t)hi * 16;
+    if (b > a) op_swiglu(j->gate + a, j->up + a, (int)(b - a));
+}
+
+void op_swiglu_pool(float *gate, const float *up, size_t n, tpool *pool)
+{
+    swiglu_job j = {gate, up, n};
+    if (n < 2048 || tpool_size(pool) < 2) swiglu_worker(&j, 0, 1);
+    else tpool_run(pool, swiglu_worker, &j);
+}
+
 size_t op_matmul_scratch_size(const gguf_tensor *w, int n_tokens)
 {
     /* prepared activation rows (64-byte aligned inside the buffer) */

@@ -35,6 +35,9 @@ void op_softmax(float *x, int n);
 
 /* SwiGLU (Shazeer 2020): gate[i] = silu(gate[i]) * up[i], n elements. */
 void op_swiglu(float *gate, const float *up, int n);
+/* op_swiglu over n values split among the pool's threads (a batched step's n_tokens·n_ff values,
+ * or one token's n_ff): the same result as op_swiglu, element by element. pool NULL: inline. */
+void op_swiglu_pool(float *gate, const float *up, size_t n, tpool *pool);
 
 /* Scratch a matmul needs for the activations converted to the weight's dot-product type:
  * bytes for n_tokens rows of n_in. */

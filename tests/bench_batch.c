@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "engine/batch.h"
+#include "engine/fwd_prof.h"
 #include "engine/kernels/quant.h"
 #include "engine/model.h"
 #include "tests/support/testutil.h"
@@ -49,7 +50,10 @@ int main(int argc, char **argv)
     printf("%5s %12s %14s %10s %12s %12s\n", "seqs", "step ms", "aggregate t/s", "vs 1 seq", "CPU ms/step",
            "CPU vs 1 seq");
     double one = 0, one_cpu = 1;
-    for (int S = 1; S <= MAXS; S *= 2) {
+    /* KVCHAT_PROF=1: per-operation CPU ms of the calling thread per step, for each batch size */
+    double prof[4][FP_COUNT] = {{0}};
+    int si = 0;
+    for (int S = 1; S <= MAXS; S *= 2, si++) {
         int seq[MAXS];
         for (int s = 0; s < S; s++) {
             if (s == 0) seq[s] = KV_SEQ_DEFAULT;
@@ -62,6 +66,7 @@ int main(int argc, char **argv)
         }
         double ms[64], cpu[64];
         int32_t tok[MAXS];
+        fwd_prof_reset();
         for (int i = 0; i < steps && i < 64; i++) {
             for (int s = 0; s < S; s++) tok[s] = 1 + (i * 31 + s) % (m->hp.n_vocab - 1);
             double t = tu_now_ms(), c = cpu_ms();
@@ -72,11 +77,26 @@ int main(int argc, char **argv)
             ms[i] = tu_now_ms() - t;
             cpu[i] = cpu_ms() - c;
         }
+        fwd_prof_read(prof[si]);
+        for (int k = 0; k < FP_COUNT; k++) prof[si][k] /= steps < 64 ? steps : 64;
         double med = tu_median(ms, steps < 64 ? steps : 64), cmed = tu_median(cpu, steps < 64 ? steps : 64);
         double tps = S * 1e3 / med;
         if (S == 1) one = tps, one_cpu = cmed;
         printf("%5d %12.1f %14.1f %9.2fx %12.1f %11.2fx\n", S, med, tps, tps / one, cmed, cmed / one_cpu);
         for (int s = 1; s < S; s++) kv_seq_free(kv, seq[s]);
+    }
+    if (fwd_prof_on()) {
+        printf("\nper operation, CPU ms per step of the calling thread (KVCHAT_PROF; with 1 thread: all the work)\n");
+        printf("%-18s %9s %9s %9s %9s %9s\n", "operation", "1 seq", "2 seqs", "4 seqs", "8 seqs", "4 vs 1");
+        double tot[4] = {0};
+        for (int k = 0; k < FP_COUNT; k++) {
+            printf("%-18s", fwd_prof_name(k));
+            for (int i = 0; i < 4; i++) printf(" %9.3f", prof[i][k]), tot[i] += prof[i][k];
+            printf(" %8.2fx\n", prof[0][k] > 0 ? prof[2][k] / prof[0][k] : 0.0);
+        }
+        printf("%-18s", "total");
+        for (int i = 0; i < 4; i++) printf(" %9.3f", tot[i]);
+        printf(" %8.2fx\n", tot[0] > 0 ? tot[2] / tot[0] : 0.0);
     }
     free(prompt);
     free(logits);

@@ -44,21 +44,23 @@ static int should_stop(void *ud)
     return o->stop_after > 0 && o->n_tokens >= o->stop_after;
 }
 
-static engine *open_engine(void)
+static engine *open_engine_ctx(int n_ctx)
 {
     engine_params ep;
     engine_params_default(&ep);
     ep.model_path = tu_path("models/stories260K.gguf");
-    ep.n_ctx = 256;
+    ep.n_ctx = n_ctx;
     ep.n_batch = 64;
     ep.n_threads = 2;
-    ep.kv_blocks = 8 * (256 / 16);
+    ep.kv_blocks = 8 * (n_ctx / 16);
     engine *e = NULL;
     kv_error err = {0};
     if (engine_open(&ep, &e, &err)) print_message("%s\n", err.msg);
     assert_non_null(e);
     return e;
 }
+
+static engine *open_engine(void) { return open_engine_ctx(256); }
 
 static const char *prompts[N_STREAMS] = {
     "Once upon a time, there was a little girl named Lily. She loved to play outside",
@@ -296,12 +298,111 @@ static void test_forks(void **state)
     engine_close(e);
 }
 
+/* Context shift: with n_ctx 64, streams asked for 100 and 90 tokens run past the context
+ * (shifting between steps: keep n_keep, drop half of the rest) and give every token asked for —
+ * exactly the tokens each gives alone through engine_generate_seq, which shifts the same way — while
+ * a short stream in the same steps never shifts and is untouched. */
+static void test_context_shift(void **state)
+{
+    (void)state;
+    enum { NS = 3 };
+    static const int which[NS] = {0, 1, 2}, n_pred[NS] = {100, 25, 90}, keep[NS] = {0, 0, 8};
+    engine *e = open_engine_ctx(64);
+    static out ref[NS], got[NS];
+    memset(ref, 0, sizeof ref);
+    memset(got, 0, sizeof got);
+    kv_error err = {0};
+    int32_t *toks[NS];
+    size_t nt[NS];
+    int fin_ref[NS], shifts_ref[NS];
+    for (int i = 0; i < NS; i++) {
+        tokenize(e, prompts[which[i]], &toks[i], &nt[i]);
+        assert_true(nt[i] < 40);
+        engine_drop_prefix_cache(e);
+        int seq;
+        assert_int_equal(engine_seq_new(e, &seq, &err), KV_OK);
+        sampler *s = make_sampler(e, which[i]);
+        gen_opts o = {.n_predict = n_pred[i], .n_keep = keep[i]};
+        gen_callbacks cb = {.on_text = on_text, .on_token = on_token, .ud = &ref[i]};
+        gen_stats st = {0};
+        if (engine_generate_seq(e, seq, toks[i], nt[i], &o, s, &cb, &st, &fin_ref[i], &err)) print_message("%s\n", err.msg);
+        shifts_ref[i] = st.n_shifts;
+        engine_seq_free(e, seq);
+        sampler_free(s);
+    }
+    engine_drop_prefix_cache(e);
+    assert_true(shifts_ref[0] >= 2 && shifts_ref[2] >= 1 && shifts_ref[1] == 0);
+    gen_batch *b = gen_batch_create(e, NS, &err);
+    assert_non_null(b);
+    gen_stream *gs[NS];
+    sampler *smp[NS];
+    for (int i = 0; i < NS; i++) {
+        int seq;
+        assert_int_equal(engine_seq_new(e, &seq, &err), KV_OK);
+        smp[i] = make_sampler(e, which[i]);
+        gen_opts o = {.n_predict = n_pred[i], .n_keep = keep[i]};
+        gen_callbacks cb = {.on_text = on_text, .on_token = on_token, .ud = &got[i]};
+        assert_int_equal(gen_stream_begin(e, seq, toks[i], nt[i], &o, smp[i], &cb, 0, &gs[i], &err), KV_OK);
+    }
+    int steps = 0, r;
+    while ((r = gen_batch_step(b, gs, NS, 8, &err)) > 0) {
+        steps++;
+        for (int i = 0; i < NS; i++) /* positions stay inside the context, never past it */
+            if (!gen_stream_done(gs[i], NULL)) assert_true(kv_seq_n_tokens(engine_kv(e), gen_stream_seq(gs[i])) <= 64);
+    }
+    if (r < 0) print_message("%s\n", err.msg);
+    assert_int_equal(r, 0);
+    assert_true(steps >= 90);
+    for (int i = 0; i < NS; i++) {
+        int fin;
+        assert_true(gen_stream_done(gs[i], &fin));
+        assert_int_equal(fin, GEN_FINISH_LENGTH);
+        assert_int_equal(fin_ref[i], GEN_FINISH_LENGTH);
+        assert_int_equal(got[i].n_tokens, n_pred[i]);
+        assert_int_equal(ref[i].n_tokens, n_pred[i]);
+        assert_string_equal(got[i].text, ref[i].text);
+        const gen_stats *st = gen_stream_stats(gs[i]);
+        assert_int_equal(st->n_shifts, shifts_ref[i]);
+        assert_int_equal(st->n_generated, n_pred[i]);
+        engine_seq_free(e, gen_stream_seq(gs[i]));
+        gen_stream_free(gs[i]);
+        sampler_free(smp[i]);
+        free(toks[i]);
+    }
+    assert_int_equal(kv_cache_check(engine_kv(e), &err), KV_OK);
+    /* no_context_shift: the same long stream ends at the full context instead */
+    int seq;
+    assert_int_equal(engine_seq_new(e, &seq, &err), KV_OK);
+    sampler *s = make_sampler(e, 0);
+    out o1 = {0};
+    int32_t *t0;
+    size_t n0;
+    tokenize(e, prompts[0], &t0, &n0);
+    gen_opts o = {.n_predict = 100, .no_context_shift = 1};
+    gen_callbacks cb = {.on_text = on_text, .on_token = on_token, .ud = &o1};
+    assert_int_equal(gen_stream_begin(e, seq, t0, n0, &o, s, &cb, 0, &gs[0], &err), KV_OK);
+    while (gen_batch_step(b, gs, 1, 8, &err) > 0) {
+    }
+    int fin;
+    assert_true(gen_stream_done(gs[0], &fin));
+    assert_int_equal(fin, GEN_FINISH_CONTEXT);
+    assert_int_equal(o1.n_tokens, 64 - (int)n0 + 1);
+    assert_int_equal(gen_stream_stats(gs[0])->n_shifts, 0);
+    gen_stream_free(gs[0]);
+    engine_seq_free(e, seq);
+    sampler_free(s);
+    free(t0);
+    gen_batch_free(b);
+    engine_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_together),
         cmocka_unit_test(test_prefix_and_cancel),
         cmocka_unit_test(test_forks),
+        cmocka_unit_test(test_context_shift),
     };
     return cmocka_run_group_tests_name("gen_batch", tests, NULL, NULL);
 }

@@ -200,6 +200,33 @@ static void test_matmul_threads(void **state) {
 
 /* kvchat gen-model: a tiny model of each type is written, loads (weights packed for the kernels),
  * has the type mix asked for, and runs a prefill and decode steps to finite logits. */
+/* op_swiglu_pool splits the values among threads: bit for bit op_swiglu's result, for sizes that
+ * do not divide evenly, below and above the size it starts splitting at. */
+static void test_swiglu_pool(void **state) {
+    (void)state;
+    tpool *pool = tpool_create(3);
+    assert_non_null(pool);
+    static const size_t sizes[] = {1, 17, 2047, 2048, 5632, 4 * 5632 + 5};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        float *g = malloc(sizeof(float) * n), *g2 = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n);
+        assert_non_null(g);
+        assert_non_null(g2);
+        assert_non_null(u);
+        for (size_t i = 0; i < n; i++) {
+            g[i] = g2[i] = (float)((int)(i * 7919 % 2001) - 1000) / 97.0f;
+            u[i] = (float)((int)(i * 104729 % 1001) - 500) / 211.0f;
+        }
+        op_swiglu(g, u, (int)n);
+        op_swiglu_pool(g2, u, n, pool);
+        assert_memory_equal(g, g2, sizeof(float) * n);
+        free(g);
+        free(g2);
+        free(u);
+    }
+    tpool_free(pool);
+}
+
 static void test_gen_model(void **state) {
     (void)state;
     static const char *types[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"};
@@ -251,6 +278,7 @@ static void test_gen_model(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_swiglu_pool),
         cmocka_unit_test(test_attention_paged_f16),
         cmocka_unit_test(test_matmul_threads),
         cmocka_unit_test(test_gen_model),

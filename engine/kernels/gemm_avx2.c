@@ -429,7 +429,7 @@ AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const ui
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *pq = panel + b * pb;
         const int bq = (int)(b & 3);
-        if (T == 1)
+        if (T <= 8) /* decode and a batched decode step stream the panel once */
             for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)pq + PF_Q8BLK + l, _MM_HINT_T0);
         const uint8_t *g[TMAX];
         __m256i isum[TMAX];
@@ -511,7 +511,7 @@ AI void k_k45(int q5, const uint8_t *panel, int64_t b0, int64_t b1, const uint8_
         const uint8_t *sb = panel + b * pb;
         const uint8_t *g[TMAX];
         __m256i A[TMAX], B[TMAX];
-        if (T == 1)
+        if (T <= 8) /* decode and a batched decode step stream the panel once */
             for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)sb + PF_K(pb) + l, _MM_HINT_T0);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
@@ -575,7 +575,7 @@ AI void k_q6_K(const uint8_t *panel, int64_t b0, int64_t b1, const uint8_t *act,
         const uint8_t *sb = panel + b * PB_Q6_K;
         const uint8_t *g[TMAX];
         __m256i A[TMAX], B[TMAX];
-        if (T == 1)
+        if (T <= 8) /* decode and a batched decode step stream the panel once */
             for (int l = 0; l < PB_Q6_K; l += 64) _mm_prefetch((const char *)sb + PF_K(PB_Q6_K) + l, _MM_HINT_T0);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {

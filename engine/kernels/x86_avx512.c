@@ -557,7 +557,7 @@ static inline __attribute__((always_inline)) void pgemm_q8blk(int kind, const ui
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *pq = panel + b * pb;
         int bq = (int)(b & 3);
-        if (T == 1)
+        if (T <= 8) /* decode and a batched decode step stream the panel once */
             for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)pq + PF_Q8BLK + l, _MM_HINT_T0);
         const uint8_t *g[8];
         __m512i isum[8];
@@ -617,7 +617,7 @@ static inline __attribute__((always_inline)) void pgemm_k45(int q5, const uint8_
         const uint8_t *sb = panel + b * pb;
         const uint8_t *g[4];
         __m512i A[4], B[4];
-        if (T == 1)
+        if (T <= 8) /* decode and a batched decode step stream the panel once */
             for (int l = 0; l < pb; l += 64) _mm_prefetch((const char *)sb + PF_K(pb) + l, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
@@ -689,7 +689,7 @@ static inline __attribute__((always_inline)) void pgemm_q6_K(const uint8_t *pane
         const uint8_t *sb = panel + b * PB_Q6_K;
         const uint8_t *g[4];
         __m512i A[4];
-        if (T == 1)
+        if (T <= 8) /* decode and a batched decode step stream the panel once */
             for (int l = 0; l < PB_Q6_K; l += 64) _mm_prefetch((const char *)sb + PF_K(PB_Q6_K) + l, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {

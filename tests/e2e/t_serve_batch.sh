@@ -1,4 +1,4 @@
-# kvchat serve's continuous batching: concurrent greedy streams (openai npm client) equal each alone, n = 3 with a seed, a client vanishing mid-stream while the others go on, a slow reader not stalling the others, cached_tokens of a repeated system prompt; every server started here is stopped at the end.
+# kvchat serve's continuous batching: concurrent greedy streams (openai npm client) equal each alone, n = 3 with a seed, a client vanishing mid-stream while the others go on, a slow reader not stalling the others, cached_tokens of a repeated system prompt, context shift past -c (and --no-context-shift); every server started here is stopped at the end.
 sb=$tmp/serve_batch
 mkdir -p "$sb"
 SB_ROOT=$(cd "$here/../.." && pwd)
@@ -95,6 +95,40 @@ if sb_start vanish -m "$SHARED/models/llama-2-tiny-random.gguf" -c 1100 -t 2 --p
     sb_stop vanish
 else
     bad "serve batch: the server starts (llama-2-tiny-random)" "$(cat "$sb/vanish.log")"
+fi
+
+# context shift: with -c 64 an 18-token prompt asking for 60 tokens runs past the context; two such
+# requests decoding together each get all 60 (the sequence keeps 4 positions, drops half of the rest,
+# goes on), the same text as alone; --no-context-shift ends one at the full context instead
+cs_req='{"prompt":"one two three four five six seven eight nine ten eleven twelve thirteen fourteen","max_tokens":60,"temperature":0}'
+if sb_start shift -m "$SHARED/models/llama-2-tiny-random.gguf" -c 64 -t 2 --parallel 2; then
+    a=$(sb_post /v1/completions "$cs_req")
+    sb_post /v1/completions "$cs_req" >"$sb/cs1.out" &
+    q1=$!
+    b2=$(sb_post /v1/completions "${cs_req/fourteen/fifteen}")
+    wait "$q1"
+    b1=$(cat "$sb/cs1.out")
+    pa=$(sb_js "$a" 'j.usage.prompt_tokens')
+    u=$(sb_js "$a" 'j.usage.completion_tokens + " " + j.choices[0].finish_reason')
+    u1=$(sb_js "$b1" 'j.usage.completion_tokens + " " + j.choices[0].finish_reason')
+    u2=$(sb_js "$b2" 'j.usage.completion_tokens + " " + j.choices[0].finish_reason')
+    [ "$pa" -gt 4 ] && [ $((pa + 60)) -gt 64 ] && [ "$u" = "60 length" ] && [ "$u1" = "60 length" ] && [ "$u2" = "60 length" ] &&
+        [ "$(sb_js "$b1" 'j.choices[0].text')" = "$(sb_js "$a" 'j.choices[0].text')" ] &&
+        ok "serve batch: context shift — a $pa-token prompt + 60 tokens past -c 64 gives all 60, batched = alone" ||
+        bad "serve batch: context shift past -c 64" "prompt $pa; alone $u, batched $u1 / $u2: $(head -c 300 <<<"$b1")"
+    sb_stop shift
+else
+    bad "serve batch: the server starts (-c 64)" "$(cat "$sb/shift.log")"
+fi
+if sb_start noshift -m "$SHARED/models/llama-2-tiny-random.gguf" -c 64 -t 2 --no-context-shift; then
+    a=$(sb_post /v1/completions "$cs_req")
+    pa=$(sb_js "$a" 'j.usage.prompt_tokens')
+    u=$(sb_js "$a" 'j.usage.completion_tokens + " " + j.choices[0].finish_reason')
+    [ "$u" = "$((64 - pa + 1)) length" ] && ok "serve batch: --no-context-shift ends the request at the full context ($u)" ||
+        bad "serve batch: --no-context-shift" "prompt $pa: $u"
+    sb_stop noshift
+else
+    bad "serve batch: the server starts (--no-context-shift)" "$(cat "$sb/noshift.log")"
 fi
 
 # a system prompt shared by requests is prefilled once: the next request reports it as cached_tokens
