@@ -14,6 +14,7 @@ typedef struct collect {
     engine *e;
     decode_sample *d;
     size_t cap;
+    int top_n;        /* > 0: keep each token's alternatives too (d->tlp) */
     gen_stream *gs;   /* the sample's stream: the logits its token came from */
 } collect;
 
@@ -27,12 +28,15 @@ static void on_tok(void *ud, int32_t tok, int eog)
         if (nt) c->d->tokens = nt;
         float *nl = realloc(c->d->lp, nc * sizeof *nl);
         if (nl) c->d->lp = nl;
-        if (!nt || !nl) return;
+        token_logprob *ntl = c->top_n > 0 ? realloc(c->d->tlp, nc * sizeof *ntl) : NULL;
+        if (ntl) c->d->tlp = ntl;
+        if (!nt || !nl || (c->top_n > 0 && !ntl)) return;
         c->cap = nc;
     }
     token_logprob tl;
     const float *l = c->gs ? gen_stream_logits(c->gs) : engine_token_logits(c->e);
-    logprob_token(l, engine_model(c->e)->hp.n_vocab, tok, 0, &tl);
+    logprob_token(l, engine_model(c->e)->hp.n_vocab, tok, c->top_n, &tl);
+    if (c->top_n > 0) c->d->tlp[c->d->n] = tl;
     c->d->tokens[c->d->n] = tok;
     c->d->lp[c->d->n++] = tl.lp;
 }
@@ -42,6 +46,7 @@ void decode_samples_free(decode_sample *s, int n)
     for (int i = 0; s && i < n; i++) {
         free(s[i].tokens);
         free(s[i].lp);
+        free(s[i].tlp);
     }
 }
 
@@ -53,7 +58,7 @@ static int by_mean(const void *a, const void *b)
 }
 
 int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t n_prompt, int n, int n_predict,
-                   decode_sample *out, gen_stats *st, kv_error *err)
+                   int top_n, decode_sample *out, gen_stats *st, kv_error *err)
 {
     memset(out, 0, sizeof *out * (size_t)n);
     if (n < 1 || n > DECODE_MAX_N) return kv_error_set(err, KV_ERR_INVALID, "best-of: %d samples (1 to %d)", n, DECODE_MAX_N);
@@ -84,7 +89,7 @@ int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t
             break;
         }
         out[i].seed = sampler_seed(smp[i]);
-        col[i] = (collect){.e = e, .d = &out[i]};
+        col[i] = (collect){.e = e, .d = &out[i], .top_n = top_n};
         cb[i] = (gen_callbacks){.on_token = on_tok, .ud = &col[i]};
         rc = gen_stream_begin(e, forks[i], prompt, n_prompt, &go, smp[i], &cb[i], 0, &gs[i], err);
         col[i].gs = gs[i];
@@ -123,9 +128,10 @@ int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t
     return KV_OK;
 }
 
-/* The reply's tokens as text (or JSON lines with each token's log-prob and alternatives,
- * recomputed from the logits when top_logprobs is asked: then lp_of is NULL). */
-static void print_tokens(engine *e, const int32_t *toks, const float *lps, int n, const decode_opts *o, json_out *j)
+/* The reply's tokens as text, or JSON lines with each token's log-prob (lps[i]) and, when
+ * --top-logprobs asked for them, its alternatives (tlps[i]; NULL: none kept). */
+static void print_tokens(engine *e, const int32_t *toks, const float *lps, const token_logprob *tlps, int n,
+                         const decode_opts *o, json_out *j)
 {
     const tokenizer *tk = engine_tokenizer(e);
     detok_stream ds;
@@ -139,7 +145,7 @@ static void print_tokens(engine *e, const int32_t *toks, const float *lps, int n
         if (m > sizeof buf) m = sizeof buf;
         if (o->json) {
             token_logprob tl = {.tok = toks[i], .lp = lps ? lps[i] : 0};
-            json_out_token_lp(j, toks[i], buf, m, &tl, eog, tk);
+            json_out_token_lp(j, toks[i], buf, m, tlps ? &tlps[i] : &tl, eog, tk);
         } else {
             plain_out_write(&po, buf, m);
         }
@@ -154,6 +160,34 @@ static void print_tokens(engine *e, const int32_t *toks, const float *lps, int n
     fflush(stdout);
 }
 
+/* The log-probs of the tokens toks[0..n) following prompt (teacher-forced on a fork of seq,
+ * which holds the prompt): lps[i] and, with top_n > 0, tlps[i] with top_n alternatives. 0, or -1
+ * when a forward pass failed (err says why). */
+static int replay_logprobs(engine *e, int seq, const int32_t *prompt, size_t n_prompt, const int32_t *toks, int n,
+                           int top_n, float *lps, token_logprob *tlps, kv_error *err)
+{
+    int f;
+    if (engine_seq_fork(e, seq, -1, &f, err)) return -1;
+    int nv = engine_model(e)->hp.n_vocab, rc = 0;
+    float *lg = malloc(sizeof(float) * (size_t)nv);
+    if (!lg) rc = -1;
+    engine_seq_truncate(e, f, (int)n_prompt - 1);
+    int32_t cur = prompt[n_prompt - 1];
+    for (int i = 0; !rc && i < n; i++) {
+        if (engine_forward(e, f, &cur, 1, lg, 0, err)) rc = -1;
+        else {
+            token_logprob tl;
+            logprob_token(lg, nv, toks[i], top_n, &tl);
+            lps[i] = tl.lp;
+            if (tlps) tlps[i] = tl;
+            cur = toks[i];
+        }
+    }
+    free(lg);
+    engine_seq_free(e, f);
+    return rc;
+}
+
 int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt, const decode_opts *o, json_out *j,
                    gen_stats *st, int *finish, kv_error *err)
 {
@@ -164,28 +198,24 @@ int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt
         int rc = engine_beam_search(e, ENGINE_SEQ_DEFAULT, prompt, (int)n_prompt, o->beams, o->length_penalty,
                                     o->n_predict, &r, st, err);
         if (rc) return rc;
-        /* per-token log-probs of the chosen beam: replay it (teacher-forced) on a fork */
-        float *lps = calloc((size_t)(r.n_tokens ? r.n_tokens : 1), sizeof(float));
-        int f;
-        if (lps && !engine_seq_fork(e, ENGINE_SEQ_DEFAULT, -1, &f, err)) {
-            int nv = engine_model(e)->hp.n_vocab, ok = 1;
-            float *lg = malloc(sizeof(float) * (size_t)nv);
-            engine_seq_truncate(e, f, (int)n_prompt - 1);
-            int32_t cur = prompt[n_prompt - 1];
-            for (int i = 0; lg && ok && i < r.n_tokens; i++) {
-                if (engine_forward(e, f, &cur, 1, lg, 0, err)) ok = 0;
-                else {
-                    token_logprob tl;
-                    logprob_token(lg, nv, r.tokens[i], 0, &tl);
-                    lps[i] = tl.lp;
-                    cur = r.tokens[i];
-                }
-            }
-            free(lg);
-            engine_seq_free(e, f);
+        /* per-token log-probs (and alternatives) of the chosen beam: replay it on a fork */
+        size_t nt = (size_t)(r.n_tokens ? r.n_tokens : 1);
+        float *lps = calloc(nt, sizeof(float));
+        token_logprob *tlps = o->json && o->top_logprobs > 0 ? calloc(nt, sizeof *tlps) : NULL;
+        kv_error rerr = {0};
+        int ok = lps && (tlps || !(o->json && o->top_logprobs > 0)) &&
+                 !replay_logprobs(e, ENGINE_SEQ_DEFAULT, prompt, n_prompt, r.tokens, r.n_tokens, o->top_logprobs,
+                                  lps, tlps, &rerr);
+        if (!ok) {
+            free(lps);
+            free(tlps);
+            beam_result_free(&r);
+            if (rerr.code) *err = rerr;
+            return rerr.code ? rerr.code : kv_error_set(err, KV_ERR_NOMEM, "beam search: out of memory for the log-probs");
         }
-        print_tokens(e, r.tokens, lps, r.n_tokens, o, j);
+        print_tokens(e, r.tokens, lps, tlps, r.n_tokens, o, j);
         free(lps);
+        free(tlps);
         fprintf(stderr, "%sbeam search: %d beams, chose the beam of score %.4f (sum of log-probs %.4f over %d tokens, "
                 "length penalty %g; %d finished hypotheses)\n", o->json ? "" : "\n", o->beams, r.score, r.logprob,
                 r.n_tokens, (double)o->length_penalty, r.n_finished);
@@ -196,9 +226,10 @@ int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt
     }
     decode_sample ds[DECODE_MAX_N];
     int n = o->best_of;
-    int rc = decode_best_of(e, ENGINE_SEQ_DEFAULT, s, prompt, n_prompt, n, o->n_predict, ds, st, err);
+    int rc = decode_best_of(e, ENGINE_SEQ_DEFAULT, s, prompt, n_prompt, n, o->n_predict, o->json ? o->top_logprobs : 0,
+                            ds, st, err);
     if (rc) return rc;
-    print_tokens(e, ds[0].tokens, ds[0].lp, ds[0].n, o, j);
+    print_tokens(e, ds[0].tokens, ds[0].lp, ds[0].tlp, ds[0].n, o, j);
     fprintf(stderr, "%sbest of %d: chose the sample of the highest mean log-prob %.4f (seed %llu); the others:",
             o->json ? "" : "\n", n, ds[0].mean_lp, (unsigned long long)ds[0].seed);
     for (int i = 1; i < n; i++) fprintf(stderr, " %.4f", ds[i].mean_lp);

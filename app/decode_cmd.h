@@ -7,6 +7,7 @@
 
 #include "app/output.h"
 #include "engine/generate.h"
+#include "engine/logprob.h"
 
 #define DECODE_MAX_N 16
 
@@ -24,6 +25,7 @@ typedef struct decode_opts {
 typedef struct decode_sample {
     int32_t *tokens;
     float *lp;
+    token_logprob *tlp;   /* with top_n > 0: each token's log-prob and its top_n alternatives (else NULL) */
     int n;
     double mean_lp;       /* mean of lp over the tokens (an end-of-generation token included) */
     int finish;
@@ -34,10 +36,11 @@ typedef struct decode_sample {
  * sample is generated on a fork of it with a sampler of s's parameters seeded seed + i
  * (i = 0..n-1), all decoded together (engine/gen_batch.h: one batched forward pass per step;
  * no context shift), and the samples are ranked by mean log-probability of the raw model (best
- * first) into out[0..n). s itself is not used for sampling. Errors of gen_batch / the forward
+ * first) into out[0..n). top_n > 0 also keeps every token's top_n alternatives (out[i].tlp, for
+ * --json --top-logprobs). s itself is not used for sampling. Errors of gen_batch / the forward
  * pass. The caller frees with decode_samples_free. */
 int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t n_prompt, int n, int n_predict,
-                   decode_sample *out, gen_stats *st, kv_error *err);
+                   int top_n, decode_sample *out, gen_stats *st, kv_error *err);
 void decode_samples_free(decode_sample *s, int n);
 
 /* The one-shot mode with --beams / --best-of: writes the chosen reply (text, or JSON token lines
