@@ -177,10 +177,10 @@ static int32_t draw(spec_state *st, const float *w, const int32_t *ids, int n, d
     return last;
 }
 
-/* The draft model: make its sequence hold hist[0..n-1) (common prefix kept, the rest
- * prefilled), feed the pending token and draft greedily (temperature 0) or from q. */
-static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, const sampler *s, int32_t *out,
-                         kv_error *err)
+/* The draft model's sequence made to hold hist[0..n): the common prefix kept, the rest fed in
+ * batches (at least the last token, so st->dlogits is the row after hist[n-1]). 1 when the draft
+ * model cannot follow (n past its context: no draft), 0, or -1 with err set. */
+static int draft_sync(spec_state *st, const int32_t *hist, int n, kv_error *err)
 {
     engine *d = st->p.draft;
     int seq = ENGINE_SEQ_DEFAULT, have_n;
@@ -188,14 +188,32 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
     int common = 0;
     while (common < have_n && common < n - 1 && have[common] == hist[common]) common++;
     engine_seq_truncate(d, seq, common);
-    if (n > engine_n_ctx(d)) return 0; /* cannot follow (the target shifted past it): no draft */
+    if (n > engine_n_ctx(d)) return 1; /* cannot follow (the target shifted past it) */
     int nb = engine_n_batch(d);
-    for (int i = common; i < n;) { /* the rest of the history and the pending token */
+    for (int i = common; i < n;) {
         int k = n - i < nb ? n - i : nb;
-        int rc = engine_forward(d, seq, hist + i, k, st->dlogits, 0, err);
-        if (rc) return -1;
+        if (engine_forward(d, seq, hist + i, k, st->dlogits, 0, err)) return -1;
         i += k;
     }
+    return 0;
+}
+
+int spec_prefill(spec_state *st, const int32_t *toks, int n, kv_error *err)
+{
+    if (st->p.mode != SPEC_DRAFT || n <= 0) return KV_OK;
+    int rc = draft_sync(st, toks, n, err);
+    return rc < 0 ? (err && err->code ? err->code : KV_ERR_INVALID) : KV_OK;
+}
+
+/* The draft model: make its sequence hold hist[0..n-1) and the pending token (draft_sync), then
+ * draft greedily (temperature 0) or from q. */
+static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, const sampler *s, int32_t *out,
+                         kv_error *err)
+{
+    engine *d = st->p.draft;
+    int seq = ENGINE_SEQ_DEFAULT;
+    int sr = draft_sync(st, hist, n, err);
+    if (sr) return sr < 0 ? -1 : 0;
     sampler_params dp = *sampler_get_params(s);
     dp.repeat_penalty = 1.0f;
     dp.presence_penalty = dp.frequency_penalty = 0;
@@ -307,8 +325,8 @@ void spec_feedback(spec_state *st, int k, int j)
     }
     if (j == 0) {
         st->fails++;
-        int f = st->fails < 5 ? st->fails : 5;
-        st->skip = (1 << f) - 1;
+        int f = st->fails < SPEC_BACKOFF_MAX ? st->fails : SPEC_BACKOFF_MAX;
+        st->skip = (1 << (2 * f)) - 1; /* 4^f - 1 */
     } else {
         st->fails = 0;
     }
