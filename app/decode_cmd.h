@@ -7,9 +7,10 @@
 
 #include "app/output.h"
 #include "engine/generate.h"
+#include "engine/best_of.h"
 #include "engine/logprob.h"
 
-#define DECODE_MAX_N 16
+#define DECODE_MAX_N BEST_OF_MAX
 
 typedef struct decode_opts {
     int beams;            /* > 1: beam search (engine/beam.h) */
@@ -21,16 +22,8 @@ typedef struct decode_opts {
     const char *prompt_text; /* echoed before the reply in text mode (NULL: none) */
 } decode_opts;
 
-/* One candidate of best-of-N: its tokens and log-probabilities (raw model, per token). */
-typedef struct decode_sample {
-    int32_t *tokens;
-    float *lp;
-    token_logprob *tlp;   /* with top_n > 0: each token's log-prob and its top_n alternatives (else NULL) */
-    int n;
-    double mean_lp;       /* mean of lp over the tokens (an end-of-generation token included) */
-    int finish;
-    uint64_t seed;
-} decode_sample;
+/* One candidate of best-of-N (engine/best_of.h). */
+typedef gen_candidate decode_sample;
 
 /* N samples from one prefill: the prompt but its last token is prefilled once on seq, each
  * sample is generated on a fork of it with a sampler of s's parameters seeded seed + i
