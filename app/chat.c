@@ -80,6 +80,8 @@ typedef struct chat {
     char attach_name[256];
     int n_stops;
     int markdown;        /* replies shown as rendered Markdown */
+    int cand_best_of, cand_beams; /* /best N, /beams N: the next reply's candidates (start_reply takes them) */
+    int req_beams;       /* the running reply is a beam search of this many beams (0: not) */
     /* /read FILE counts the file's tokens on a thread of its own (the UI thread never runs the
      * tokenizer); its end is a byte on done_pipe, which the main loop polls */
     struct read_job {
@@ -295,7 +297,10 @@ static void start_reply(chat *c, int continue_last)
     c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
                         ? T(c, c->reply - 1)->id : 0;
     backend_request brq = {.local = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos,
-                                     .n_predict = c->max_tokens, .append = append}};
+                                     .n_predict = c->max_tokens, .append = append,
+                                     .best_of = c->cand_best_of, .beams = c->cand_beams, .length_penalty = 1.0f}};
+    c->req_beams = c->cand_beams;
+    c->cand_best_of = c->cand_beams = 0;
     worker_request *rq = &brq.local;
     if (c->remote) {
         brq = (backend_request){.msgs = c->rmsgs, .n_msgs = c->pb.n_seg};
@@ -386,6 +391,34 @@ static int ui_phase_of(int worker_phase)
 /* The local engine's context length (0 on a server: its own). */
 static int n_ctx_of(const chat *c) { return c->e ? engine_n_ctx(c->e) : 0; }
 
+static void refresh_labels(chat *c);
+
+/* A /best or /beams reply is done (cand[0] is the reply shown): the other samples become its
+ * sibling branches, stored like any reply, the head stays on the shown one; the ranking said. */
+static void candidates_done(chat *c, const worker_event *ev)
+{
+    long reply = c->conv.path[c->reply];
+    long first = decode_add_siblings(&c->conv, reply, ev->cand, ev->n_cand, UI_ROLE_ASSISTANT, c->model_label,
+                                     chatstore_finish_of);
+    if (first < 0) ui_notice(c->u, UI_ROLE_ERROR, "out of memory keeping the other samples");
+    for (long k = first; c->cs && first >= 0 && (size_t)k < c->conv.n; k++) {
+        const worker_candidate *w = &ev->cand[k - first + 1];
+        char why[700];
+        if (chatstore_reply(c->cs, parent_of(c, c->reply), 0, 0, w->text, w->len, w->finish, &ev->stats.gen, &c->sp,
+                            c->max_tokens, w->seed, w->conv, w->n_conv, &c->conv.node[k].id, why, sizeof why))
+            ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+    }
+    if (ev->n_cand > 1) save_head(c); /* the shown reply, not the last sibling stored */
+    refresh_labels(c);
+    size_t *count, *rank = conv_sibling_ranks(&c->conv, &count);
+    char note[1200];
+    decode_candidates_note(ev->cand, ev->n_cand, c->req_beams, 1.0f, rank ? rank[reply] : 1,
+                           rank ? count[conv_slot_of(&c->conv, reply)] : (size_t)ev->n_cand, note, sizeof note);
+    free(rank);
+    free(count);
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s", note);
+}
+
 static void on_done(chat *c, const worker_event *ev)
 {
     int req = c->req;
@@ -443,6 +476,7 @@ static void on_done(chat *c, const worker_event *ev)
     if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
         ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, cap ? "a context's worth" : gen_finish_name(ev->finish));
     save_reply(c, c->reply, ev);
+    if (ev->n_cand) candidates_done(c, ev);
 }
 
 static void drain_events(chat *c)
@@ -1015,6 +1049,34 @@ static void cmd_regen(chat *c, char *args)
     start_reply(c, 0);
 }
 
+static int cb_submit(void *ud, const char *line);
+
+/* /best N [MESSAGE], /beams N [MESSAGE]: the reply to MESSAGE, or again to the last message (the
+ * old reply kept as a branch, as /regen), as N samples ranked (the others kept as branches) or
+ * as a beam search (app/decode_cmd.c, engine/best_of.h, engine/beam.h). */
+static void cmd_candidates(chat *c, char *args, int beams)
+{
+    const char *name = beams ? "/beams" : "/best", *rest;
+    int n;
+    char msg[300];
+    if (c->remote) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s: the local engine only (a server samples its own replies)", name);
+        return;
+    }
+    if (decode_parse_count(name, args, &n, &rest, msg, sizeof msg)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", msg);
+        return;
+    }
+    c->cand_best_of = beams ? 0 : n;
+    c->cand_beams = beams ? n : 0;
+    if (*rest == '/') ui_notice(c->u, UI_ROLE_ERROR, "%s: a message, not a command, after N", name);
+    else if (*rest) cb_submit(c, rest);
+    else cmd_regen(c, "");
+    c->cand_best_of = c->cand_beams = 0;
+}
+static void cmd_best(chat *c, char *args) { cmd_candidates(c, args, 0); }
+static void cmd_beams(chat *c, char *args) { cmd_candidates(c, args, 1); }
+
 static void cmd_undo(chat *c, char *args)
 {
     (void)args;
@@ -1546,6 +1608,8 @@ static const chat_cmd commands[] = {
     {"/sessions", {0}, "/sessions\tsaved conversations (also F3)", 0, cmd_sessions, NULL, 0},
     {"/clear", {0}, "/clear\tnew conversation (empties the KV cache)", 1, cmd_clear, NULL, 0},
     {"/regen", {0}, "/regen\ta new reply to your last message (the old one\n\t  stays as a branch)", 1, cmd_regen, NULL, 0},
+    {"/best", {0}, "/best N [MSG]\tN samples of the reply (to MSG, or again to your\n\t  last message), the one of the highest mean\n\t  log-probability shown, the others as branches", 1, cmd_best, NULL, 0},
+    {"/beams", {0}, "/beams N [MSG]\tthe reply by beam search of N beams (its score\n\t  said)", 1, cmd_beams, NULL, 0},
     {"/undo", {0}, "/undo\tdrop the last exchange (kept as a branch)", 1, cmd_undo, NULL, 0},
     {"/edit", {0}, "/edit [TEXT]\tedit your last message; the answer goes on a new\n\t  branch, the original stays (Up on an "
                    "empty input)", 1, cmd_edit, NULL, 0},

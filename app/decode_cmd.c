@@ -161,3 +161,51 @@ void decode_draft_text(const spec_params *sp, int key, char *buf, size_t cap)
     else if (key == CFG_DRAFT_MIN_P) snprintf(buf, cap, "%.2f", (double)sp->draft_min_p);
     else snprintf(buf, cap, "%s", sp->mode == SPEC_DRAFT ? "model" : spec_mode_name(sp->mode));
 }
+
+int decode_parse_count(const char *cmd, const char *args, int *n, const char **rest, char *msg, size_t cap)
+{
+    char *end;
+    long v = strtol(args, &end, 10);
+    if (end == args || (*end && *end != ' ') || v < 2 || v > DECODE_MAX_N) {
+        snprintf(msg, cap, "usage: %s N [MESSAGE] — N from 2 to %d (%s)", cmd, DECODE_MAX_N,
+                 !strcmp(cmd, "/beams") ? "beams searched for one reply" : "samples of one reply, the best shown");
+        return -1;
+    }
+    while (*end == ' ') end++;
+    *n = (int)v;
+    *rest = end;
+    return 0;
+}
+
+long decode_add_siblings(conv_tree *t, long reply, const worker_candidate *cand, int n, int role, const char *author,
+                         int (*finish_of)(int gen_finish))
+{
+    if (reply < 0 || (size_t)reply >= t->n) return -1;
+    long parent = t->node[reply].parent, first = (long)t->n;
+    for (int i = 1; i < n; i++) {
+        long k = conv_add(t, parent, role, cand[i].text, cand[i].len);
+        if (k < 0 || (author && conv_set_author(t, k, author))) return -1;
+        t->node[k].finish = finish_of ? finish_of(cand[i].finish) : cand[i].finish;
+    }
+    return first;
+}
+
+void decode_candidates_note(const worker_candidate *cand, int n, int beams, float length_penalty, size_t first_branch,
+                            size_t n_branches, char *buf, size_t cap)
+{
+    if (n < 1) {
+        snprintf(buf, cap, "no candidates");
+        return;
+    }
+    if (beams > 1) {
+        snprintf(buf, cap, "beam search, %d beams: chose the beam of score %.4f (sum of log-probs %.4f over %d tokens, "
+                 "length penalty %g)", beams, cand[0].score, cand[0].logprob, cand[0].n_tokens, (double)length_penalty);
+        return;
+    }
+    size_t k = (size_t)snprintf(buf, cap, "best of %d, ranked by mean log-probability per token: this reply %.4f "
+                                "(seed %llu)", n, cand[0].score, (unsigned long long)cand[0].seed);
+    if (n > 1 && k < cap)
+        k += (size_t)snprintf(buf + k, cap - k, "; the others, branches %zu-%zu/%zu (/branch N):", first_branch + 1,
+                              first_branch + (size_t)n - 1, n_branches);
+    for (int i = 1; i < n && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, " %.4f", cand[i].score);
+}

@@ -9,6 +9,8 @@
 #include "engine/generate.h"
 #include "engine/best_of.h"
 #include "engine/logprob.h"
+#include "engine/worker.h"
+#include "app/conv_tree.h"
 
 #define DECODE_MAX_N BEST_OF_MAX
 
@@ -52,5 +54,24 @@ int decode_set_draft(struct spec_params *sp, int key, const char *value, const c
                      size_t cap);
 /* The value of one of those keys as /show params prints it. */
 void decode_draft_text(const struct spec_params *sp, int key, char *buf, size_t cap);
+
+/* ---- the chat's /best N and /beams N (app/chat.c runs them through the worker) --------------- */
+
+/* "/best N [MESSAGE]" / "/beams N [MESSAGE]": N (2..DECODE_MAX_N) from args, *rest the message
+ * after it ("" for none: answer the last message again). 0, or -1 with the usage in msg. */
+int decode_parse_count(const char *cmd, const char *args, int *n, const char **rest, char *msg, size_t cap);
+
+/* Conversation bookkeeping of a candidates reply: the reply node `reply` (already on the path,
+ * holding cand[0]) gets cand[1..n) as siblings (same parent, role and author, their texts and
+ * finish codes), in rank order after it. Returns the index of the first sibling added (t->n when
+ * n <= 1), or -1 when out of memory (those added so far stay). */
+long decode_add_siblings(conv_tree *t, long reply, const worker_candidate *cand, int n, int role, const char *author,
+                         int (*finish_of)(int gen_finish));
+
+/* What the chat says about a candidates reply: best-of's ranking ("best of 3, ranked by mean
+ * log-probability per token: this reply -0.412 (seed S); the others (branches 2/3, 3/3 — /branch)
+ * -0.533, -0.871") or the beam's score; first_branch = the chosen reply's sibling rank. */
+void decode_candidates_note(const worker_candidate *cand, int n, int beams, float length_penalty, size_t first_branch,
+                            size_t n_branches, char *buf, size_t cap);
 
 #endif

@@ -1,5 +1,7 @@
 /* worker: the generator thread — owns the engine while a request runs, streams text and live stats through an event queue, honours cancel and live sampling parameters. */
 #include "worker.h"
+#include "beam.h"
+#include "best_of.h"
 #include "speculate.h"
 
 #include "stop.h"
@@ -72,6 +74,10 @@ struct worker {
     int space_prefix;      /* the tokenizer prefixes text with a space (SentencePiece) */
     double itl_sum;
     worker_stats live;
+    worker_candidate cand[BEST_OF_MAX]; /* the last best_of / beams request's candidates */
+    int n_cand;
+    char *cand_text[BEST_OF_MAX];       /* their storage */
+    int32_t *cand_conv[BEST_OF_MAX];
 };
 
 static double now_ms(void)
@@ -238,8 +244,12 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     }
     kv_cache_get_stats(engine_kv(w->e), &d.stats.kv);
     d.stats.elapsed_ms = now_ms() - w->t0;
-    d.seed = sampler_seed(w->s);
+    d.seed = w->n_cand && w->cand[0].seed ? w->cand[0].seed : sampler_seed(w->s); /* best-of: the chosen sample's */
     d.keep_wanted = w->keep_wanted;
+    if (w->n_cand) {
+        d.cand = w->cand;
+        d.n_cand = w->n_cand;
+    }
     if (w->n_conv > w->cap_done_conv) {
         int32_t *nc = realloc(w->done_conv, w->n_conv * sizeof *nc);
         if (nc) {
@@ -377,6 +387,119 @@ static void set_conversation(worker *w, const int32_t *t, size_t n)
     w->n_conv = n;
 }
 
+/* Worker thread: forget the last request's candidates. */
+static void free_candidates(worker *w)
+{
+    for (int i = 0; i < BEST_OF_MAX; i++) {
+        free(w->cand_text[i]);
+        free(w->cand_conv[i]);
+        w->cand_text[i] = NULL;
+        w->cand_conv[i] = NULL;
+    }
+    memset(w->cand, 0, sizeof w->cand);
+    w->n_cand = 0;
+}
+
+/* Worker thread: candidate i from its tokens — text (detokenized, cut at a stop string) and
+ * conversation (the prompt and the tokens but an end of generation). 0, or -1 out of memory. */
+static int add_candidate(worker *w, const int32_t *prompt, size_t n, const int32_t *toks, int nt, double score,
+                         double logprob, int finish, uint64_t seed)
+{
+    int i = w->n_cand;
+    const tokenizer *tk = engine_tokenizer(w->e);
+    int n_gen = nt;
+    if (n_gen > 0 && tokenizer_is_eog(tk, toks[n_gen - 1])) n_gen--;
+    size_t cap = 64 + (size_t)nt * 64, len = 0;
+    char *text = malloc(cap + STOP_MAX_LEN);
+    int32_t *conv = malloc((n + (size_t)nt + 1) * sizeof *conv);
+    if (!text || !conv) {
+        free(text);
+        free(conv);
+        return -1;
+    }
+    detok_stream ds;
+    detok_stream_init(&ds);
+    char piece[256];
+    const char *sv[STOP_MAX_STRINGS];
+    pthread_mutex_lock(&w->mu);
+    for (int k = 0; k < w->n_stops; k++) sv[k] = w->stops[k];
+    stop_matcher sm;
+    stop_init(&sm, sv, w->n_stops);
+    pthread_mutex_unlock(&w->mu);
+    int stopped = 0, kept = n_gen;
+    for (int k = 0; k <= n_gen && !stopped; k++) {
+        size_t m = k < n_gen ? detok_stream_push(&ds, tk, toks[k], piece, sizeof piece)
+                             : detok_stream_flush(&ds, piece, sizeof piece);
+        if (m > sizeof piece) m = sizeof piece;
+        if (len + m + STOP_MAX_LEN > cap) m = cap > len + STOP_MAX_LEN ? cap - len - STOP_MAX_LEN : 0;
+        size_t out = 0;
+        if (sm.n_stops > 0) {
+            if (stop_push(&sm, piece, m, text + len, &out)) {
+                stopped = 1;
+                kept = k + 1; /* the stop string's tokens stay in the conversation, as in a streamed reply */
+            }
+        } else {
+            memcpy(text + len, piece, m);
+            out = m;
+        }
+        len += out;
+    }
+    if (!stopped && sm.n_stops > 0) len += stop_flush(&sm, text + len);
+    memcpy(conv, prompt, n * sizeof *conv);
+    memcpy(conv + n, toks, (size_t)kept * sizeof *conv);
+    w->cand_text[i] = text;
+    w->cand_conv[i] = conv;
+    w->cand[i] = (worker_candidate){.text = text, .len = len, .conv = conv, .n_conv = n + (size_t)kept,
+                                    .n_tokens = nt, .score = score, .logprob = logprob,
+                                    .finish = stopped ? GEN_FINISH_STOP : finish, .seed = seed};
+    w->n_cand++;
+    return 0;
+}
+
+/* Worker thread: a best_of / beams request on the prompt toks[0..n): the candidates, the best
+ * one's text posted, the conversation made the best one's. */
+static int run_candidates(worker *w, const worker_request *r, const int32_t *toks, size_t n, gen_stats *st,
+                          int *finish, kv_error *err)
+{
+    int lim = atomic_load(&w->limit);
+    int n_predict = lim >= 0 ? lim : engine_n_ctx(w->e) - (int)n;
+    if (n_predict < 1) n_predict = 1;
+    int rc;
+    memset(st, 0, sizeof *st);
+    if (r->beams > 1) {
+        beam_result br;
+        rc = engine_beam_search(w->e, ENGINE_SEQ_DEFAULT, toks, (int)n, r->beams, r->length_penalty, n_predict, &br, st,
+                                err);
+        if (rc) return rc;
+        if (add_candidate(w, toks, n, br.tokens, br.n_tokens, br.score, br.logprob, br.finish, 0))
+            rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for the beam's text");
+        beam_result_free(&br);
+    } else {
+        gen_candidate c[BEST_OF_MAX];
+        gen_callbacks cb = {.should_stop = cb_should_stop, .ud = w};
+        int nb = r->best_of > BEST_OF_MAX ? BEST_OF_MAX : r->best_of;
+        rc = engine_best_of(w->e, ENGINE_SEQ_DEFAULT, w->s, toks, n, nb, n_predict, 0, &cb, c, st, err);
+        if (rc) return rc;
+        for (int i = 0; i < nb && !rc; i++) {
+            double sum = 0;
+            for (int k = 0; k < c[i].n; k++) sum += c[i].lp[k];
+            int f = c[i].finish == GEN_FINISH_CANCELLED && w->limit_hit && !atomic_load(&w->cancel) ? GEN_FINISH_LENGTH
+                                                                                                    : c[i].finish;
+            if (add_candidate(w, toks, n, c[i].tokens, c[i].n, c[i].mean_lp, sum, f, c[i].seed))
+                rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for the samples' text");
+        }
+        gen_candidates_free(c, nb);
+    }
+    if (rc) return rc;
+    const worker_candidate *best = &w->cand[0];
+    *finish = best->finish;
+    st->n_prompt = (int)n;
+    w->n_sampled = best->n_tokens;
+    if (best->len) post_live(w, best->text, best->len);
+    set_conversation(w, best->conv, best->n_conv);
+    return KV_OK;
+}
+
 static void run_job(worker *w, const worker_request *r)
 {
     kv_error err = {0};
@@ -400,6 +523,7 @@ static void run_job(worker *w, const worker_request *r)
     w->itl_sum = 0;
     w->n_prompt = 0;
     w->keep_wanted = 0;
+    free_candidates(w);
     apply_params(w);
     if (r->reset_cache) {
         engine_reset(w->e);
@@ -459,6 +583,15 @@ static void run_job(worker *w, const worker_request *r)
     spec_params spec = w->spec;
     pthread_mutex_unlock(&w->mu);
     if (spec.mode != SPEC_OFF) go.spec = &spec;
+    if (r->best_of > 1 || r->beams > 1) {
+        rc = run_candidates(w, r, toks, n, &st, &finish, &err);
+        if (rc) remember_conversation(w, toks, n, 0);
+        free(toks);
+        if (rc) post_done(w, GEN_FINISH_ERROR, rc, &err, &st);
+        else post_done(w, finish, KV_OK, NULL, &st);
+        if (hooks.saved) hooks.saved(hooks.ud, w->e, w->conv, w->n_conv, rc ? GEN_FINISH_ERROR : finish);
+        return;
+    }
     rc = engine_generate_seq(w->e, ENGINE_SEQ_DEFAULT, toks, n, &go, w->s, &cb, &st, &finish, &err);
     remember_conversation(w, toks, n, st.n_generated);
     free(toks);
@@ -562,6 +695,7 @@ void worker_destroy(worker *w)
     free(w->job_text);
     free(w->job_conv);
     free(w->done_conv);
+    free_candidates(w);
     free(w->text);
     free(w->stop_buf);
     free(w->ui_text);
