@@ -82,6 +82,7 @@ typedef struct chat {
     int markdown;        /* replies shown as rendered Markdown */
     int cand_best_of, cand_beams; /* /best N, /beams N: the next reply's candidates (start_reply takes them) */
     int req_beams;       /* the running reply is a beam search of this many beams (0: not) */
+    size_t reply_base;   /* the reply turn's text before this request's (a continued reply, a reasoning marker) */
     /* /read FILE counts the file's tokens on a thread of its own (the UI thread never runs the
      * tokenizer); its end is a byte on done_pipe, which the main loop polls */
     struct read_job {
@@ -294,6 +295,7 @@ static void start_reply(chat *c, int continue_last)
         refresh_labels(c);
     }
     c->reply = c->conv.n_path - 1; /* the reply is always the path's last message */
+    c->reply_base = t->len;
     c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
                         ? T(c, c->reply - 1)->id : 0;
     backend_request brq = {.local = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos,
@@ -393,6 +395,23 @@ static int n_ctx_of(const chat *c) { return c->e ? engine_n_ctx(c->e) : 0; }
 
 static void refresh_labels(chat *c);
 
+/* The reply's token probabilities for the heat-map (F6, /show probs): the worker's spans are
+ * of this request's text, which starts at c->reply_base in the turn. */
+static void show_heat(chat *c, turn *t, const worker_event *ev)
+{
+    if (!t->view || !ev->n_tok) return;
+    uint32_t *a = malloc(ev->n_tok * sizeof *a), *b = malloc(ev->n_tok * sizeof *b);
+    if (a && b) {
+        for (size_t i = 0; i < ev->n_tok; i++) {
+            a[i] = ev->tok_start[i] + (uint32_t)c->reply_base;
+            b[i] = ev->tok_end[i] + (uint32_t)c->reply_base;
+        }
+        ui_msg_set_heat(c->u, t->view, t->text, t->len, a, b, ev->tok_p, ev->n_tok);
+    }
+    free(a);
+    free(b);
+}
+
 /* A /best or /beams reply is done (cand[0] is the reply shown): the other samples become its
  * sibling branches, stored like any reply, the head stays on the shown one; the ranking said. */
 static void candidates_done(chat *c, const worker_event *ev)
@@ -440,6 +459,7 @@ static void on_done(chat *c, const worker_event *ev)
         return;
     }
     if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
+    show_heat(c, T(c, c->reply), ev);
     c->last_seed = ev->seed;
     c->have_seed = !c->remote; /* a server does not say which seed it drew */
     c->synced = 1;
@@ -1021,7 +1041,13 @@ static void cmd_show(chat *c, char *args)
     if (!*args || !strcmp(args, "params")) show_params(c);
     else if (!strcmp(args, "cache")) show_cache(c);
     else if (!strcmp(args, "experts")) show_experts(c);
-    else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params, /show cache or /show experts)", args);
+    else if (!strcmp(args, "probs")) {
+        size_t n = ui_set_heat(c->u, !ui_heat_on(c->u));
+        if (!ui_heat_on(c->u)) ui_flash(c->u, "token probabilities hidden (/show probs, F6)");
+        else if (!n) ui_notice(c->u, UI_ROLE_NOTICE, "/show probs: no reply with token probabilities yet (the replies "
+                                                     "of the local engine in this session have them)");
+        else ui_flash(c->u, "token probabilities: green >= 0.8, yellow >= 0.3, red below (/show probs, F6: off)");
+    } else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params, cache, experts or probs)", args);
 }
 
 static void cmd_clear(chat *c, char *args)
@@ -1592,7 +1618,7 @@ typedef struct chat_cmd {
     int args_themes;               /* ... the theme names */
 } chat_cmd;
 
-static const char *const show_args[] = {"params", "cache", "experts", NULL};
+static const char *const show_args[] = {"params", "cache", "experts", "probs", NULL};
 static const char *const branch_args[] = {"list", "next", "prev", NULL};
 static const char *const export_args[] = {"md", "json", NULL};
 static const char *set_args[N_SET_PARAMS + 1];
@@ -1603,7 +1629,8 @@ static const chat_cmd commands[] = {
                   "\t  stop STR: end replies where STR appears\n\t  (repeatable; /set stop alone clears them)",
      0, cmd_set, set_args, 0},
     {"/show", {0}, "/show params\tlist the parameters\n/show cache\tthe KV prefix store: size, hit rate\n"
-                        "/show experts\texpert usage of the last reply per layer (MoE models)", 0, cmd_show,
+                        "/show experts\texpert usage of the last reply per layer (MoE models)\n"
+                        "/show probs\tcolour the replies by their tokens' probability\n\t  (on / off; also F6)", 0, cmd_show,
      show_args, 0},
     {"/sessions", {0}, "/sessions\tsaved conversations (also F3)", 0, cmd_sessions, NULL, 0},
     {"/clear", {0}, "/clear\tnew conversation (empties the KV cache)", 1, cmd_clear, NULL, 0},
@@ -1669,6 +1696,7 @@ static const char help_keys[] =
     "F1\tthis help\n"
     "F2, F4\tshow / hide the sliders; the replies' reasoning\n"
     "F3\tsaved conversations: open, search, rename, delete\n"
+    "F6\tcolour the replies by their tokens' probability\n"
     "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
     "Left, Right\t(sliders) change the selected slider\n"
     "Ctrl-Left, Ctrl-Right\t(sliders) ten steps; Home, End: min, max\n"

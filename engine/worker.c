@@ -1,6 +1,8 @@
 /* worker: the generator thread — owns the engine while a request runs, streams text and live stats through an event queue, honours cancel and live sampling parameters. */
 #include "worker.h"
 #include "beam.h"
+#include "logprob.h"
+#include "model.h"
 #include "best_of.h"
 #include "speculate.h"
 
@@ -8,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -78,6 +81,13 @@ struct worker {
     int n_cand;
     char *cand_text[BEST_OF_MAX];       /* their storage */
     int32_t *cand_conv[BEST_OF_MAX];
+    /* the reply's token probabilities (worker_event.tok_*): text [tok_start[i], tok_end[i]) of
+     * the raw generated text came with a token of probability tok_p[i] */
+    uint32_t *tok_start, *tok_end;
+    float *tok_p;
+    size_t n_tok, cap_tok;
+    size_t raw_off;        /* generated text bytes so far (before the stop matcher) */
+    float last_p;          /* probability of the last token sampled */
 };
 
 static double now_ms(void)
@@ -165,9 +175,35 @@ static void post_live(worker *w, const char *text, size_t len)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Worker thread: text [start, end) of the reply came with a token of probability p. */
+static void add_span(worker *w, size_t start, size_t end, float p)
+{
+    if (w->n_tok == w->cap_tok) {
+        size_t nc = w->cap_tok ? w->cap_tok * 2 : 256;
+        uint32_t *a = realloc(w->tok_start, nc * sizeof *a);
+        if (a) w->tok_start = a;
+        uint32_t *b = realloc(w->tok_end, nc * sizeof *b);
+        if (b) w->tok_end = b;
+        float *c = realloc(w->tok_p, nc * sizeof *c);
+        if (c) w->tok_p = c;
+        if (!a || !b || !c) return;
+        w->cap_tok = nc;
+    }
+    w->tok_start[w->n_tok] = (uint32_t)start;
+    w->tok_end[w->n_tok] = (uint32_t)end;
+    w->tok_p[w->n_tok++] = p;
+}
+
 static void cb_on_token(void *ud, int32_t token, int is_eog)
 {
     worker *w = ud;
+    /* its probability under the raw model (the row it was sampled from), for the heat-map */
+    const float *row = engine_token_logits(w->e);
+    if (row) {
+        token_logprob tl;
+        logprob_token(row, engine_model(w->e)->hp.n_vocab, token, 0, &tl);
+        w->last_p = expf(tl.lp);
+    }
     w->n_sampled++;
     w->last_eog = is_eog;
     if (!is_eog) {
@@ -181,6 +217,8 @@ static int cb_on_text(void *ud, const char *text, size_t len, int32_t token)
     worker *w = ud;
     (void)token;
     if (w->stop_hit) return 2;
+    add_span(w, w->raw_off, w->raw_off + len, w->last_p);
+    w->raw_off += len;
     if (w->sm.n_stops > 0) {
         /* A stop string is never shown, not even its first bytes: the matcher holds back any
          * tail that could begin one. */
@@ -249,6 +287,12 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     if (w->n_cand) {
         d.cand = w->cand;
         d.n_cand = w->n_cand;
+    }
+    if (w->n_tok) {
+        d.tok_start = w->tok_start;
+        d.tok_end = w->tok_end;
+        d.tok_p = w->tok_p;
+        d.n_tok = w->n_tok;
     }
     if (w->n_conv > w->cap_done_conv) {
         int32_t *nc = realloc(w->done_conv, w->n_conv * sizeof *nc);
@@ -402,8 +446,8 @@ static void free_candidates(worker *w)
 
 /* Worker thread: candidate i from its tokens — text (detokenized, cut at a stop string) and
  * conversation (the prompt and the tokens but an end of generation). 0, or -1 out of memory. */
-static int add_candidate(worker *w, const int32_t *prompt, size_t n, const int32_t *toks, int nt, double score,
-                         double logprob, int finish, uint64_t seed)
+static int add_candidate(worker *w, const int32_t *prompt, size_t n, const int32_t *toks, const float *lp, int nt,
+                         double score, double logprob, int finish, uint64_t seed)
 {
     int i = w->n_cand;
     const tokenizer *tk = engine_tokenizer(w->e);
@@ -427,10 +471,13 @@ static int add_candidate(worker *w, const int32_t *prompt, size_t n, const int32
     stop_init(&sm, sv, w->n_stops);
     pthread_mutex_unlock(&w->mu);
     int stopped = 0, kept = n_gen;
+    size_t raw = 0;
     for (int k = 0; k <= n_gen && !stopped; k++) {
         size_t m = k < n_gen ? detok_stream_push(&ds, tk, toks[k], piece, sizeof piece)
                              : detok_stream_flush(&ds, piece, sizeof piece);
         if (m > sizeof piece) m = sizeof piece;
+        if (i == 0 && lp && m && n_gen > 0) add_span(w, raw, raw + m, expf(lp[k < n_gen ? k : n_gen - 1])); /* the heat-map */
+        raw += m;
         if (len + m + STOP_MAX_LEN > cap) m = cap > len + STOP_MAX_LEN ? cap - len - STOP_MAX_LEN : 0;
         size_t out = 0;
         if (sm.n_stops > 0) {
@@ -471,7 +518,7 @@ static int run_candidates(worker *w, const worker_request *r, const int32_t *tok
         rc = engine_beam_search(w->e, ENGINE_SEQ_DEFAULT, toks, (int)n, r->beams, r->length_penalty, n_predict, &br, st,
                                 err);
         if (rc) return rc;
-        if (add_candidate(w, toks, n, br.tokens, br.n_tokens, br.score, br.logprob, br.finish, 0))
+        if (add_candidate(w, toks, n, br.tokens, NULL, br.n_tokens, br.score, br.logprob, br.finish, 0))
             rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for the beam's text");
         beam_result_free(&br);
     } else {
@@ -485,7 +532,7 @@ static int run_candidates(worker *w, const worker_request *r, const int32_t *tok
             for (int k = 0; k < c[i].n; k++) sum += c[i].lp[k];
             int f = c[i].finish == GEN_FINISH_CANCELLED && w->limit_hit && !atomic_load(&w->cancel) ? GEN_FINISH_LENGTH
                                                                                                     : c[i].finish;
-            if (add_candidate(w, toks, n, c[i].tokens, c[i].n, c[i].mean_lp, sum, f, c[i].seed))
+            if (add_candidate(w, toks, n, c[i].tokens, c[i].lp, c[i].n, c[i].mean_lp, sum, f, c[i].seed))
                 rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for the samples' text");
         }
         gen_candidates_free(c, nb);
@@ -524,6 +571,9 @@ static void run_job(worker *w, const worker_request *r)
     w->n_prompt = 0;
     w->keep_wanted = 0;
     free_candidates(w);
+    w->n_tok = 0;
+    w->raw_off = 0;
+    w->last_p = 1.0f;
     apply_params(w);
     if (r->reset_cache) {
         engine_reset(w->e);
@@ -696,6 +746,9 @@ void worker_destroy(worker *w)
     free(w->job_conv);
     free(w->done_conv);
     free_candidates(w);
+    free(w->tok_start);
+    free(w->tok_end);
+    free(w->tok_p);
     free(w->text);
     free(w->stop_buf);
     free(w->ui_text);

@@ -120,6 +120,14 @@ typedef struct worker_event {
                               first (cand[0] is the reply the TEXT events carried); NULL
                               otherwise. Valid until the next worker_submit */
     int n_cand;
+    const uint32_t *tok_start; /* DONE: the reply's token probabilities (raw model, before
+                              temperature) — bytes [tok_start[i], tok_end[i]) of the generated text
+                              as the TEXT events carried it came with a token of probability
+                              tok_p[i] (a best-of reply: its chosen sample's; none for beams).
+                              Valid until the next worker_submit */
+    const uint32_t *tok_end;
+    const float *tok_p;
+    size_t n_tok;
 } worker_event;
 
 typedef struct worker worker;
