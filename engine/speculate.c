@@ -21,6 +21,7 @@ struct spec_state {
     int kcap;            /* current draft length limit */
     int skip;            /* passes left without drafting (back-off) */
     int fails;           /* consecutive passes whose first draft was rejected */
+    int declined;        /* the draft model ran but drafted nothing (its top probability < draft_min_p) */
 };
 
 void spec_params_default(spec_params *p)
@@ -221,6 +222,7 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
     sampler_set_params(st->ds, &dp);
     int greedy = !(dp.temperature > 0);
     int k = 0;
+    st->declined = 0;
     for (; k < max_k; k++) {
         if (st->p.draft_min_p > 0 && top_prob(st->dlogits, st->n_vocab) < st->p.draft_min_p) break;
         int32_t tok;
@@ -249,6 +251,7 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
         }
         if (engine_forward(d, seq, &tok, 1, st->dlogits, 0, err)) return -1;
     }
+    st->declined = k == 0;
     return k;
 }
 
@@ -316,7 +319,15 @@ int spec_verify(spec_state *st, sampler *s, const float *row, int i, int32_t dra
 
 void spec_feedback(spec_state *st, int k, int j)
 {
-    if (st->p.no_backoff || k == 0) return;
+    if (st->p.no_backoff) return;
+    if (k == 0) {
+        /* a draft model that ran and declined (below draft_min_p) cost a draft step for nothing:
+         * it backs off as a rejected draft does; no lookup match costs nothing */
+        if (!st->declined) return;
+        st->declined = 0;
+        j = 0;
+        k = 1;
+    }
     if (j == k) {
         st->kcap += 2;
         if (st->kcap > st->p.draft_max) st->kcap = st->p.draft_max;

@@ -31,7 +31,9 @@
  * about half a step (a second row in the verification pass, about 0.45 of a step at 1 thread on
  * a Q4_0 TinyLlama; a draft model step; its batched catch-up on the tokens of the pause), which
  * 4^f pauses keep to 4 passes in the first 100 tokens (2^f ones took 7), and the draft model
- * reads the prompt during the prefill (spec_prefill), not on its first draft. */
+ * reads the prompt during the prefill (spec_prefill), not on its first draft. A draft model that
+ * runs and declines (its first token's probability below draft_min_p) backs off the same way
+ * (it used to run a step at every token for nothing); no lookup match costs nothing and does not. */
 
 enum spec_mode { SPEC_OFF = 0, SPEC_LOOKUP, SPEC_DRAFT };
 

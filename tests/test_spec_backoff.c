@@ -7,7 +7,9 @@
 
 #include <cmocka.h>
 
+#include "engine/generate.h"
 #include "engine/speculate.h"
+#include "tests/support/testutil.h"
 
 /* a context that always has a lookup draft: a period of 3 tokens repeated */
 static int32_t H[60];
@@ -80,8 +82,51 @@ static void test_passes_in_400_steps(void **state)
     spec_state_free(st);
 }
 
+/* A draft model that declines to draft (its top probability is below draft_min_p) ran a step for
+ * nothing: it backs off too — 4 runs in 100 steps (0, 4, 20, 84), not 100. */
+static void test_declining_draft_backs_off(void **state)
+{
+    (void)state;
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 256;
+    ep.n_threads = 1;
+    engine *d = NULL;
+    kv_error err = {0};
+    assert_int_equal(engine_open(&ep, &d, &err), KV_OK);
+    spec_params p;
+    spec_params_default(&p);
+    p.mode = SPEC_DRAFT;
+    p.draft = d;
+    p.draft_min_p = 1.0f; /* above any softmax maximum of a real row: always declines */
+    spec_state *st = spec_state_create(&p, 512, 64, 1);
+    assert_non_null(st);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sampler *s = sampler_create(512, &sp, &err);
+    int32_t hist[160], drafts[SPEC_MAX_DRAFT];
+    for (int i = 0; i < 160; i++) hist[i] = 1 + (i * 37) % 500;
+    int runs = 0, have = 0;
+    for (int step = 0; step < 100; step++) {
+        int k = spec_propose(st, hist, 20 + step, 8, s, drafts, &err);
+        assert_int_equal(k, 0);
+        int n;
+        engine_seq_tokens(d, ENGINE_SEQ_DEFAULT, &n);
+        if (n != have) runs++; /* the draft model read the context: it ran */
+        have = n;
+        spec_feedback(st, k, 0);
+    }
+    assert_int_equal(runs, 4);
+    sampler_free(s);
+    spec_state_free(st);
+    engine_close(d);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_pauses), cmocka_unit_test(test_passes_in_400_steps)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_pauses), cmocka_unit_test(test_passes_in_400_steps),
+                                       cmocka_unit_test(test_declining_draft_backs_off)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
