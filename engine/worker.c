@@ -503,6 +503,35 @@ static int add_candidate(worker *w, const int32_t *prompt, size_t n, const int32
     return 0;
 }
 
+/* Worker thread: the log-probs lp[0..nt) of tokens t[0..nt) after prompt[0..n) (which seq
+ * ENGINE_SEQ_DEFAULT holds), teacher-forced on a fork in batched passes of all rows' logits
+ * (for a beam's heat-map). 0, or -1 (lp then unset). */
+static int replay_logprobs(worker *w, const int32_t *prompt, size_t n, const int32_t *t, int nt, float *lp)
+{
+    enum { CHUNK = 32 };
+    engine *e = w->e;
+    int nv = engine_model(e)->hp.n_vocab, f, rc = 0;
+    kv_error err = {0};
+    if (n == 0 || nt <= 0 || engine_seq_fork(e, ENGINE_SEQ_DEFAULT, -1, &f, &err)) return -1;
+    float *rows = malloc(sizeof(float) * (size_t)nv * CHUNK);
+    int32_t in[CHUNK];
+    engine_seq_truncate(e, f, (int)n - 1);
+    for (int i = 0; rows && !rc && i < nt; i += CHUNK) {
+        int m = nt - i < CHUNK ? nt - i : CHUNK;
+        for (int k = 0; k < m; k++) in[k] = i + k == 0 ? prompt[n - 1] : t[i + k - 1];
+        if (engine_forward(e, f, in, m, rows, 1, &err)) rc = -1;
+        for (int k = 0; !rc && k < m; k++) {
+            token_logprob tl;
+            logprob_token(rows + (size_t)k * nv, nv, t[i + k], 0, &tl);
+            lp[i + k] = tl.lp;
+        }
+    }
+    if (!rows) rc = -1;
+    free(rows);
+    engine_seq_free(e, f);
+    return rc;
+}
+
 /* Worker thread: a best_of / beams request on the prompt toks[0..n): the candidates, the best
  * one's text posted, the conversation made the best one's. */
 static int run_candidates(worker *w, const worker_request *r, const int32_t *toks, size_t n, gen_stats *st,
@@ -518,7 +547,14 @@ static int run_candidates(worker *w, const worker_request *r, const int32_t *tok
         rc = engine_beam_search(w->e, ENGINE_SEQ_DEFAULT, toks, (int)n, r->beams, r->length_penalty, n_predict, &br, st,
                                 err);
         if (rc) return rc;
-        if (add_candidate(w, toks, n, br.tokens, NULL, br.n_tokens, br.score, br.logprob, br.finish, 0))
+        float *lp = br.n_tokens > 0 ? malloc(sizeof(float) * (size_t)br.n_tokens) : NULL;
+        if (lp && replay_logprobs(w, toks, n, br.tokens, br.n_tokens, lp)) {
+            free(lp); /* no heat-map for it then */
+            lp = NULL;
+        }
+        int ar = add_candidate(w, toks, n, br.tokens, lp, br.n_tokens, br.score, br.logprob, br.finish, 0);
+        free(lp);
+        if (ar)
             rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for the beam's text");
         beam_result_free(&br);
     } else {

@@ -123,7 +123,7 @@ typedef struct worker_event {
     const uint32_t *tok_start; /* DONE: the reply's token probabilities (raw model, before
                               temperature) — bytes [tok_start[i], tok_end[i]) of the generated text
                               as the TEXT events carried it came with a token of probability
-                              tok_p[i] (a best-of reply: its chosen sample's; none for beams).
+                              tok_p[i] (a best-of reply: its chosen sample's; a beam's: replayed).
                               Valid until the next worker_submit */
     const uint32_t *tok_end;
     const float *tok_p;

@@ -105,6 +105,9 @@ typedef struct run_out {
     worker_candidate cand[BEST_OF_MAX];
     char ctext[BEST_OF_MAX][2048];
     int32_t conv[BEST_OF_MAX][512];
+    size_t n_tok;          /* the heat-map spans of DONE: how many, */
+    double sum_log_p;      /* the sum of their log-probabilities, */
+    int spans_ok;          /* ascending, contiguous from 0, within the streamed text */
 } run_out;
 
 static void run_request(worker *w, const worker_request *rq, run_out *r)
@@ -124,6 +127,13 @@ static void run_request(worker *w, const worker_request *rq, run_out *r)
                 r->len += ev.len;
             } else if (ev.kind == WORKER_EV_DONE) {
                 r->done = ev;
+                r->n_tok = ev.n_tok;
+                r->spans_ok = 1;
+                for (size_t i = 0; i < ev.n_tok; i++) {
+                    r->sum_log_p += log(ev.tok_p[i]);
+                    if (ev.tok_start[i] != (i ? ev.tok_end[i - 1] : 0) || ev.tok_end[i] < ev.tok_start[i]) r->spans_ok = 0;
+                }
+                if (ev.n_tok && ev.tok_end[ev.n_tok - 1] > r->len) r->spans_ok = 0;
                 for (int i = 0; i < ev.n_cand; i++) { /* copies: valid until the next submit only */
                     r->cand[i] = ev.cand[i];
                     assert_true(ev.cand[i].len < sizeof r->ctext[i] && ev.cand[i].n_conv <= 512);
@@ -207,6 +217,12 @@ static void test_worker_best_of(void **state)
         assert_true(fabs(r->cand[i].logprob - sum) < 1e-6);
     }
     assert_true(r->cand[0].score > r->cand[3].score);
+    /* the heat-map of the chosen sample: a span per token with text, their log-probs summing to its */
+    assert_true(r->spans_ok);
+    if (c[0].finish != GEN_FINISH_EOG) {
+        assert_int_equal(r->n_tok, (size_t)c[0].n);
+        assert_true(fabs(r->sum_log_p - r->cand[0].logprob) < 1e-3);
+    }
     gen_candidates_free(c, 4);
 
     /* a stop string cuts every candidate (its text before it; finish STOP) */
@@ -234,7 +250,18 @@ static void test_worker_best_of(void **state)
     size_t n = detok(e, br.tokens, br.n_tokens, t, sizeof t);
     assert_int_equal(r->len, n);
     assert_memory_equal(r->text, t, n);
+    /* the beam's heat-map, replayed: its log-probs sum to the beam's */
+    assert_true(r->spans_ok);
+    assert_int_equal(br.finish, GEN_FINISH_LENGTH);
+    assert_int_equal(r->n_tok, (size_t)br.n_tokens);
+    assert_true(fabs(r->sum_log_p - br.logprob) < 1e-3);
     beam_result_free(&br);
+
+    /* a plain reply's heat-map: spans over its streamed text */
+    worker_request pq = {.seg = &seg, .n_seg = 1, .n_predict = 24};
+    run_request(w, &pq, r);
+    assert_int_equal(r->done.n_cand, 0);
+    assert_true(r->spans_ok && r->n_tok > 10 && r->sum_log_p < 0);
 
     free(p);
     free(r);
