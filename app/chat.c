@@ -80,6 +80,9 @@ typedef struct chat {
     char attach_name[256];
     int n_stops;
     int markdown;        /* replies shown as rendered Markdown */
+    int cand_best_of, cand_beams; /* /best N, /beams N: the next reply's candidates (start_reply takes them) */
+    int req_beams;       /* the running reply is a beam search of this many beams (0: not) */
+    size_t reply_base;   /* the reply turn's text before this request's (a continued reply, a reasoning marker) */
     /* /read FILE counts the file's tokens on a thread of its own (the UI thread never runs the
      * tokenizer); its end is a byte on done_pipe, which the main loop polls */
     struct read_job {
@@ -292,10 +295,14 @@ static void start_reply(chat *c, int continue_last)
         refresh_labels(c);
     }
     c->reply = c->conv.n_path - 1; /* the reply is always the path's last message */
+    c->reply_base = t->len;
     c->reply_user = !continue_last && c->reply > 0 && T(c, c->reply - 1)->role == UI_ROLE_USER
                         ? T(c, c->reply - 1)->id : 0;
     backend_request brq = {.local = {.seg = c->pb.seg, .n_seg = c->pb.n_seg, .no_bos = c->opt.no_bos,
-                                     .n_predict = c->max_tokens, .append = append}};
+                                     .n_predict = c->max_tokens, .append = append,
+                                     .best_of = c->cand_best_of, .beams = c->cand_beams, .length_penalty = 1.0f}};
+    c->req_beams = c->cand_beams;
+    c->cand_best_of = c->cand_beams = 0;
     worker_request *rq = &brq.local;
     if (c->remote) {
         brq = (backend_request){.msgs = c->rmsgs, .n_msgs = c->pb.n_seg};
@@ -386,6 +393,51 @@ static int ui_phase_of(int worker_phase)
 /* The local engine's context length (0 on a server: its own). */
 static int n_ctx_of(const chat *c) { return c->e ? engine_n_ctx(c->e) : 0; }
 
+static void refresh_labels(chat *c);
+
+/* The reply's token probabilities for the heat-map (F6, /show probs): the worker's spans are
+ * of this request's text, which starts at c->reply_base in the turn. */
+static void show_heat(chat *c, turn *t, const worker_event *ev)
+{
+    if (!t->view || !ev->n_tok) return;
+    uint32_t *a = malloc(ev->n_tok * sizeof *a), *b = malloc(ev->n_tok * sizeof *b);
+    if (a && b) {
+        for (size_t i = 0; i < ev->n_tok; i++) {
+            a[i] = ev->tok_start[i] + (uint32_t)c->reply_base;
+            b[i] = ev->tok_end[i] + (uint32_t)c->reply_base;
+        }
+        ui_msg_set_heat(c->u, t->view, t->text, t->len, a, b, ev->tok_p, ev->n_tok);
+    }
+    free(a);
+    free(b);
+}
+
+/* A /best or /beams reply is done (cand[0] is the reply shown): the other samples become its
+ * sibling branches, stored like any reply, the head stays on the shown one; the ranking said. */
+static void candidates_done(chat *c, const worker_event *ev)
+{
+    long reply = c->conv.path[c->reply];
+    long first = decode_add_siblings(&c->conv, reply, ev->cand, ev->n_cand, UI_ROLE_ASSISTANT, c->model_label,
+                                     chatstore_finish_of);
+    if (first < 0) ui_notice(c->u, UI_ROLE_ERROR, "out of memory keeping the other samples");
+    for (long k = first; c->cs && first >= 0 && (size_t)k < c->conv.n; k++) {
+        const worker_candidate *w = &ev->cand[k - first + 1];
+        char why[700];
+        if (chatstore_reply(c->cs, parent_of(c, c->reply), 0, 0, w->text, w->len, w->finish, &ev->stats.gen, &c->sp,
+                            c->max_tokens, w->seed, w->conv, w->n_conv, &c->conv.node[k].id, why, sizeof why))
+            ui_notice(c->u, UI_ROLE_ERROR, "%s", why);
+    }
+    if (ev->n_cand > 1) save_head(c); /* the shown reply, not the last sibling stored */
+    refresh_labels(c);
+    size_t *count, *rank = conv_sibling_ranks(&c->conv, &count);
+    char note[1200];
+    decode_candidates_note(ev->cand, ev->n_cand, c->req_beams, 1.0f, rank ? rank[reply] : 1,
+                           rank ? count[conv_slot_of(&c->conv, reply)] : (size_t)ev->n_cand, note, sizeof note);
+    free(rank);
+    free(count);
+    ui_notice(c->u, UI_ROLE_NOTICE, "%s", note);
+}
+
 static void on_done(chat *c, const worker_event *ev)
 {
     int req = c->req;
@@ -407,6 +459,7 @@ static void on_done(chat *c, const worker_event *ev)
         return;
     }
     if (req != REQ_REPLY || c->reply >= c->conv.n_path) return;
+    show_heat(c, T(c, c->reply), ev);
     c->last_seed = ev->seed;
     c->have_seed = !c->remote; /* a server does not say which seed it drew */
     c->synced = 1;
@@ -443,6 +496,7 @@ static void on_done(chat *c, const worker_event *ev)
     if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
         ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, cap ? "a context's worth" : gen_finish_name(ev->finish));
     save_reply(c, c->reply, ev);
+    if (ev->n_cand) candidates_done(c, ev);
 }
 
 static void drain_events(chat *c)
@@ -987,7 +1041,13 @@ static void cmd_show(chat *c, char *args)
     if (!*args || !strcmp(args, "params")) show_params(c);
     else if (!strcmp(args, "cache")) show_cache(c);
     else if (!strcmp(args, "experts")) show_experts(c);
-    else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params, /show cache or /show experts)", args);
+    else if (!strcmp(args, "probs")) {
+        size_t n = ui_set_heat(c->u, !ui_heat_on(c->u));
+        if (!ui_heat_on(c->u)) ui_flash(c->u, "token probabilities hidden (/show probs, F6)");
+        else if (!n) ui_notice(c->u, UI_ROLE_NOTICE, "/show probs: no reply with token probabilities yet (the replies "
+                                                     "of the local engine in this session have them)");
+        else ui_flash(c->u, "token probabilities: green >= 0.8, yellow >= 0.3, red below (/show probs, F6: off)");
+    } else ui_notice(c->u, UI_ROLE_ERROR, "/show: unknown '%s' (try /show params, cache, experts or probs)", args);
 }
 
 static void cmd_clear(chat *c, char *args)
@@ -1014,6 +1074,34 @@ static void cmd_regen(chat *c, char *args)
     save_head(c); /* the old reply stays in the store as a branch */
     start_reply(c, 0);
 }
+
+static int cb_submit(void *ud, const char *line);
+
+/* /best N [MESSAGE], /beams N [MESSAGE]: the reply to MESSAGE, or again to the last message (the
+ * old reply kept as a branch, as /regen), as N samples ranked (the others kept as branches) or
+ * as a beam search (app/decode_cmd.c, engine/best_of.h, engine/beam.h). */
+static void cmd_candidates(chat *c, char *args, int beams)
+{
+    const char *name = beams ? "/beams" : "/best", *rest;
+    int n;
+    char msg[300];
+    if (c->remote) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s: the local engine only (a server samples its own replies)", name);
+        return;
+    }
+    if (decode_parse_count(name, args, &n, &rest, msg, sizeof msg)) {
+        ui_notice(c->u, UI_ROLE_ERROR, "%s", msg);
+        return;
+    }
+    c->cand_best_of = beams ? 0 : n;
+    c->cand_beams = beams ? n : 0;
+    if (*rest == '/') ui_notice(c->u, UI_ROLE_ERROR, "%s: a message, not a command, after N", name);
+    else if (*rest) cb_submit(c, rest);
+    else cmd_regen(c, "");
+    c->cand_best_of = c->cand_beams = 0;
+}
+static void cmd_best(chat *c, char *args) { cmd_candidates(c, args, 0); }
+static void cmd_beams(chat *c, char *args) { cmd_candidates(c, args, 1); }
 
 static void cmd_undo(chat *c, char *args)
 {
@@ -1530,7 +1618,7 @@ typedef struct chat_cmd {
     int args_themes;               /* ... the theme names */
 } chat_cmd;
 
-static const char *const show_args[] = {"params", "cache", "experts", NULL};
+static const char *const show_args[] = {"params", "cache", "experts", "probs", NULL};
 static const char *const branch_args[] = {"list", "next", "prev", NULL};
 static const char *const export_args[] = {"md", "json", NULL};
 static const char *set_args[N_SET_PARAMS + 1];
@@ -1541,11 +1629,14 @@ static const chat_cmd commands[] = {
                   "\t  stop STR: end replies where STR appears\n\t  (repeatable; /set stop alone clears them)",
      0, cmd_set, set_args, 0},
     {"/show", {0}, "/show params\tlist the parameters\n/show cache\tthe KV prefix store: size, hit rate\n"
-                        "/show experts\texpert usage of the last reply per layer (MoE models)", 0, cmd_show,
+                        "/show experts\texpert usage of the last reply per layer (MoE models)\n"
+                        "/show probs\tcolour the replies by their tokens' probability\n\t  (on / off; also F6)", 0, cmd_show,
      show_args, 0},
     {"/sessions", {0}, "/sessions\tsaved conversations (also F3)", 0, cmd_sessions, NULL, 0},
     {"/clear", {0}, "/clear\tnew conversation (empties the KV cache)", 1, cmd_clear, NULL, 0},
     {"/regen", {0}, "/regen\ta new reply to your last message (the old one\n\t  stays as a branch)", 1, cmd_regen, NULL, 0},
+    {"/best", {0}, "/best N [MSG]\tN samples of the reply (to MSG, or again to your\n\t  last message), the one of the highest mean\n\t  log-probability shown, the others as branches", 1, cmd_best, NULL, 0},
+    {"/beams", {0}, "/beams N [MSG]\tthe reply by beam search of N beams (its score\n\t  said)", 1, cmd_beams, NULL, 0},
     {"/undo", {0}, "/undo\tdrop the last exchange (kept as a branch)", 1, cmd_undo, NULL, 0},
     {"/edit", {0}, "/edit [TEXT]\tedit your last message; the answer goes on a new\n\t  branch, the original stays (Up on an "
                    "empty input)", 1, cmd_edit, NULL, 0},
@@ -1603,7 +1694,7 @@ static const char help_keys[] =
     "Ctrl-C Ctrl-C\tquit (on an empty input); on a draft: clear (Ctrl-Y)\n"
     "Ctrl-D\tquit (on an empty input)\n"
     "F1\tthis help\n"
-    "F2, F4\tshow / hide the sliders; the replies' reasoning\n"
+    "F2, F4, F6\tshow / hide: sliders, reasoning, token probabilities\n"
     "F3\tsaved conversations: open, search, rename, delete\n"
     "Tab, Shift-Tab\tfocus input > sliders > chat; completes /commands\n"
     "Left, Right\t(sliders) change the selected slider\n"

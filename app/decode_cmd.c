@@ -5,127 +5,24 @@
 #include <string.h>
 
 #include "engine/beam.h"
+#include "engine/best_of.h"
 #include "engine/gen_batch.h"
 #include "engine/logprob.h"
 #include "engine/speculate.h"
 #include "app/config.h"
 
-typedef struct collect {
-    engine *e;
-    decode_sample *d;
-    size_t cap;
-    gen_stream *gs;   /* the sample's stream: the logits its token came from */
-} collect;
-
-static void on_tok(void *ud, int32_t tok, int eog)
-{
-    (void)eog;
-    collect *c = ud;
-    if ((size_t)c->d->n == c->cap) {
-        size_t nc = c->cap ? c->cap * 2 : 64;
-        int32_t *nt = realloc(c->d->tokens, nc * sizeof *nt);
-        if (nt) c->d->tokens = nt;
-        float *nl = realloc(c->d->lp, nc * sizeof *nl);
-        if (nl) c->d->lp = nl;
-        if (!nt || !nl) return;
-        c->cap = nc;
-    }
-    token_logprob tl;
-    const float *l = c->gs ? gen_stream_logits(c->gs) : engine_token_logits(c->e);
-    logprob_token(l, engine_model(c->e)->hp.n_vocab, tok, 0, &tl);
-    c->d->tokens[c->d->n] = tok;
-    c->d->lp[c->d->n++] = tl.lp;
-}
-
-void decode_samples_free(decode_sample *s, int n)
-{
-    for (int i = 0; s && i < n; i++) {
-        free(s[i].tokens);
-        free(s[i].lp);
-    }
-}
-
-static int by_mean(const void *a, const void *b)
-{
-    const decode_sample *x = a, *y = b;
-    if (x->mean_lp != y->mean_lp) return x->mean_lp > y->mean_lp ? -1 : 1;
-    return x->seed < y->seed ? -1 : x->seed > y->seed;
-}
+void decode_samples_free(decode_sample *s, int n) { gen_candidates_free(s, n); }
 
 int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t n_prompt, int n, int n_predict,
-                   decode_sample *out, gen_stats *st, kv_error *err)
+                   int top_n, decode_sample *out, gen_stats *st, kv_error *err)
 {
-    memset(out, 0, sizeof *out * (size_t)n);
-    if (n < 1 || n > DECODE_MAX_N) return kv_error_set(err, KV_ERR_INVALID, "best-of: %d samples (1 to %d)", n, DECODE_MAX_N);
-    /* one prefill: the prompt but its last token; each sample's fork feeds that token itself */
-    gen_stats pst;
-    int rc = n_prompt > 1 ? engine_prefill_seq(e, seq, prompt, n_prompt - 1, NULL, &pst, err) : KV_OK;
-    if (rc) return rc;
-    sampler_params sp = *sampler_get_params(s);
-    uint64_t seed0 = sampler_seed(s);
-    gen_opts go;
-    engine_default_opts(e, &go);
-    go.n_predict = n_predict;
-    go.no_context_shift = 1; /* batched streams do not shift */
-    sampler *smp[DECODE_MAX_N] = {0};
-    gen_stream *gs[DECODE_MAX_N] = {0};
-    collect col[DECODE_MAX_N];
-    gen_callbacks cb[DECODE_MAX_N];
-    int forks[DECODE_MAX_N], n_forks = 0;
-    gen_batch *b = gen_batch_create(e, n, err);
-    if (!b) return err && err->code ? err->code : KV_ERR_NOMEM;
-    /* the samples decode together: one batched forward pass per step over every sample's token */
-    for (int i = 0; i < n && !rc; i++) {
-        if ((rc = engine_seq_fork(e, seq, -1, &forks[i], err))) break;
-        n_forks++;
-        sp.seed = seed0 + (uint64_t)i == SAMPLER_SEED_RANDOM ? 0 : seed0 + (uint64_t)i;
-        if (!(smp[i] = sampler_create(engine_model(e)->hp.n_vocab, &sp, err))) {
-            rc = err && err->code ? err->code : KV_ERR_NOMEM;
-            break;
-        }
-        out[i].seed = sampler_seed(smp[i]);
-        col[i] = (collect){.e = e, .d = &out[i]};
-        cb[i] = (gen_callbacks){.on_token = on_tok, .ud = &col[i]};
-        rc = gen_stream_begin(e, forks[i], prompt, n_prompt, &go, smp[i], &cb[i], 0, &gs[i], err);
-        col[i].gs = gs[i];
-    }
-    while (!rc) {
-        int r = gen_batch_step(b, gs, n, 0, err);
-        if (r < 0) rc = err && err->code ? err->code : KV_ERR_INVALID;
-        if (r <= 0) break;
-    }
-    for (int i = 0; i < n && !rc; i++) {
-        gen_stream_done(gs[i], &out[i].finish);
-        double sum = 0;
-        for (int k = 0; k < out[i].n; k++) sum += out[i].lp[k];
-        out[i].mean_lp = out[i].n ? sum / out[i].n : -1e30;
-        const gen_stats *one = gen_stream_stats(gs[i]);
-        if (st) {
-            if (i == 0) *st = *one;
-            else {
-                st->n_generated += one->n_generated;
-                if (one->decode_ms > st->decode_ms) st->decode_ms = one->decode_ms;
-            }
-        }
-    }
-    if (st && !rc) st->decode_tps = st->decode_ms > 0 ? (st->n_generated - n) / (st->decode_ms / 1e3) : 0;
-    for (int i = 0; i < n; i++) {
-        gen_stream_free(gs[i]);
-        sampler_free(smp[i]);
-    }
-    for (int i = 0; i < n_forks; i++) engine_seq_free(e, forks[i]);
-    gen_batch_free(b);
-    if (rc) {
-        decode_samples_free(out, n);
-        return rc;
-    }
-    qsort(out, (size_t)n, sizeof *out, by_mean);
-    return KV_OK;
+    return engine_best_of(e, seq, s, prompt, n_prompt, n, n_predict, top_n, NULL, out, st, err);
 }
 
-/* The reply's tokens as text (or JSON lines with each token's log-prob and alternatives,
- * recomputed from the logits when top_logprobs is asked: then lp_of is NULL). */
-static void print_tokens(engine *e, const int32_t *toks, const float *lps, int n, const decode_opts *o, json_out *j)
+/* The reply's tokens as text, or JSON lines with each token's log-prob (lps[i]) and, when
+ * --top-logprobs asked for them, its alternatives (tlps[i]; NULL: none kept). */
+static void print_tokens(engine *e, const int32_t *toks, const float *lps, const token_logprob *tlps, int n,
+                         const decode_opts *o, json_out *j)
 {
     const tokenizer *tk = engine_tokenizer(e);
     detok_stream ds;
@@ -139,7 +36,7 @@ static void print_tokens(engine *e, const int32_t *toks, const float *lps, int n
         if (m > sizeof buf) m = sizeof buf;
         if (o->json) {
             token_logprob tl = {.tok = toks[i], .lp = lps ? lps[i] : 0};
-            json_out_token_lp(j, toks[i], buf, m, &tl, eog, tk);
+            json_out_token_lp(j, toks[i], buf, m, tlps ? &tlps[i] : &tl, eog, tk);
         } else {
             plain_out_write(&po, buf, m);
         }
@@ -154,6 +51,34 @@ static void print_tokens(engine *e, const int32_t *toks, const float *lps, int n
     fflush(stdout);
 }
 
+/* The log-probs of the tokens toks[0..n) following prompt (teacher-forced on a fork of seq,
+ * which holds the prompt): lps[i] and, with top_n > 0, tlps[i] with top_n alternatives. 0, or -1
+ * when a forward pass failed (err says why). */
+static int replay_logprobs(engine *e, int seq, const int32_t *prompt, size_t n_prompt, const int32_t *toks, int n,
+                           int top_n, float *lps, token_logprob *tlps, kv_error *err)
+{
+    int f;
+    if (engine_seq_fork(e, seq, -1, &f, err)) return -1;
+    int nv = engine_model(e)->hp.n_vocab, rc = 0;
+    float *lg = malloc(sizeof(float) * (size_t)nv);
+    if (!lg) rc = -1;
+    engine_seq_truncate(e, f, (int)n_prompt - 1);
+    int32_t cur = prompt[n_prompt - 1];
+    for (int i = 0; !rc && i < n; i++) {
+        if (engine_forward(e, f, &cur, 1, lg, 0, err)) rc = -1;
+        else {
+            token_logprob tl;
+            logprob_token(lg, nv, toks[i], top_n, &tl);
+            lps[i] = tl.lp;
+            if (tlps) tlps[i] = tl;
+            cur = toks[i];
+        }
+    }
+    free(lg);
+    engine_seq_free(e, f);
+    return rc;
+}
+
 int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt, const decode_opts *o, json_out *j,
                    gen_stats *st, int *finish, kv_error *err)
 {
@@ -164,28 +89,24 @@ int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt
         int rc = engine_beam_search(e, ENGINE_SEQ_DEFAULT, prompt, (int)n_prompt, o->beams, o->length_penalty,
                                     o->n_predict, &r, st, err);
         if (rc) return rc;
-        /* per-token log-probs of the chosen beam: replay it (teacher-forced) on a fork */
-        float *lps = calloc((size_t)(r.n_tokens ? r.n_tokens : 1), sizeof(float));
-        int f;
-        if (lps && !engine_seq_fork(e, ENGINE_SEQ_DEFAULT, -1, &f, err)) {
-            int nv = engine_model(e)->hp.n_vocab, ok = 1;
-            float *lg = malloc(sizeof(float) * (size_t)nv);
-            engine_seq_truncate(e, f, (int)n_prompt - 1);
-            int32_t cur = prompt[n_prompt - 1];
-            for (int i = 0; lg && ok && i < r.n_tokens; i++) {
-                if (engine_forward(e, f, &cur, 1, lg, 0, err)) ok = 0;
-                else {
-                    token_logprob tl;
-                    logprob_token(lg, nv, r.tokens[i], 0, &tl);
-                    lps[i] = tl.lp;
-                    cur = r.tokens[i];
-                }
-            }
-            free(lg);
-            engine_seq_free(e, f);
+        /* per-token log-probs (and alternatives) of the chosen beam: replay it on a fork */
+        size_t nt = (size_t)(r.n_tokens ? r.n_tokens : 1);
+        float *lps = calloc(nt, sizeof(float));
+        token_logprob *tlps = o->json && o->top_logprobs > 0 ? calloc(nt, sizeof *tlps) : NULL;
+        kv_error rerr = {0};
+        int ok = lps && (tlps || !(o->json && o->top_logprobs > 0)) &&
+                 !replay_logprobs(e, ENGINE_SEQ_DEFAULT, prompt, n_prompt, r.tokens, r.n_tokens, o->top_logprobs,
+                                  lps, tlps, &rerr);
+        if (!ok) {
+            free(lps);
+            free(tlps);
+            beam_result_free(&r);
+            if (rerr.code) *err = rerr;
+            return rerr.code ? rerr.code : kv_error_set(err, KV_ERR_NOMEM, "beam search: out of memory for the log-probs");
         }
-        print_tokens(e, r.tokens, lps, r.n_tokens, o, j);
+        print_tokens(e, r.tokens, lps, tlps, r.n_tokens, o, j);
         free(lps);
+        free(tlps);
         fprintf(stderr, "%sbeam search: %d beams, chose the beam of score %.4f (sum of log-probs %.4f over %d tokens, "
                 "length penalty %g; %d finished hypotheses)\n", o->json ? "" : "\n", o->beams, r.score, r.logprob,
                 r.n_tokens, (double)o->length_penalty, r.n_finished);
@@ -196,9 +117,10 @@ int decode_oneshot(engine *e, sampler *s, const int32_t *prompt, size_t n_prompt
     }
     decode_sample ds[DECODE_MAX_N];
     int n = o->best_of;
-    int rc = decode_best_of(e, ENGINE_SEQ_DEFAULT, s, prompt, n_prompt, n, o->n_predict, ds, st, err);
+    int rc = decode_best_of(e, ENGINE_SEQ_DEFAULT, s, prompt, n_prompt, n, o->n_predict, o->json ? o->top_logprobs : 0,
+                            ds, st, err);
     if (rc) return rc;
-    print_tokens(e, ds[0].tokens, ds[0].lp, ds[0].n, o, j);
+    print_tokens(e, ds[0].tokens, ds[0].lp, ds[0].tlp, ds[0].n, o, j);
     fprintf(stderr, "%sbest of %d: chose the sample of the highest mean log-prob %.4f (seed %llu); the others:",
             o->json ? "" : "\n", n, ds[0].mean_lp, (unsigned long long)ds[0].seed);
     for (int i = 1; i < n; i++) fprintf(stderr, " %.4f", ds[i].mean_lp);
@@ -238,4 +160,52 @@ void decode_draft_text(const spec_params *sp, int key, char *buf, size_t cap)
     if (key == CFG_DRAFT_MAX) snprintf(buf, cap, "%d", sp->draft_max);
     else if (key == CFG_DRAFT_MIN_P) snprintf(buf, cap, "%.2f", (double)sp->draft_min_p);
     else snprintf(buf, cap, "%s", sp->mode == SPEC_DRAFT ? "model" : spec_mode_name(sp->mode));
+}
+
+int decode_parse_count(const char *cmd, const char *args, int *n, const char **rest, char *msg, size_t cap)
+{
+    char *end;
+    long v = strtol(args, &end, 10);
+    if (end == args || (*end && *end != ' ') || v < 2 || v > DECODE_MAX_N) {
+        snprintf(msg, cap, "usage: %s N [MESSAGE] — N from 2 to %d (%s)", cmd, DECODE_MAX_N,
+                 !strcmp(cmd, "/beams") ? "beams searched for one reply" : "samples of one reply, the best shown");
+        return -1;
+    }
+    while (*end == ' ') end++;
+    *n = (int)v;
+    *rest = end;
+    return 0;
+}
+
+long decode_add_siblings(conv_tree *t, long reply, const worker_candidate *cand, int n, int role, const char *author,
+                         int (*finish_of)(int gen_finish))
+{
+    if (reply < 0 || (size_t)reply >= t->n) return -1;
+    long parent = t->node[reply].parent, first = (long)t->n;
+    for (int i = 1; i < n; i++) {
+        long k = conv_add(t, parent, role, cand[i].text, cand[i].len);
+        if (k < 0 || (author && conv_set_author(t, k, author))) return -1;
+        t->node[k].finish = finish_of ? finish_of(cand[i].finish) : cand[i].finish;
+    }
+    return first;
+}
+
+void decode_candidates_note(const worker_candidate *cand, int n, int beams, float length_penalty, size_t first_branch,
+                            size_t n_branches, char *buf, size_t cap)
+{
+    if (n < 1) {
+        snprintf(buf, cap, "no candidates");
+        return;
+    }
+    if (beams > 1) {
+        snprintf(buf, cap, "beam search, %d beams: chose the beam of score %.4f (sum of log-probs %.4f over %d tokens, "
+                 "length penalty %g)", beams, cand[0].score, cand[0].logprob, cand[0].n_tokens, (double)length_penalty);
+        return;
+    }
+    size_t k = (size_t)snprintf(buf, cap, "best of %d, ranked by mean log-probability per token: this reply %.4f "
+                                "(seed %llu)", n, cand[0].score, (unsigned long long)cand[0].seed);
+    if (n > 1 && k < cap)
+        k += (size_t)snprintf(buf + k, cap - k, "; the others, branches %zu-%zu/%zu (/branch N):", first_branch + 1,
+                              first_branch + (size_t)n - 1, n_branches);
+    for (int i = 1; i < n && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, " %.4f", cand[i].score);
 }

@@ -7,8 +7,12 @@
 
 #include "app/output.h"
 #include "engine/generate.h"
+#include "engine/best_of.h"
+#include "engine/logprob.h"
+#include "engine/worker.h"
+#include "app/conv_tree.h"
 
-#define DECODE_MAX_N 16
+#define DECODE_MAX_N BEST_OF_MAX
 
 typedef struct decode_opts {
     int beams;            /* > 1: beam search (engine/beam.h) */
@@ -20,24 +24,18 @@ typedef struct decode_opts {
     const char *prompt_text; /* echoed before the reply in text mode (NULL: none) */
 } decode_opts;
 
-/* One candidate of best-of-N: its tokens and log-probabilities (raw model, per token). */
-typedef struct decode_sample {
-    int32_t *tokens;
-    float *lp;
-    int n;
-    double mean_lp;       /* mean of lp over the tokens (an end-of-generation token included) */
-    int finish;
-    uint64_t seed;
-} decode_sample;
+/* One candidate of best-of-N (engine/best_of.h). */
+typedef gen_candidate decode_sample;
 
 /* N samples from one prefill: the prompt but its last token is prefilled once on seq, each
  * sample is generated on a fork of it with a sampler of s's parameters seeded seed + i
  * (i = 0..n-1), all decoded together (engine/gen_batch.h: one batched forward pass per step;
  * no context shift), and the samples are ranked by mean log-probability of the raw model (best
- * first) into out[0..n). s itself is not used for sampling. Errors of gen_batch / the forward
+ * first) into out[0..n). top_n > 0 also keeps every token's top_n alternatives (out[i].tlp, for
+ * --json --top-logprobs). s itself is not used for sampling. Errors of gen_batch / the forward
  * pass. The caller frees with decode_samples_free. */
 int decode_best_of(engine *e, int seq, sampler *s, const int32_t *prompt, size_t n_prompt, int n, int n_predict,
-                   decode_sample *out, gen_stats *st, kv_error *err);
+                   int top_n, decode_sample *out, gen_stats *st, kv_error *err);
 void decode_samples_free(decode_sample *s, int n);
 
 /* The one-shot mode with --beams / --best-of: writes the chosen reply (text, or JSON token lines
@@ -56,5 +54,24 @@ int decode_set_draft(struct spec_params *sp, int key, const char *value, const c
                      size_t cap);
 /* The value of one of those keys as /show params prints it. */
 void decode_draft_text(const struct spec_params *sp, int key, char *buf, size_t cap);
+
+/* ---- the chat's /best N and /beams N (app/chat.c runs them through the worker) --------------- */
+
+/* "/best N [MESSAGE]" / "/beams N [MESSAGE]": N (2..DECODE_MAX_N) from args, *rest the message
+ * after it ("" for none: answer the last message again). 0, or -1 with the usage in msg. */
+int decode_parse_count(const char *cmd, const char *args, int *n, const char **rest, char *msg, size_t cap);
+
+/* Conversation bookkeeping of a candidates reply: the reply node `reply` (already on the path,
+ * holding cand[0]) gets cand[1..n) as siblings (same parent, role and author, their texts and
+ * finish codes), in rank order after it. Returns the index of the first sibling added (t->n when
+ * n <= 1), or -1 when out of memory (those added so far stay). */
+long decode_add_siblings(conv_tree *t, long reply, const worker_candidate *cand, int n, int role, const char *author,
+                         int (*finish_of)(int gen_finish));
+
+/* What the chat says about a candidates reply: best-of's ranking ("best of 3, ranked by mean
+ * log-probability per token: this reply -0.412 (seed S); the others (branches 2/3, 3/3 — /branch)
+ * -0.533, -0.871") or the beam's score; first_branch = the chosen reply's sibling rank. */
+void decode_candidates_note(const worker_candidate *cand, int n, int beams, float length_penalty, size_t first_branch,
+                            size_t n_branches, char *buf, size_t cap);
 
 #endif

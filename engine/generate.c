@@ -575,6 +575,12 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
     for (int i = 0; i < n; i++) sampler_accept(s, P[i]);
     free(trunc);
     P = NULL;
+    spec_state *sp = NULL;
+    if (o->spec && o->spec->mode != SPEC_OFF &&
+        !(sp = spec_state_create(o->spec, e->m->hp.n_vocab, e->n_batch, sampler_seed(s))))
+        rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for speculative decoding");
+    /* a draft model reads the prompt now: part of the prefill (TTFT), not of the first draft */
+    if (sp && !rc) rc = spec_prefill(sp, kv_seq_tokens(e->kv, seq), kv_seq_n_tokens(e->kv, seq), err);
     double t_prefill = now_ms();
     st->prefill_ms = t_prefill - t0;
     st->prefill_tps = st->prefill_ms > 0 ? st->n_prefilled / (st->prefill_ms / 1e3) : 0;
@@ -583,10 +589,6 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
     detok_stream_init(&d.ds);
     int fin = GEN_FINISH_NONE;
     int32_t tok;
-    spec_state *sp = NULL;
-    if (o->spec && o->spec->mode != SPEC_OFF &&
-        !(sp = spec_state_create(o->spec, e->m->hp.n_vocab, e->n_batch, sampler_seed(s))))
-        rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for speculative decoding");
     if (!rc && !(rc = sampler_sample(s, e->logits, &tok, err))) {
         e->tok_logits = e->logits;
         fin = deliver(&d, tok);

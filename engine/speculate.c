@@ -21,6 +21,7 @@ struct spec_state {
     int kcap;            /* current draft length limit */
     int skip;            /* passes left without drafting (back-off) */
     int fails;           /* consecutive passes whose first draft was rejected */
+    int declined;        /* the draft model ran but drafted nothing (its top probability < draft_min_p) */
 };
 
 void spec_params_default(spec_params *p)
@@ -177,10 +178,10 @@ static int32_t draw(spec_state *st, const float *w, const int32_t *ids, int n, d
     return last;
 }
 
-/* The draft model: make its sequence hold hist[0..n-1) (common prefix kept, the rest
- * prefilled), feed the pending token and draft greedily (temperature 0) or from q. */
-static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, const sampler *s, int32_t *out,
-                         kv_error *err)
+/* The draft model's sequence made to hold hist[0..n): the common prefix kept, the rest fed in
+ * batches (at least the last token, so st->dlogits is the row after hist[n-1]). 1 when the draft
+ * model cannot follow (n past its context: no draft), 0, or -1 with err set. */
+static int draft_sync(spec_state *st, const int32_t *hist, int n, kv_error *err)
 {
     engine *d = st->p.draft;
     int seq = ENGINE_SEQ_DEFAULT, have_n;
@@ -188,14 +189,32 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
     int common = 0;
     while (common < have_n && common < n - 1 && have[common] == hist[common]) common++;
     engine_seq_truncate(d, seq, common);
-    if (n > engine_n_ctx(d)) return 0; /* cannot follow (the target shifted past it): no draft */
+    if (n > engine_n_ctx(d)) return 1; /* cannot follow (the target shifted past it) */
     int nb = engine_n_batch(d);
-    for (int i = common; i < n;) { /* the rest of the history and the pending token */
+    for (int i = common; i < n;) {
         int k = n - i < nb ? n - i : nb;
-        int rc = engine_forward(d, seq, hist + i, k, st->dlogits, 0, err);
-        if (rc) return -1;
+        if (engine_forward(d, seq, hist + i, k, st->dlogits, 0, err)) return -1;
         i += k;
     }
+    return 0;
+}
+
+int spec_prefill(spec_state *st, const int32_t *toks, int n, kv_error *err)
+{
+    if (st->p.mode != SPEC_DRAFT || n <= 0) return KV_OK;
+    int rc = draft_sync(st, toks, n, err);
+    return rc < 0 ? (err && err->code ? err->code : KV_ERR_INVALID) : KV_OK;
+}
+
+/* The draft model: make its sequence hold hist[0..n-1) and the pending token (draft_sync), then
+ * draft greedily (temperature 0) or from q. */
+static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, const sampler *s, int32_t *out,
+                         kv_error *err)
+{
+    engine *d = st->p.draft;
+    int seq = ENGINE_SEQ_DEFAULT;
+    int sr = draft_sync(st, hist, n, err);
+    if (sr) return sr < 0 ? -1 : 0;
     sampler_params dp = *sampler_get_params(s);
     dp.repeat_penalty = 1.0f;
     dp.presence_penalty = dp.frequency_penalty = 0;
@@ -203,6 +222,7 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
     sampler_set_params(st->ds, &dp);
     int greedy = !(dp.temperature > 0);
     int k = 0;
+    st->declined = 0;
     for (; k < max_k; k++) {
         if (st->p.draft_min_p > 0 && top_prob(st->dlogits, st->n_vocab) < st->p.draft_min_p) break;
         int32_t tok;
@@ -231,6 +251,7 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
         }
         if (engine_forward(d, seq, &tok, 1, st->dlogits, 0, err)) return -1;
     }
+    st->declined = k == 0;
     return k;
 }
 
@@ -298,7 +319,15 @@ int spec_verify(spec_state *st, sampler *s, const float *row, int i, int32_t dra
 
 void spec_feedback(spec_state *st, int k, int j)
 {
-    if (st->p.no_backoff || k == 0) return;
+    if (st->p.no_backoff) return;
+    if (k == 0) {
+        /* a draft model that ran and declined (below draft_min_p) cost a draft step for nothing:
+         * it backs off as a rejected draft does; no lookup match costs nothing */
+        if (!st->declined) return;
+        st->declined = 0;
+        j = 0;
+        k = 1;
+    }
     if (j == k) {
         st->kcap += 2;
         if (st->kcap > st->p.draft_max) st->kcap = st->p.draft_max;
@@ -307,8 +336,8 @@ void spec_feedback(spec_state *st, int k, int j)
     }
     if (j == 0) {
         st->fails++;
-        int f = st->fails < 5 ? st->fails : 5;
-        st->skip = (1 << f) - 1;
+        int f = st->fails < SPEC_BACKOFF_MAX ? st->fails : SPEC_BACKOFF_MAX;
+        st->skip = (1 << (2 * f)) - 1; /* 4^f - 1 */
     } else {
         st->fails = 0;
     }

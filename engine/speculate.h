@@ -24,9 +24,16 @@
  *                  "Fast Inference from Transformers via Speculative Decoding", Algorithm 1; Chen
  *                  et al. 2023, "Accelerating Large Language Model Decoding with Speculative
  *                  Sampling"), which makes every emitted token follow p exactly.
- * The drafter backs off: after a pass whose first draft is rejected it drafts nothing for 1, 3,
- * 7 … 31 steps (plain decoding), and the draft length follows the last acceptance (the accepted
- * count + 1, growing by 2 while everything is accepted), so rejected drafts cost little. */
+ * The drafter backs off: after a pass whose first draft is rejected it drafts nothing for 3, 15,
+ * 63, 255 steps (plain decoding; 4^f - 1 after f such passes in a row, f at most
+ * SPEC_BACKOFF_MAX), and the draft length follows the last acceptance (the accepted count + 1,
+ * growing by 2 while everything is accepted), so rejected drafts cost little: a failed pass costs
+ * about half a step (a second row in the verification pass, about 0.45 of a step at 1 thread on
+ * a Q4_0 TinyLlama; a draft model step; its batched catch-up on the tokens of the pause), which
+ * 4^f pauses keep to 4 passes in the first 100 tokens (2^f ones took 7), and the draft model
+ * reads the prompt during the prefill (spec_prefill), not on its first draft. A draft model that
+ * runs and declines (its first token's probability below draft_min_p) backs off the same way
+ * (it used to run a step at every token for nothing); no lookup match costs nothing and does not. */
 
 enum spec_mode { SPEC_OFF = 0, SPEC_LOOKUP, SPEC_DRAFT };
 
@@ -35,6 +42,7 @@ enum spec_mode { SPEC_OFF = 0, SPEC_LOOKUP, SPEC_DRAFT };
 #define SPEC_DEFAULT_MIN_P 0.5f
 #define SPEC_NGRAM_MAX 4           /* lookup: longest n-gram matched (then shorter, down to 2) */
 #define SPEC_NGRAM_MIN 2
+#define SPEC_BACKOFF_MAX 4         /* the longest pause: 4^4 - 1 = 255 steps without drafting */
 
 struct engine;
 
@@ -75,6 +83,11 @@ void spec_state_free(spec_state *st);
  * error). The sampler s gives the parameters (temperature, filters) the draft model drafts with. */
 int spec_propose(spec_state *st, const int32_t *hist, int n_hist, int max_k, const sampler *s, int32_t *drafts,
                  kv_error *err);
+
+/* The prompt read by the draft model (SPEC_DRAFT; nothing for lookup): its sequence made to hold
+ * toks[0..n) — the target's sequence after the prefill — so the first draft does not read the
+ * prompt in the decode phase. Errors of the draft model's forward pass. */
+int spec_prefill(spec_state *st, const int32_t *toks, int n, kv_error *err);
 
 /* Row storage for the verification pass: (SPEC_MAX_DRAFT + 1) rows of n_vocab floats. */
 float *spec_rows(spec_state *st);

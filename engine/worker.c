@@ -1,11 +1,16 @@
 /* worker: the generator thread — owns the engine while a request runs, streams text and live stats through an event queue, honours cancel and live sampling parameters. */
 #include "worker.h"
+#include "beam.h"
+#include "logprob.h"
+#include "model.h"
+#include "best_of.h"
 #include "speculate.h"
 
 #include "stop.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -72,6 +77,17 @@ struct worker {
     int space_prefix;      /* the tokenizer prefixes text with a space (SentencePiece) */
     double itl_sum;
     worker_stats live;
+    worker_candidate cand[BEST_OF_MAX]; /* the last best_of / beams request's candidates */
+    int n_cand;
+    char *cand_text[BEST_OF_MAX];       /* their storage */
+    int32_t *cand_conv[BEST_OF_MAX];
+    /* the reply's token probabilities (worker_event.tok_*): text [tok_start[i], tok_end[i]) of
+     * the raw generated text came with a token of probability tok_p[i] */
+    uint32_t *tok_start, *tok_end;
+    float *tok_p;
+    size_t n_tok, cap_tok;
+    size_t raw_off;        /* generated text bytes so far (before the stop matcher) */
+    float last_p;          /* probability of the last token sampled */
 };
 
 static double now_ms(void)
@@ -159,9 +175,35 @@ static void post_live(worker *w, const char *text, size_t len)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Worker thread: text [start, end) of the reply came with a token of probability p. */
+static void add_span(worker *w, size_t start, size_t end, float p)
+{
+    if (w->n_tok == w->cap_tok) {
+        size_t nc = w->cap_tok ? w->cap_tok * 2 : 256;
+        uint32_t *a = realloc(w->tok_start, nc * sizeof *a);
+        if (a) w->tok_start = a;
+        uint32_t *b = realloc(w->tok_end, nc * sizeof *b);
+        if (b) w->tok_end = b;
+        float *c = realloc(w->tok_p, nc * sizeof *c);
+        if (c) w->tok_p = c;
+        if (!a || !b || !c) return;
+        w->cap_tok = nc;
+    }
+    w->tok_start[w->n_tok] = (uint32_t)start;
+    w->tok_end[w->n_tok] = (uint32_t)end;
+    w->tok_p[w->n_tok++] = p;
+}
+
 static void cb_on_token(void *ud, int32_t token, int is_eog)
 {
     worker *w = ud;
+    /* its probability under the raw model (the row it was sampled from), for the heat-map */
+    const float *row = engine_token_logits(w->e);
+    if (row) {
+        token_logprob tl;
+        logprob_token(row, engine_model(w->e)->hp.n_vocab, token, 0, &tl);
+        w->last_p = expf(tl.lp);
+    }
     w->n_sampled++;
     w->last_eog = is_eog;
     if (!is_eog) {
@@ -175,6 +217,8 @@ static int cb_on_text(void *ud, const char *text, size_t len, int32_t token)
     worker *w = ud;
     (void)token;
     if (w->stop_hit) return 2;
+    add_span(w, w->raw_off, w->raw_off + len, w->last_p);
+    w->raw_off += len;
     if (w->sm.n_stops > 0) {
         /* A stop string is never shown, not even its first bytes: the matcher holds back any
          * tail that could begin one. */
@@ -238,8 +282,18 @@ static void post_done(worker *w, int finish, int status, const kv_error *err, co
     }
     kv_cache_get_stats(engine_kv(w->e), &d.stats.kv);
     d.stats.elapsed_ms = now_ms() - w->t0;
-    d.seed = sampler_seed(w->s);
+    d.seed = w->n_cand && w->cand[0].seed ? w->cand[0].seed : sampler_seed(w->s); /* best-of: the chosen sample's */
     d.keep_wanted = w->keep_wanted;
+    if (w->n_cand) {
+        d.cand = w->cand;
+        d.n_cand = w->n_cand;
+    }
+    if (w->n_tok) {
+        d.tok_start = w->tok_start;
+        d.tok_end = w->tok_end;
+        d.tok_p = w->tok_p;
+        d.n_tok = w->n_tok;
+    }
     if (w->n_conv > w->cap_done_conv) {
         int32_t *nc = realloc(w->done_conv, w->n_conv * sizeof *nc);
         if (nc) {
@@ -377,6 +431,158 @@ static void set_conversation(worker *w, const int32_t *t, size_t n)
     w->n_conv = n;
 }
 
+/* Worker thread: forget the last request's candidates. */
+static void free_candidates(worker *w)
+{
+    for (int i = 0; i < BEST_OF_MAX; i++) {
+        free(w->cand_text[i]);
+        free(w->cand_conv[i]);
+        w->cand_text[i] = NULL;
+        w->cand_conv[i] = NULL;
+    }
+    memset(w->cand, 0, sizeof w->cand);
+    w->n_cand = 0;
+}
+
+/* Worker thread: candidate i from its tokens — text (detokenized, cut at a stop string) and
+ * conversation (the prompt and the tokens but an end of generation). 0, or -1 out of memory. */
+static int add_candidate(worker *w, const int32_t *prompt, size_t n, const int32_t *toks, const float *lp, int nt,
+                         double score, double logprob, int finish, uint64_t seed)
+{
+    int i = w->n_cand;
+    const tokenizer *tk = engine_tokenizer(w->e);
+    int n_gen = nt;
+    if (n_gen > 0 && tokenizer_is_eog(tk, toks[n_gen - 1])) n_gen--;
+    size_t cap = 64 + (size_t)nt * 64, len = 0;
+    char *text = malloc(cap + STOP_MAX_LEN);
+    int32_t *conv = malloc((n + (size_t)nt + 1) * sizeof *conv);
+    if (!text || !conv) {
+        free(text);
+        free(conv);
+        return -1;
+    }
+    detok_stream ds;
+    detok_stream_init(&ds);
+    char piece[256];
+    const char *sv[STOP_MAX_STRINGS];
+    pthread_mutex_lock(&w->mu);
+    for (int k = 0; k < w->n_stops; k++) sv[k] = w->stops[k];
+    stop_matcher sm;
+    stop_init(&sm, sv, w->n_stops);
+    pthread_mutex_unlock(&w->mu);
+    int stopped = 0, kept = n_gen;
+    size_t raw = 0;
+    for (int k = 0; k <= n_gen && !stopped; k++) {
+        size_t m = k < n_gen ? detok_stream_push(&ds, tk, toks[k], piece, sizeof piece)
+                             : detok_stream_flush(&ds, piece, sizeof piece);
+        if (m > sizeof piece) m = sizeof piece;
+        if (i == 0 && lp && m && n_gen > 0) add_span(w, raw, raw + m, expf(lp[k < n_gen ? k : n_gen - 1])); /* the heat-map */
+        raw += m;
+        if (len + m + STOP_MAX_LEN > cap) m = cap > len + STOP_MAX_LEN ? cap - len - STOP_MAX_LEN : 0;
+        size_t out = 0;
+        if (sm.n_stops > 0) {
+            if (stop_push(&sm, piece, m, text + len, &out)) {
+                stopped = 1;
+                kept = k + 1; /* the stop string's tokens stay in the conversation, as in a streamed reply */
+            }
+        } else {
+            memcpy(text + len, piece, m);
+            out = m;
+        }
+        len += out;
+    }
+    if (!stopped && sm.n_stops > 0) len += stop_flush(&sm, text + len);
+    memcpy(conv, prompt, n * sizeof *conv);
+    memcpy(conv + n, toks, (size_t)kept * sizeof *conv);
+    w->cand_text[i] = text;
+    w->cand_conv[i] = conv;
+    w->cand[i] = (worker_candidate){.text = text, .len = len, .conv = conv, .n_conv = n + (size_t)kept,
+                                    .n_tokens = nt, .score = score, .logprob = logprob,
+                                    .finish = stopped ? GEN_FINISH_STOP : finish, .seed = seed};
+    w->n_cand++;
+    return 0;
+}
+
+/* Worker thread: the log-probs lp[0..nt) of tokens t[0..nt) after prompt[0..n) (which seq
+ * ENGINE_SEQ_DEFAULT holds), teacher-forced on a fork in batched passes of all rows' logits
+ * (for a beam's heat-map). 0, or -1 (lp then unset). */
+static int replay_logprobs(worker *w, const int32_t *prompt, size_t n, const int32_t *t, int nt, float *lp)
+{
+    enum { CHUNK = 32 };
+    engine *e = w->e;
+    int nv = engine_model(e)->hp.n_vocab, f, rc = 0;
+    kv_error err = {0};
+    if (n == 0 || nt <= 0 || engine_seq_fork(e, ENGINE_SEQ_DEFAULT, -1, &f, &err)) return -1;
+    float *rows = malloc(sizeof(float) * (size_t)nv * CHUNK);
+    int32_t in[CHUNK];
+    engine_seq_truncate(e, f, (int)n - 1);
+    for (int i = 0; rows && !rc && i < nt; i += CHUNK) {
+        int m = nt - i < CHUNK ? nt - i : CHUNK;
+        for (int k = 0; k < m; k++) in[k] = i + k == 0 ? prompt[n - 1] : t[i + k - 1];
+        if (engine_forward(e, f, in, m, rows, 1, &err)) rc = -1;
+        for (int k = 0; !rc && k < m; k++) {
+            token_logprob tl;
+            logprob_token(rows + (size_t)k * nv, nv, t[i + k], 0, &tl);
+            lp[i + k] = tl.lp;
+        }
+    }
+    if (!rows) rc = -1;
+    free(rows);
+    engine_seq_free(e, f);
+    return rc;
+}
+
+/* Worker thread: a best_of / beams request on the prompt toks[0..n): the candidates, the best
+ * one's text posted, the conversation made the best one's. */
+static int run_candidates(worker *w, const worker_request *r, const int32_t *toks, size_t n, gen_stats *st,
+                          int *finish, kv_error *err)
+{
+    int lim = atomic_load(&w->limit);
+    int n_predict = lim >= 0 ? lim : engine_n_ctx(w->e) - (int)n;
+    if (n_predict < 1) n_predict = 1;
+    int rc;
+    memset(st, 0, sizeof *st);
+    if (r->beams > 1) {
+        beam_result br;
+        rc = engine_beam_search(w->e, ENGINE_SEQ_DEFAULT, toks, (int)n, r->beams, r->length_penalty, n_predict, &br, st,
+                                err);
+        if (rc) return rc;
+        float *lp = br.n_tokens > 0 ? malloc(sizeof(float) * (size_t)br.n_tokens) : NULL;
+        if (lp && replay_logprobs(w, toks, n, br.tokens, br.n_tokens, lp)) {
+            free(lp); /* no heat-map for it then */
+            lp = NULL;
+        }
+        int ar = add_candidate(w, toks, n, br.tokens, lp, br.n_tokens, br.score, br.logprob, br.finish, 0);
+        free(lp);
+        if (ar)
+            rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for the beam's text");
+        beam_result_free(&br);
+    } else {
+        gen_candidate c[BEST_OF_MAX];
+        gen_callbacks cb = {.should_stop = cb_should_stop, .ud = w};
+        int nb = r->best_of > BEST_OF_MAX ? BEST_OF_MAX : r->best_of;
+        rc = engine_best_of(w->e, ENGINE_SEQ_DEFAULT, w->s, toks, n, nb, n_predict, 0, &cb, c, st, err);
+        if (rc) return rc;
+        for (int i = 0; i < nb && !rc; i++) {
+            double sum = 0;
+            for (int k = 0; k < c[i].n; k++) sum += c[i].lp[k];
+            int f = c[i].finish == GEN_FINISH_CANCELLED && w->limit_hit && !atomic_load(&w->cancel) ? GEN_FINISH_LENGTH
+                                                                                                    : c[i].finish;
+            if (add_candidate(w, toks, n, c[i].tokens, c[i].lp, c[i].n, c[i].mean_lp, sum, f, c[i].seed))
+                rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for the samples' text");
+        }
+        gen_candidates_free(c, nb);
+    }
+    if (rc) return rc;
+    const worker_candidate *best = &w->cand[0];
+    *finish = best->finish;
+    st->n_prompt = (int)n;
+    w->n_sampled = best->n_tokens;
+    if (best->len) post_live(w, best->text, best->len);
+    set_conversation(w, best->conv, best->n_conv);
+    return KV_OK;
+}
+
 static void run_job(worker *w, const worker_request *r)
 {
     kv_error err = {0};
@@ -400,6 +606,10 @@ static void run_job(worker *w, const worker_request *r)
     w->itl_sum = 0;
     w->n_prompt = 0;
     w->keep_wanted = 0;
+    free_candidates(w);
+    w->n_tok = 0;
+    w->raw_off = 0;
+    w->last_p = 1.0f;
     apply_params(w);
     if (r->reset_cache) {
         engine_reset(w->e);
@@ -459,6 +669,15 @@ static void run_job(worker *w, const worker_request *r)
     spec_params spec = w->spec;
     pthread_mutex_unlock(&w->mu);
     if (spec.mode != SPEC_OFF) go.spec = &spec;
+    if (r->best_of > 1 || r->beams > 1) {
+        rc = run_candidates(w, r, toks, n, &st, &finish, &err);
+        if (rc) remember_conversation(w, toks, n, 0);
+        free(toks);
+        if (rc) post_done(w, GEN_FINISH_ERROR, rc, &err, &st);
+        else post_done(w, finish, KV_OK, NULL, &st);
+        if (hooks.saved) hooks.saved(hooks.ud, w->e, w->conv, w->n_conv, rc ? GEN_FINISH_ERROR : finish);
+        return;
+    }
     rc = engine_generate_seq(w->e, ENGINE_SEQ_DEFAULT, toks, n, &go, w->s, &cb, &st, &finish, &err);
     remember_conversation(w, toks, n, st.n_generated);
     free(toks);
@@ -562,6 +781,10 @@ void worker_destroy(worker *w)
     free(w->job_text);
     free(w->job_conv);
     free(w->done_conv);
+    free_candidates(w);
+    free(w->tok_start);
+    free(w->tok_end);
+    free(w->tok_p);
     free(w->text);
     free(w->stop_buf);
     free(w->ui_text);

@@ -58,7 +58,30 @@ typedef struct worker_request {
                                   3/4 n_ctx: worker_event.keep_wanted then says more was asked).
                                   Copied by worker_submit. */
     size_t n_keep_seg;
+    /* Several candidates of the reply instead of one streamed sample (e.g. a chat's /best N,
+     * /beams N). best_of > 1: that many samples from one prefill, decoded together
+     * (engine/best_of.h, seeds: the sampler's seed + i), ranked by mean log-probability;
+     * beams > 1: beam search with that many beams and length_penalty (engine/beam.h), one
+     * candidate. The best candidate's text comes as TEXT events once it is chosen (nothing
+     * streams before), DONE lists every candidate (worker_event.cand) and its conv is the best
+     * one's; stop strings cut each candidate; a beam search is not cancelled mid-way. */
+    int best_of;
+    int beams;
+    float length_penalty;
 } worker_request;
+
+/* One candidate reply of a best_of / beams request, best first in worker_event.cand. */
+typedef struct worker_candidate {
+    const char *text;      /* its text (the end-of-generation token not included), cut at a stop string */
+    size_t len;
+    const int32_t *conv;   /* the conversation's tokens with it: the prompt and its tokens (as worker_event.conv) */
+    size_t n_conv;
+    int n_tokens;          /* tokens generated (an end of generation counted) */
+    double score;          /* what it was ranked by: mean log-prob (best_of) or the beam's score */
+    double logprob;        /* sum of its tokens' log-probs (raw model) */
+    int finish;            /* enum gen_finish */
+    uint64_t seed;         /* best_of: the seed that drew it; beams: 0 */
+} worker_candidate;
 
 enum worker_phase { WORKER_IDLE = 0, WORKER_TOKENIZE, WORKER_PREFILL, WORKER_DECODE };
 
@@ -93,6 +116,18 @@ typedef struct worker_event {
     size_t n_conv;
     int keep_wanted;       /* DONE: the positions keep_seg asked a shift to keep (0: none);
                               above stats.gen.n_keep when the engine could not keep them all */
+    const worker_candidate *cand; /* DONE of a best_of / beams request: the candidates, best
+                              first (cand[0] is the reply the TEXT events carried); NULL
+                              otherwise. Valid until the next worker_submit */
+    int n_cand;
+    const uint32_t *tok_start; /* DONE: the reply's token probabilities (raw model, before
+                              temperature) — bytes [tok_start[i], tok_end[i]) of the generated text
+                              as the TEXT events carried it came with a token of probability
+                              tok_p[i] (a best-of reply: its chosen sample's; a beam's: replayed).
+                              Valid until the next worker_submit */
+    const uint32_t *tok_end;
+    const float *tok_p;
+    size_t n_tok;
 } worker_event;
 
 typedef struct worker worker;

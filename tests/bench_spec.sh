@@ -81,3 +81,4 @@ row "stories260K, a random-weight draft (rejected)" "$SHARED/models/stories260K.
     --draft "$SHARED/models/syn-llama-q4_0.gguf" --draft-min-p 0
 row "TinyLlama-shaped Q4_0, repeat a passage" "$TINY" "$REPEAT" --lookup
 row "TinyLlama-shaped Q4_0, repeat, 2-layer draft" "$TINY" "$REPEAT" --draft "$TINY_DRAFT" --draft-max 4 --draft-min-p 0
+row "TinyLlama-shaped Q4_0, repeat, 2-layer draft, default --draft-min-p (it declines)" "$TINY" "$REPEAT" --draft "$TINY_DRAFT" --draft-max 4

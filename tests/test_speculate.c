@@ -402,7 +402,7 @@ static void test_best_of(void **state)
     sp.seed = 42;
     sampler *s = sampler_create(engine_model(e)->hp.n_vocab, &sp, &err);
     decode_sample ds[4];
-    assert_int_equal(decode_best_of(e, ENGINE_SEQ_DEFAULT, s, p, np, 4, 20, ds, NULL, &err), 0);
+    assert_int_equal(decode_best_of(e, ENGINE_SEQ_DEFAULT, s, p, np, 4, 20, 0, ds, NULL, &err), 0);
     for (int i = 0; i < 4; i++) {
         assert_true(ds[i].n > 0);
         double lp = seq_logprob(e, p, (int)np, ds[i].tokens, ds[i].n);

@@ -14,6 +14,9 @@ static size_t answer_at(const ui_msg *m) { return m->rs.found ? m->rs.answer : 0
 
 /* A Markdown reply's rendering, brought up to date with its text (the answer: the reasoning
  * block is shown apart). */
+/* Shown as rendered Markdown: a Markdown reply, unless its heat-map is on (shown as it is). */
+static int md_shown(const ui_msg *m) { return m->md_on && !m->heat_raw; }
+
 static void ensure_rendered(ui_msg *m)
 {
     if (!m->md_on || !m->md_dirty) return;
@@ -26,7 +29,7 @@ static void ensure_rendered(ui_msg *m)
  * reasoning block, if any). */
 static const char *shown_text(const ui_msg *m, size_t *len)
 {
-    if (m->md_on && m->md.text) {
+    if (md_shown(m) && m->md.text) {
         *len = m->md.len;
         return m->md.text;
     }
@@ -66,7 +69,7 @@ static void update_reasoning(ui_msg *m)
 
 static void ensure_wrapped(ui_msg *m, int cw)
 {
-    if (m->md_on && m->md_dirty) {
+    if (md_shown(m) && m->md_dirty) {
         ensure_rendered(m);
         m->wrap_width = 0;
     }
@@ -112,6 +115,29 @@ static attr_t text_attr(ui *u, const ui_msg *m)
     case UI_ROLE_ERROR: return u->attr[UI_EL_ERROR];
     default: return u->attr[UI_EL_NOTICE];
     }
+}
+
+/* The colour of m->text[o] under the heat-map and *until, where that colour's run ends (the
+ * token's span, or the next span's start in a gap). */
+static attr_t heat_attr(ui *u, const ui_msg *m, size_t o, size_t *until)
+{
+    size_t lo = 0, hi = m->n_heat; /* first span ending after o */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->heat_end[mid] <= o) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == m->n_heat) {
+        *until = m->len;
+        return text_attr(u, m);
+    }
+    if (m->heat_start[lo] > o) {
+        *until = m->heat_start[lo];
+        return text_attr(u, m);
+    }
+    *until = m->heat_end[lo];
+    float p = m->heat_p[lo];
+    return u->attr[p >= UI_HEAT_HIGH ? UI_EL_HEAT_HIGH : p >= UI_HEAT_MID ? UI_EL_HEAT_MID : UI_EL_HEAT_LOW];
 }
 
 static void draw_line(ui *u, ui_msg *m, int k, int y, int x, int w)
@@ -164,7 +190,17 @@ static void draw_line(ui *u, ui_msg *m, int k, int y, int x, int w)
         size_t tl;
         const char *t = shown_text(m, &tl);
         int n = 0;
-        if (m->md_on && m->md.style) { /* runs of one style */
+        if (m->heat_raw) { /* runs of one token's probability (ui_msg_set_heat) */
+            size_t base = (size_t)(t - m->text), a = l->start;
+            while (a < l->end && n < cw) {
+                size_t b;
+                attr_t at = heat_attr(u, m, base + a, &b);
+                b = b - base < l->end ? b - base : l->end;
+                if (b <= a) b = a + 1;
+                n += ui_put(u, y, x + 1 + n, cw - n, t + a, b - a, at);
+                a = b;
+            }
+        } else if (md_shown(m) && m->md.style) { /* runs of one style */
             size_t a = l->start;
             while (a < l->end && n < cw) {
                 size_t b = a + 1;
@@ -297,6 +333,9 @@ static void msg_free(ui_msg *m)
     ui_md_free(&m->md);
     ui_lines_free(&m->lines);
     ui_lines_free(&m->think_lines);
+    free(m->heat_start);
+    free(m->heat_end);
+    free(m->heat_p);
     free(m);
 }
 
@@ -463,6 +502,60 @@ void ui_set_markdown(ui *u, int on)
     }
     ui_mark_dirty(u);
 }
+
+void ui_msg_set_heat(ui *u, ui_msg *m, const char *raw, size_t raw_len, const uint32_t *start, const uint32_t *end,
+                     const float *p, size_t n)
+{
+    if (!m) return;
+    free(m->heat_start);
+    free(m->heat_end);
+    free(m->heat_p);
+    m->heat_start = m->heat_end = NULL;
+    m->heat_p = NULL;
+    m->n_heat = 0;
+    if (n) {
+        m->heat_start = malloc(n * sizeof *m->heat_start);
+        m->heat_end = malloc(n * sizeof *m->heat_end);
+        m->heat_p = malloc(n * sizeof *m->heat_p);
+        char *tmp = malloc(3 * raw_len + 8);
+        if (m->heat_start && m->heat_end && m->heat_p && tmp) {
+            /* raw offsets to shown ones: the sanitized length of the text before each boundary
+             * (pieces end on whole characters: a token's text is complete UTF-8) */
+            size_t at = 0, shown = 0, k = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (start[i] < at || end[i] < start[i] || end[i] > raw_len) break;
+                shown += ui_sanitize(raw + at, start[i] - at, tmp, 3 * raw_len + 8);
+                m->heat_start[k] = (uint32_t)shown;
+                shown += ui_sanitize(raw + start[i], end[i] - start[i], tmp, 3 * raw_len + 8);
+                m->heat_end[k] = (uint32_t)shown;
+                m->heat_p[k++] = p[i];
+                at = end[i];
+            }
+            m->n_heat = k;
+        }
+        free(tmp);
+    }
+    m->heat_raw = u->heat_on && m->n_heat;
+    m->wrap_width = 0;
+    ui_mark_dirty(u);
+}
+
+size_t ui_set_heat(ui *u, int on)
+{
+    u->heat_on = on != 0;
+    size_t n = 0;
+    for (size_t i = 0; i < u->pane.n; i++) {
+        ui_msg *m = u->pane.msgs[i];
+        n += m->n_heat > 0;
+        int raw = u->heat_on && m->n_heat;
+        if (raw != m->heat_raw) m->wrap_width = 0; /* the text as it is, or its rendering again */
+        m->heat_raw = raw;
+    }
+    ui_mark_dirty(u);
+    return n;
+}
+
+int ui_heat_on(const ui *u) { return u->heat_on; }
 
 void ui_toggle_reasoning(ui *u)
 {

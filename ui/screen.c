@@ -466,6 +466,10 @@ static void on_key(ui *u, int k)
         ui_toggle_reasoning(u);
         ui_flash(u, "reasoning %s (F4)", u->think_unfold ? "shown whole" : "folded to one line");
         return;
+    case KEY_F(6):
+        if (!ui_set_heat(u, !u->heat_on) && u->heat_on) ui_flash(u, "no token probabilities yet: a reply of the local engine has them (F6)");
+        else ui_flash(u, "token probabilities %s (F6)", u->heat_on ? "shown: green >= 0.8, yellow >= 0.3, red below" : "hidden");
+        return;
     case KEY_F(3):
         if (u->cb.sessions) u->cb.sessions(u->cb.ud, UI_SESS_SHOW, 0, NULL);
         return;

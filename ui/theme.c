@@ -43,6 +43,9 @@ static const char *const elem_names[UI_EL_COUNT] = {
     [UI_EL_PROMPT] = "prompt",
     [UI_EL_HELP] = "help",
     [UI_EL_HELP_KEY] = "help_key",
+    [UI_EL_HEAT_HIGH] = "heat_high",
+    [UI_EL_HEAT_MID] = "heat_mid",
+    [UI_EL_HEAT_LOW] = "heat_low",
 };
 
 const char *ui_theme_elem_name(int elem)
@@ -77,6 +80,9 @@ static const char *const builtin_default[UI_EL_COUNT] = {
     [UI_EL_PROMPT] = "bold green",
     [UI_EL_HELP] = "white on black",
     [UI_EL_HELP_KEY] = "bold yellow on black",
+    [UI_EL_HEAT_HIGH] = "green",
+    [UI_EL_HEAT_MID] = "yellow",
+    [UI_EL_HEAT_LOW] = "bold red",
 };
 
 void ui_theme_builtin_default(ui_theme *t)

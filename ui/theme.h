@@ -47,6 +47,9 @@ enum ui_elem {
     UI_EL_PROMPT,
     UI_EL_HELP,
     UI_EL_HELP_KEY,
+    UI_EL_HEAT_HIGH,      /* the heat-map (F6): text of a token of probability >= 0.8 */
+    UI_EL_HEAT_MID,       /* ... >= 0.3 */
+    UI_EL_HEAT_LOW,       /* ... below 0.3 */
     UI_EL_COUNT
 };
 

@@ -154,6 +154,19 @@ void ui_toggle_reasoning(ui *u);
  * links, tables, numbered code blocks (ui/markdown.c) — or as their text (on = 0). Applies to the
  * messages shown and those added later; what the user typed is always shown as typed. */
 void ui_set_markdown(ui *u, int on);
+/* The probability heat-map of a reply: raw[0..raw_len) is the text as it was appended (before
+ * sanitizing), and raw[start[i], end[i]) came from a token of probability p[i] (in [0, 1]; spans
+ * ascending, not overlapping). Copied, mapped to the shown text; n = 0 clears it. While the
+ * heat-map is on (ui_set_heat) those bytes are drawn in the theme's heat_high (p >= 0.8),
+ * heat_mid (p >= 0.3) or heat_low colour, on the text as it is (wrapped as the pane is, a
+ * Markdown reply shown unrendered). */
+void ui_msg_set_heat(ui *u, ui_msg *m, const char *raw, size_t raw_len, const uint32_t *start, const uint32_t *end,
+                     const float *p, size_t n);
+/* Heat-map on / off (F6); returns how many messages have one. */
+size_t ui_set_heat(ui *u, int on);
+int ui_heat_on(const ui *u);
+#define UI_HEAT_HIGH 0.8f
+#define UI_HEAT_MID 0.3f
 void ui_pane_clear(ui *u);
 size_t ui_pane_count(const ui *u);
 /* Printf-style notice / error message in the pane. */

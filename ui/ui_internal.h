@@ -34,6 +34,13 @@ struct ui_msg {
     ui_lines think_lines; /* the reasoning wrapped, when unfolded */
     int think_wrap;    /* think_lines are valid for this width (0: not wrapped) */
     int think_words;   /* words of reasoning */
+    /* the reply's token probabilities (ui_msg_set_heat): text[heat_start[i], heat_end[i]) came
+     * from a token of probability heat_p[i] (display offsets, ascending); shown as colours, on
+     * the text as it is (not its Markdown rendering), while u->heat_on (F6, /show probs) */
+    uint32_t *heat_start, *heat_end;
+    float *heat_p;
+    size_t n_heat;
+    int heat_raw;      /* the heat-map is on and this message has one: its text drawn as it is */
 };
 
 typedef struct pane {
@@ -176,6 +183,7 @@ struct ui {
     double ctrl_c_at;         /* first Ctrl-C on an empty input (ms), 0 if none */
     int markdown;                    /* replies are rendered as Markdown (ui_set_markdown) */
     int think_unfold;                /* reasoning blocks shown whole (F4), else one line each */
+    int heat_on;                     /* replies coloured by their tokens' probabilities (F6) */
     int ctrl_x;                      /* Ctrl-X was the last key (Ctrl-X Ctrl-E: the editor) */
     int paste;                /* inside a bracketed paste */
     int editing;              /* the input holds a message being edited (ui_input_edit) */

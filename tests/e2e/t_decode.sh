@@ -89,6 +89,36 @@ if [ $rc -eq 0 ] && grep -q "best of 3: chose the sample of the highest mean log
 then ok "--best-of 3: ranked by mean log-prob (said on stderr), JSON lines of the chosen sample"
 else bad "--best-of" "rc=$rc $(cat "$dc/best.err")"; fi
 
+# --json with --beams / --best-of: each token's logprob and top_logprobs; the beam's log-probs sum to
+# the score stderr says, the chosen best-of sample's lines equal its seed's plain sampled run
+"$BIN" -m "$MODEL" -p "Once upon a time" -n 16 --beams 3 --json --top-logprobs 4 >"$dc/bj" 2>"$dc/bj.err"
+"$BIN" -m "$MODEL" -p "Once upon a time" -n 16 --best-of 3 --seed 7 --temp 1 --json --top-logprobs 4 >"$dc/boj" 2>"$dc/boj.err"
+seed=$(sed -n 's/.*(seed \([0-9]*\)).*/\1/p' "$dc/boj.err")
+"$BIN" -m "$MODEL" -p "Once upon a time" -n 16 --seed "$seed" --temp 1 --json --top-logprobs 4 >"$dc/bop" 2>/dev/null
+python3 - "$dc/bj" "$dc/bj.err" "$dc/boj" "$dc/bop" "$dc/boj.err" <<'PY' >"$dc/lpj.check" 2>&1
+import json, re, sys
+def toks(f): return [o for o in map(json.loads, open(f, encoding='utf-8')) if "done" not in o and o["token"] >= 0]
+def check(ts):
+    assert ts
+    for o in ts:
+        t = o["top_logprobs"]
+        assert len(t) == 4 and all(t[i]["logprob"] >= t[i + 1]["logprob"] for i in range(3)), o
+        assert o["logprob"] <= t[0]["logprob"] + 1e-6 and o["logprob"] <= 1e-6, o
+        for a in t:
+            if a["token"] == o["token"]: assert abs(a["logprob"] - o["logprob"]) < 1e-5, o
+beam = toks(sys.argv[1]); check(beam)
+s = float(re.search(r"sum of log-probs (-?[0-9.]+) over (\d+)", open(sys.argv[2]).read()).group(1))
+assert abs(sum(o["logprob"] for o in beam) - s) < 2e-3, (sum(o["logprob"] for o in beam), s)
+best, plain = toks(sys.argv[3]), toks(sys.argv[4]); check(best)
+assert [o["token"] for o in best] == [o["token"] for o in plain], "best-of's sample is not its seed's sample"
+for a, b in zip(best, plain):
+    assert abs(a["logprob"] - b["logprob"]) < 1e-4 and [x["token"] for x in a["top_logprobs"]] == [x["token"] for x in b["top_logprobs"]], (a, b)
+m = float(re.search(r"highest mean log-prob (-?[0-9.]+)", open(sys.argv[5]).read()).group(1))
+assert abs(sum(o["logprob"] for o in best) / len(best) - m) < 2e-3, m
+PY
+if [ ! -s "$dc/lpj.check" ]; then ok "--json --top-logprobs with --beams (log-probs sum to the beam's) and --best-of (the chosen sample's lines = its seed's plain run)"
+else bad "--json top_logprobs with --beams / --best-of" "$(head -5 "$dc/lpj.check")"; fi
+
 # config.ini: draft = lookup, draft_max (the settings table), shown by --print-config
 printf '[sampling]\ndraft = lookup\ndraft_max = 5\n' >"$dc/cfg/kvchat/config.ini"
 XDG_CONFIG_HOME="$dc/cfg" "$BIN" --print-config -m "$MODEL" >"$dc/pc" 2>&1

@@ -1,0 +1,132 @@
+/* test_spec_backoff: the speculative drafter's back-off schedule (engine/speculate.c) — pauses of 4^f - 1 steps after f rejected first drafts in a row, reset by an accepted one, the draft length following the acceptance. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "engine/generate.h"
+#include "engine/speculate.h"
+#include "tests/support/testutil.h"
+
+/* a context that always has a lookup draft: a period of 3 tokens repeated */
+static int32_t H[60];
+
+static spec_state *lookup_state(int draft_max)
+{
+    for (int i = 0; i < 60; i++) H[i] = 10 + i % 3;
+    spec_params p;
+    spec_params_default(&p);
+    p.mode = SPEC_LOOKUP;
+    p.draft_max = draft_max;
+    spec_state *st = spec_state_create(&p, 32, 64, 1);
+    assert_non_null(st);
+    return st;
+}
+
+/* Steps until the drafter proposes again (each call is one decode step); its draft length. */
+static int pause_then_draft(spec_state *st, int *k)
+{
+    int32_t d[SPEC_MAX_DRAFT];
+    kv_error err = {0};
+    for (int steps = 0; steps < 1000; steps++)
+        if ((*k = spec_propose(st, H, 60, 8, NULL, d, &err)) > 0) return steps;
+    return -1;
+}
+
+static void test_pauses(void **state)
+{
+    (void)state;
+    spec_state *st = lookup_state(8);
+    int k;
+    assert_int_equal(pause_then_draft(st, &k), 0); /* drafts from the start */
+    assert_int_equal(k, 2);                        /* a first draft of 2 */
+    static const int want[] = {3, 15, 63, 255, 255, 255};
+    for (int f = 0; f < 6; f++) { /* its first draft rejected, again and again */
+        spec_feedback(st, k, 0);
+        assert_int_equal(pause_then_draft(st, &k), want[f]);
+        assert_int_equal(k, 1); /* the length follows the acceptance: 0 accepted + 1 */
+    }
+    spec_feedback(st, 1, 1); /* all accepted: no pause, the length grows by 2 */
+    assert_int_equal(pause_then_draft(st, &k), 0);
+    assert_int_equal(k, 3);
+    spec_feedback(st, 3, 3);
+    assert_int_equal(pause_then_draft(st, &k), 0);
+    assert_int_equal(k, 5);
+    spec_feedback(st, 5, 2); /* 2 of 5: no pause, length 3 */
+    assert_int_equal(pause_then_draft(st, &k), 0);
+    assert_int_equal(k, 3);
+    spec_feedback(st, 3, 0); /* a rejection after an acceptance starts the schedule again */
+    assert_int_equal(pause_then_draft(st, &k), 3);
+    spec_state_free(st);
+}
+
+/* 400 steps of an always-rejected drafter: a handful of passes (the cost of rejected drafts) */
+static void test_passes_in_400_steps(void **state)
+{
+    (void)state;
+    spec_state *st = lookup_state(8);
+    int32_t d[SPEC_MAX_DRAFT];
+    kv_error err = {0};
+    int passes = 0;
+    for (int step = 0; step < 400; step++) {
+        int k = spec_propose(st, H, 60, 8, NULL, d, &err);
+        if (k > 0) {
+            passes++;
+            spec_feedback(st, k, 0);
+        }
+    }
+    assert_int_equal(passes, 5); /* at steps 0, 4, 20, 84, 340 */
+    spec_state_free(st);
+}
+
+/* A draft model that declines to draft (its top probability is below draft_min_p) ran a step for
+ * nothing: it backs off too — 4 runs in 100 steps (0, 4, 20, 84), not 100. */
+static void test_declining_draft_backs_off(void **state)
+{
+    (void)state;
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 256;
+    ep.n_threads = 1;
+    engine *d = NULL;
+    kv_error err = {0};
+    assert_int_equal(engine_open(&ep, &d, &err), KV_OK);
+    spec_params p;
+    spec_params_default(&p);
+    p.mode = SPEC_DRAFT;
+    p.draft = d;
+    p.draft_min_p = 1.0f; /* above any softmax maximum of a real row: always declines */
+    spec_state *st = spec_state_create(&p, 512, 64, 1);
+    assert_non_null(st);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sampler *s = sampler_create(512, &sp, &err);
+    int32_t hist[160], drafts[SPEC_MAX_DRAFT];
+    for (int i = 0; i < 160; i++) hist[i] = 1 + (i * 37) % 500;
+    int runs = 0, have = 0;
+    for (int step = 0; step < 100; step++) {
+        int k = spec_propose(st, hist, 20 + step, 8, s, drafts, &err);
+        assert_int_equal(k, 0);
+        int n;
+        engine_seq_tokens(d, ENGINE_SEQ_DEFAULT, &n);
+        if (n != have) runs++; /* the draft model read the context: it ran */
+        have = n;
+        spec_feedback(st, k, 0);
+    }
+    assert_int_equal(runs, 4);
+    sampler_free(s);
+    spec_state_free(st);
+    engine_close(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_pauses), cmocka_unit_test(test_passes_in_400_steps),
+                                       cmocka_unit_test(test_declining_draft_backs_off)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
