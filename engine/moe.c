@@ -176,6 +176,7 @@ struct moe_scratch {
     int n_batch, n_embd, k, n_expert, n_ff, n_ff_sh;
     float *logits;      /* [B][n_expert] */
     int32_t *sel;       /* [B][k] selected experts, rank order */
+    float *margin;      /* [B] smallest routing margin since moe_margin_reset (moe_margin) */
     float *w;           /* [B][k] their weights */
     uint8_t *taken;     /* [n_expert] */
     int32_t *cnt, *off; /* [n_expert], [n_expert + 1]: rows per expert and where they start */
@@ -221,7 +222,7 @@ moe_scratch *moe_scratch_create(const moe_config *c, int n_embd, int n_batch, co
     }
     size_t F = (size_t)c->n_ff_exp, S = (size_t)c->n_ff_shexp, E = (size_t)n_embd;
     if (!(s->logits = amalloc(sizeof(float) * B * c->n_expert)) || !(s->sel = amalloc(sizeof(int32_t) * BK)) ||
-        !(s->w = amalloc(sizeof(float) * BK)) || !(s->taken = amalloc((size_t)c->n_expert)) ||
+        !(s->w = amalloc(sizeof(float) * BK)) || !(s->margin = amalloc(sizeof(float) * B)) || !(s->taken = amalloc((size_t)c->n_expert)) ||
         !(s->cnt = amalloc(sizeof(int32_t) * c->n_expert)) || !(s->off = amalloc(sizeof(int32_t) * (c->n_expert + 1))) ||
         !(s->rowmap = amalloc(sizeof(int32_t) * BK)) || !(s->rowtok = amalloc(sizeof(int32_t) * BK)) ||
         !(s->rowexp = amalloc(sizeof(int32_t) * BK)) || !(s->act_x = amalloc(B * s->arow_x)) ||
@@ -234,6 +235,7 @@ moe_scratch *moe_scratch_create(const moe_config *c, int n_embd, int n_batch, co
     if (S && (!(s->sg = amalloc(sizeof(float) * B * S)) || !(s->su = amalloc(sizeof(float) * B * S)) ||
               !(s->sy = amalloc(sizeof(float) * B * E))))
         goto nomem;
+    moe_margin_reset(s);
     return s;
 nomem:
     moe_scratch_free(s);
@@ -244,7 +246,7 @@ nomem:
 void moe_scratch_free(moe_scratch *s)
 {
     if (!s) return;
-    free(s->logits); free(s->sel); free(s->w); free(s->taken); free(s->cnt); free(s->off);
+    free(s->logits); free(s->sel); free(s->w); free(s->margin); free(s->taken); free(s->cnt); free(s->off);
     free(s->rowmap); free(s->rowtok); free(s->rowexp); free(s->act_x); free(s->act_x2); free(s->act_g);
     free(s->act_g2); free(s->hg); free(s->hu); free(s->act_h); free(s->yd); free(s->sg); free(s->su);
     free(s->sy); free(s->mm_act); free(s->groups);
@@ -254,10 +256,18 @@ void moe_scratch_free(moe_scratch *s)
 const int32_t *moe_last_selected(const moe_scratch *s, int t) { return s->sel + (size_t)t * s->k; }
 const float *moe_last_weights(const moe_scratch *s, int t) { return s->w + (size_t)t * s->k; }
 
+void moe_margin_reset(moe_scratch *s)
+{
+    for (int t = 0; t < s->n_batch; t++) s->margin[t] = INFINITY;
+}
+
+float moe_margin(const moe_scratch *s, int t) { return s->margin[t]; }
+
 /* ---- the block ----------------------------------------------------------------------------- */
 
-/* Router output of one token -> its k experts and weights. */
-static void route(const moe_config *c, float *logits, int32_t *sel, float *w, uint8_t *taken)
+/* Router output of one token -> its k experts and weights; *margin = min(*margin, the k-th
+ * selected score - the best unselected one). */
+static void route(const moe_config *c, float *logits, int32_t *sel, float *w, uint8_t *taken, float *margin)
 {
     const int n = c->n_expert, k = c->n_expert_used;
     if (c->gating == MOE_GATING_SOFTMAX) op_softmax(logits, n);
@@ -270,6 +280,8 @@ static void route(const moe_config *c, float *logits, int32_t *sel, float *w, ui
         sel[j] = best;
         w[j] = logits[best];
     }
+    for (int e = 0; e < n; e++)
+        if (!taken[e] && logits[sel[k - 1]] - logits[e] < *margin) *margin = logits[sel[k - 1]] - logits[e];
     if (c->gating == MOE_GATING_SOFTMAX_WEIGHT) op_softmax(w, k);
     if (c->norm_w) {
         float sum = 0;
@@ -345,7 +357,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
         float *lg = s->logits + (size_t)t * X;
         if (L->gate_inp_b)
             for (int e = 0; e < X; e++) lg[e] += L->gate_inp_b[e];
-        route(c, lg, s->sel + (size_t)t * k, s->w + (size_t)t * k, s->taken);
+        route(c, lg, s->sel + (size_t)t * k, s->w + (size_t)t * k, s->taken, &s->margin[t]);
     }
     /* 2. group the (token, expert) pairs by expert, tokens ascending within an expert */
     memset(s->cnt, 0, sizeof(int32_t) * X);

@@ -90,4 +90,12 @@ void moe_ffn(const moe_config *cfg, const moe_layer *L, const float *x, int n_to
 const int32_t *moe_last_selected(const moe_scratch *s, int t);
 const float *moe_last_weights(const moe_scratch *s, int t);
 
+/* Routing margins, for tests against a reference that rounds differently: moe_margin(s, t) is the
+ * smallest, over the moe_ffn calls since moe_margin_reset, of token t's gap between the k-th
+ * selected expert's score and the best unselected one's (router logits for SOFTMAX_WEIGHT,
+ * probabilities for SOFTMAX; +inf when every expert is used). A gap within the two pipelines'
+ * rounding is a near-tie: the reference may route the token to the other expert. */
+void moe_margin_reset(moe_scratch *s);
+float moe_margin(const moe_scratch *s, int t);
+
 #endif
