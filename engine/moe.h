@@ -77,7 +77,8 @@ void moe_scratch_free(moe_scratch *s);
  * touches another's pages). A batch is grouped by expert: each selected expert's gate, up and
  * down matrices stream through the cache once per batch, multiplied with all of its tokens (the
  * panel GEMM where the weights are packed, quant_gemm on the GGUF rows otherwise), all experts'
- * row chunks shared over the pool in one pass; the kernels are the run-time dispatched quant_*
+ * row chunks shared over the pool in one pass (the shared expert's gate and up in the experts'
+ * gate / up pass, its down in their down pass); the kernels are the run-time dispatched quant_*
  * ones for every weight type. counts (n_expert entries) is incremented per (token, selected
  * expert), or NULL. Sources: Shazeer et al. 2017 (sparsely-gated MoE), Fedus et al. 2021
  * (Switch), Qwen1.5-MoE / Qwen3 / OLMoE (Muennighoff et al. 2024) reports; llama.cpp's
