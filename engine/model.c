@@ -662,6 +662,8 @@ void forward_ctx_batch_scratch(forward_ctx *fc, int **i0, int **i1, int **i2, in
     *segs = fc->segs;
 }
 
+moe_scratch *forward_ctx_moe(forward_ctx *fc) { return fc->moe; }
+
 void forward_ctx_set_abort(forward_ctx *fc, int (*abort_cb)(void *ud), void *ud)
 {
     fc->abort_cb = abort_cb;

@@ -122,6 +122,8 @@ int forward_ctx_n_batch(const forward_ctx *fc);
  * NULL: never. So a stop waits for one layer, not one whole pass (a prefill chunk on a busy
  * machine). */
 void forward_ctx_set_abort(forward_ctx *fc, int (*abort_cb)(void *ud), void *ud);
+/* The MoE FFN buffers of fc (moe_margin, moe_last_selected; tests), or NULL for a dense model. */
+moe_scratch *forward_ctx_moe(forward_ctx *fc);
 
 /* Run tokens[0..n_tokens) at positions kv_cache_n_tokens(kv) … through the model, storing
  * their K/V in the cache, and write logits: the last token's n_vocab logits to `logits`, or

@@ -148,6 +148,18 @@ static mm_group expert_group(const gguf_tensor *t, int e, const uint8_t *act, si
     return g;
 }
 
+/* A group for the 2-D matrix t (the shared expert's): its panels, its copied rows or the mapping. */
+static mm_group matrix_group(const gguf_tensor *t, const uint8_t *act, size_t act_stride, int n_tok, float *y,
+                             size_t y_stride)
+{
+    mm_group g = {.type = t->type, .n_in = t->ne[0], .n_out = t->ne[1], .rows = t->data,
+                  .row_bytes = quant_row_size(t->type, t->ne[0]), .act = act, .act_stride = act_stride,
+                  .n_tok = n_tok, .y = y, .y_stride = y_stride};
+    if (t->packed && quant_pack_size(t->type, t->ne[0], t->ne[1])) g.panels = t->packed;
+    else if (t->packed) g.rows = t->packed;
+    return g;
+}
+
 /* Run the groups' row chunks over the pool in one pass: chunks of about 64 KiB of weights (whole
  * panels) that the threads take in turn from a shared counter (a preempted thread delays the
  * pass by one chunk). */
@@ -176,6 +188,7 @@ struct moe_scratch {
     int n_batch, n_embd, k, n_expert, n_ff, n_ff_sh;
     float *logits;      /* [B][n_expert] */
     int32_t *sel;       /* [B][k] selected experts, rank order */
+    float *margin;      /* [B] smallest routing margin since moe_margin_reset (moe_margin) */
     float *w;           /* [B][k] their weights */
     uint8_t *taken;     /* [n_expert] */
     int32_t *cnt, *off; /* [n_expert], [n_expert + 1]: rows per expert and where they start */
@@ -188,6 +201,8 @@ struct moe_scratch {
     uint8_t *act_h;     /* [B * k][act row of n_ff_exp] prepared down inputs */
     float *yd;          /* [B * k][n_embd] down outputs */
     float *sg, *su, *sy;/* shared expert [B][n_ff_shexp] x2, [B][n_embd] */
+    uint8_t *act_sx, *act_sx2, *act_sd; /* its prepared inputs: gate, up (when its type differs), down */
+    size_t arow_sx, arow_sd;
     void *mm_act;       /* op_matmul scratch (router, shared expert) */
     mm_group *groups;   /* [2 n_expert] */
     size_t arow_x, arow_h; /* largest prepared row sizes over the layers */
@@ -213,6 +228,15 @@ moe_scratch *moe_scratch_create(const moe_config *c, int n_embd, int n_batch, co
         }
         size_t r = quant_act_row_size(L->down_exps->type, c->n_ff_exp);
         s->arow_h = r > s->arow_h ? r : s->arow_h;
+        for (int i = 1; i < 3; i++)
+            if (mms[i]) {
+                size_t q = quant_act_row_size(mms[i]->type, n_embd);
+                s->arow_sx = q > s->arow_sx ? q : s->arow_sx;
+            }
+        if (mms[3]) {
+            size_t q = quant_act_row_size(mms[3]->type, c->n_ff_shexp);
+            s->arow_sd = q > s->arow_sd ? q : s->arow_sd;
+        }
         for (int i = 0; i < 4; i++)
             if (mms[i]) {
                 size_t q = op_matmul_scratch_size(mms[i], n_batch);
@@ -221,7 +245,7 @@ moe_scratch *moe_scratch_create(const moe_config *c, int n_embd, int n_batch, co
     }
     size_t F = (size_t)c->n_ff_exp, S = (size_t)c->n_ff_shexp, E = (size_t)n_embd;
     if (!(s->logits = amalloc(sizeof(float) * B * c->n_expert)) || !(s->sel = amalloc(sizeof(int32_t) * BK)) ||
-        !(s->w = amalloc(sizeof(float) * BK)) || !(s->taken = amalloc((size_t)c->n_expert)) ||
+        !(s->w = amalloc(sizeof(float) * BK)) || !(s->margin = amalloc(sizeof(float) * B)) || !(s->taken = amalloc((size_t)c->n_expert)) ||
         !(s->cnt = amalloc(sizeof(int32_t) * c->n_expert)) || !(s->off = amalloc(sizeof(int32_t) * (c->n_expert + 1))) ||
         !(s->rowmap = amalloc(sizeof(int32_t) * BK)) || !(s->rowtok = amalloc(sizeof(int32_t) * BK)) ||
         !(s->rowexp = amalloc(sizeof(int32_t) * BK)) || !(s->act_x = amalloc(B * s->arow_x)) ||
@@ -232,8 +256,10 @@ moe_scratch *moe_scratch_create(const moe_config *c, int n_embd, int n_batch, co
         !(s->groups = calloc(2 * (size_t)c->n_expert + 2, sizeof *s->groups)))
         goto nomem;
     if (S && (!(s->sg = amalloc(sizeof(float) * B * S)) || !(s->su = amalloc(sizeof(float) * B * S)) ||
-              !(s->sy = amalloc(sizeof(float) * B * E))))
+              !(s->sy = amalloc(sizeof(float) * B * E)) || !(s->act_sx = amalloc(B * s->arow_sx + 64)) ||
+              !(s->act_sx2 = amalloc(B * s->arow_sx + 64)) || !(s->act_sd = amalloc(B * s->arow_sd + 64))))
         goto nomem;
+    moe_margin_reset(s);
     return s;
 nomem:
     moe_scratch_free(s);
@@ -244,20 +270,28 @@ nomem:
 void moe_scratch_free(moe_scratch *s)
 {
     if (!s) return;
-    free(s->logits); free(s->sel); free(s->w); free(s->taken); free(s->cnt); free(s->off);
+    free(s->logits); free(s->sel); free(s->w); free(s->margin); free(s->taken); free(s->cnt); free(s->off);
     free(s->rowmap); free(s->rowtok); free(s->rowexp); free(s->act_x); free(s->act_x2); free(s->act_g);
     free(s->act_g2); free(s->hg); free(s->hu); free(s->act_h); free(s->yd); free(s->sg); free(s->su);
-    free(s->sy); free(s->mm_act); free(s->groups);
+    free(s->sy); free(s->mm_act); free(s->groups); free(s->act_sx); free(s->act_sx2); free(s->act_sd);
     free(s);
 }
 
 const int32_t *moe_last_selected(const moe_scratch *s, int t) { return s->sel + (size_t)t * s->k; }
 const float *moe_last_weights(const moe_scratch *s, int t) { return s->w + (size_t)t * s->k; }
 
+void moe_margin_reset(moe_scratch *s)
+{
+    for (int t = 0; t < s->n_batch; t++) s->margin[t] = INFINITY;
+}
+
+float moe_margin(const moe_scratch *s, int t) { return s->margin[t]; }
+
 /* ---- the block ----------------------------------------------------------------------------- */
 
-/* Router output of one token -> its k experts and weights. */
-static void route(const moe_config *c, float *logits, int32_t *sel, float *w, uint8_t *taken)
+/* Router output of one token -> its k experts and weights; *margin = min(*margin, the k-th
+ * selected score - the best unselected one). */
+static void route(const moe_config *c, float *logits, int32_t *sel, float *w, uint8_t *taken, float *margin)
 {
     const int n = c->n_expert, k = c->n_expert_used;
     if (c->gating == MOE_GATING_SOFTMAX) op_softmax(logits, n);
@@ -270,6 +304,8 @@ static void route(const moe_config *c, float *logits, int32_t *sel, float *w, ui
         sel[j] = best;
         w[j] = logits[best];
     }
+    for (int e = 0; e < n; e++)
+        if (!taken[e] && logits[sel[k - 1]] - logits[e] < *margin) *margin = logits[sel[k - 1]] - logits[e];
     if (c->gating == MOE_GATING_SOFTMAX_WEIGHT) op_softmax(w, k);
     if (c->norm_w) {
         float sum = 0;
@@ -345,7 +381,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
         float *lg = s->logits + (size_t)t * X;
         if (L->gate_inp_b)
             for (int e = 0; e < X; e++) lg[e] += L->gate_inp_b[e];
-        route(c, lg, s->sel + (size_t)t * k, s->w + (size_t)t * k, s->taken);
+        route(c, lg, s->sel + (size_t)t * k, s->w + (size_t)t * k, s->taken, &s->margin[t]);
     }
     /* 2. group the (token, expert) pairs by expert, tokens ascending within an expert */
     memset(s->cnt, 0, sizeof(int32_t) * X);
@@ -378,8 +414,29 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
         xg = s->act_g;
         xu = tu != tg ? s->act_g2 : s->act_g;
     }
-    /* 4. gate and up of every selected expert in one pass over the pool */
+    /* the shared expert's inputs (its matrices run in the experts' passes below) */
+    const moe_layer *Ls = L->gate_shexp && L->up_shexp && L->down_shexp ? L : NULL;
+    const int S = c->n_ff_shexp;
+    size_t asg = 0, asu = 0, asd = 0;
+    const uint8_t *xsg = NULL, *xsu = NULL;
+    if (Ls) {
+        const int tsg = Ls->gate_shexp->type, tsu = Ls->up_shexp->type;
+        asg = quant_act_row_size(tsg, E), asu = quant_act_row_size(tsu, E);
+        asd = quant_act_row_size(Ls->down_shexp->type, S);
+        if (tsg == tg) xsg = s->act_x; /* the experts' prepared rows serve when the types agree */
+        else if (tsg == tu) xsg = tu != tg ? s->act_x2 : s->act_x;
+        else prepare_rows(tsg, x, E, n_tokens, (uint8_t *)(xsg = s->act_sx), asg, pool);
+        if (tsu == tsg) xsu = xsg;
+        else if (tsu == tg) xsu = s->act_x;
+        else if (tsu == tu) xsu = s->act_x2;
+        else prepare_rows(tsu, x, E, n_tokens, (uint8_t *)(xsu = s->act_sx2), asu, pool);
+    }
+    /* 4. gate and up of every selected expert (and of the shared expert) in one pass over the pool */
     int ng = 0;
+    if (Ls) {
+        s->groups[ng++] = matrix_group(Ls->gate_shexp, xsg, asg, n_tokens, s->sg, (size_t)S);
+        s->groups[ng++] = matrix_group(Ls->up_shexp, xsu, asu, n_tokens, s->su, (size_t)S);
+    }
     for (int e = 0; e < X; e++) {
         int n = s->off[e + 1] - s->off[e];
         if (!n) continue;
@@ -394,8 +451,14 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
     act_job aj = {c, L, s, td, ad, n_rows};
     if (n_rows > 8 && tpool_size(pool) > 1) tpool_run(pool, act_worker, &aj);
     else act_worker(&aj, 0, 1);
-    /* 6. down of every selected expert */
+    if (Ls)
+        for (int t = 0; t < n_tokens; t++) {
+            op_swiglu(s->sg + (size_t)t * S, s->su + (size_t)t * S, S);
+            quant_act_prepare(Ls->down_shexp->type, s->sg + (size_t)t * S, S, s->act_sd + (size_t)t * asd);
+        }
+    /* 6. down of every selected expert (and of the shared expert) */
     ng = 0;
+    if (Ls) s->groups[ng++] = matrix_group(Ls->down_shexp, s->act_sd, asd, n_tokens, s->sy, (size_t)E);
     for (int e = 0; e < X; e++) {
         int n = s->off[e + 1] - s->off[e];
         if (n)
@@ -418,13 +481,8 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
             for (int i = 0; i < E; i++) o[i] += y[i] * wj;
         }
     }
-    /* 8. the shared expert, gated by sigmoid(gate_inp_shexp . x) */
-    if (L->gate_shexp && L->up_shexp && L->down_shexp) {
-        const int S = c->n_ff_shexp;
-        op_matmul(L->gate_shexp, x, n_tokens, s->sg, s->mm_act, pool);
-        op_matmul(L->up_shexp, x, n_tokens, s->su, s->mm_act, pool);
-        for (int t = 0; t < n_tokens; t++) op_swiglu(s->sg + (size_t)t * S, s->su + (size_t)t * S, S);
-        op_matmul(L->down_shexp, s->sg, n_tokens, s->sy, s->mm_act, pool);
+    /* 8. the shared expert's output (computed in the passes above), gated by sigmoid(gate_inp_shexp . x) */
+    if (Ls) {
         for (int t = 0; t < n_tokens; t++) {
             const float *xt = x + (size_t)t * E;
             float *o = out + (size_t)t * E, *y = s->sy + (size_t)t * E, gate = 1.0f;

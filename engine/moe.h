@@ -77,7 +77,8 @@ void moe_scratch_free(moe_scratch *s);
  * touches another's pages). A batch is grouped by expert: each selected expert's gate, up and
  * down matrices stream through the cache once per batch, multiplied with all of its tokens (the
  * panel GEMM where the weights are packed, quant_gemm on the GGUF rows otherwise), all experts'
- * row chunks shared over the pool in one pass; the kernels are the run-time dispatched quant_*
+ * row chunks shared over the pool in one pass (the shared expert's gate and up in the experts'
+ * gate / up pass, its down in their down pass); the kernels are the run-time dispatched quant_*
  * ones for every weight type. counts (n_expert entries) is incremented per (token, selected
  * expert), or NULL. Sources: Shazeer et al. 2017 (sparsely-gated MoE), Fedus et al. 2021
  * (Switch), Qwen1.5-MoE / Qwen3 / OLMoE (Muennighoff et al. 2024) reports; llama.cpp's
@@ -89,5 +90,13 @@ void moe_ffn(const moe_config *cfg, const moe_layer *L, const float *x, int n_to
  * their weights; for tests. */
 const int32_t *moe_last_selected(const moe_scratch *s, int t);
 const float *moe_last_weights(const moe_scratch *s, int t);
+
+/* Routing margins, for tests against a reference that rounds differently: moe_margin(s, t) is the
+ * smallest, over the moe_ffn calls since moe_margin_reset, of token t's gap between the k-th
+ * selected expert's score and the best unselected one's (router logits for SOFTMAX_WEIGHT,
+ * probabilities for SOFTMAX; +inf when every expert is used). A gap within the two pipelines'
+ * rounding is a near-tie: the reference may route the token to the other expert. */
+void moe_margin_reset(moe_scratch *s);
+float moe_margin(const moe_scratch *s, int t);
 
 #endif

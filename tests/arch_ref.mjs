@@ -56,6 +56,9 @@ export const CASES = [
   { name: "gpt-oss", shape: "gpt-oss-20b", layers: 2, experts: 8, ff_exp: 256, swa: 32 },
   { name: "gpt-oss-mxfp4", shape: "gpt-oss-20b", layers: 2, type: "mxfp4", experts: 8, ff_exp: 256, swa: 32 },
   { name: "gpt-oss-wide", shape: "gpt-oss-20b", layers: 2, experts: 4, ff: 2880 },
+  // the real widths and expert count (32 of 2880, 4 used) with MXFP4 experts / Q8_0 attention
+  // (test_arch leaves out positions whose routing is a near-tie: MARGIN_TIE there)
+  { name: "gpt-oss-wide-mxfp4", shape: "gpt-oss-20b", layers: 2, type: "mxfp4", ff: 2880 },
 ].map((c) => ({ ...COMMON, ...c }));
 
 // deterministic prompt tokens: BOS then ids in [259, vocab) (the filler pieces, no byte tokens)

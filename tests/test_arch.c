@@ -38,33 +38,42 @@ typedef struct arch_case {
     float tol;        /* 0: TOL (F16 weights); the golden README's 1e-1 for Q4 / Q5 / Q6 */
     const char *isa;  /* NULL: the best kernel level; else this lower one (skipped where missing) */
     const char *name; /* the test's name when the reference is run twice */
+    /* MoE: a routing margin (moe_margin: the k-th selected expert's router score minus the next
+     * one's) below tie is a near-tie that the reference's other rounding of the quantized
+     * activations may resolve the other way, moving every logit of that position; such positions
+     * are left out (at most 1 + n/20 of them). Measured: gpt-oss at the real widths with MXFP4
+     * experts, layer 1, position 0 — experts 7 / 2 at 1.30775 / 1.30621, the reference takes 2;
+     * forcing expert 2 there brought max |d| from 0.47 to 0.037. 0: no position is left out. */
+    float tie;
 } arch_case;
 
 static arch_case cases[] = {
-    {"qwen3", "qwen3", 64, 0, NULL, NULL},     {"smollm3", "smollm3", 64, 0, NULL, NULL},
-    {"granite", "granite", 64, 0, NULL, NULL}, {"olmo2", "olmo2", 64, 0, NULL, NULL},
-    {"gemma2", "gemma2", 48, 0, NULL, NULL},   {"gemma2-softcap", "gemma2", 48, 0, NULL, NULL},
-    {"gemma3", "gemma3", 48, 0, NULL, NULL},   {"gemma3-4b", "gemma3", 64, 0, NULL, NULL},
-    {"phi3", "phi3", 64, 0, NULL, NULL},       {"phi3-long", "phi3", 512, 0, NULL, NULL},
-    {"mistral3", "mistral3", 64, 0, NULL, NULL}, {"mistral3-long", "mistral3", 48, 0, NULL, NULL},
-    {"internlm2", "internlm2", 64, 0, NULL, NULL},
+    {"qwen3", "qwen3", 64, 0, NULL, NULL, 0},     {"smollm3", "smollm3", 64, 0, NULL, NULL, 0},
+    {"granite", "granite", 64, 0, NULL, NULL, 0}, {"olmo2", "olmo2", 64, 0, NULL, NULL, 0},
+    {"gemma2", "gemma2", 48, 0, NULL, NULL, 0},   {"gemma2-softcap", "gemma2", 48, 0, NULL, NULL, 0},
+    {"gemma3", "gemma3", 48, 0, NULL, NULL, 0},   {"gemma3-4b", "gemma3", 64, 0, NULL, NULL, 0},
+    {"phi3", "phi3", 64, 0, NULL, NULL, 0},       {"phi3-long", "phi3", 512, 0, NULL, NULL, 0},
+    {"mistral3", "mistral3", 64, 0, NULL, NULL, 0}, {"mistral3-long", "mistral3", 48, 0, NULL, NULL, 0},
+    {"internlm2", "internlm2", 64, 0, NULL, NULL, 0},
     /* IQ4_NL / IQ4_XS matrices: the Q4 tolerance (the reference quantizes activations to 8 bits) */
-    {"iq4_nl", "llama", 64, 1e-1f, NULL, NULL}, {"iq4_xs", "llama", 64, 1e-1f, NULL, NULL},
-    {"qwen3moe", "qwen3moe", 64, 0, NULL, NULL}, {"qwen2moe", "qwen2moe", 64, 0, NULL, NULL},
-    {"olmoe", "olmoe", 64, 0, NULL, NULL},
-    {"mxfp4", "llama", 64, 0, NULL, NULL}, /* MXFP4 FFN, Q8_0 elsewhere */
-    {"yarn", "llama", 64, 0, NULL, NULL},  /* YaRN RoPE */
+    {"iq4_nl", "llama", 64, 1e-1f, NULL, NULL, 0}, {"iq4_xs", "llama", 64, 1e-1f, NULL, NULL, 0},
+    {"qwen3moe", "qwen3moe", 64, 0, NULL, NULL, 0}, {"qwen2moe", "qwen2moe", 64, 0, NULL, NULL, 0},
+    {"olmoe", "olmoe", 64, 0, NULL, NULL, 0},
+    {"mxfp4", "llama", 64, 0, NULL, NULL, 0}, /* MXFP4 FFN, Q8_0 elsewhere */
+    {"yarn", "llama", 64, 0, NULL, NULL, 0},  /* YaRN RoPE */
     /* gpt-oss in F16 (the architecture, tight), then MXFP4 experts / Q8_0 attention (looser: the
      * quantized pipelines differ in rounding, and a near-tied expert choice can flip), then the
      * real widths in F16 with 4 experts */
-    {"gpt-oss", "gpt-oss", 48, 0, NULL, NULL}, {"gpt-oss-mxfp4", "gpt-oss", 48, 5e-2f, NULL, NULL},
-    {"gpt-oss-wide", "gpt-oss", 64, 0, NULL, NULL},
+    {"gpt-oss", "gpt-oss", 48, 0, NULL, NULL, 0}, {"gpt-oss-mxfp4", "gpt-oss", 48, 5e-2f, NULL, NULL, 0},
+    {"gpt-oss-wide", "gpt-oss", 64, 0, NULL, NULL, 0}, {"gpt-oss-wide-mxfp4", "gpt-oss", 64, 5e-2f, NULL, NULL, 2e-3f},
     /* the real expert counts and widths in Q4_K_M, at the best level and at AVX2 (other kernels
      * for Q4_K / Q6_K / Q5_0 and no panels of AVX-512) */
-    {"qwen3moe-real", "qwen3moe", 64, 1e-1f, NULL, NULL}, {"qwen2moe-real", "qwen2moe", 64, 1e-1f, NULL, NULL},
-    {"olmoe-real", "olmoe", 64, 1e-1f, NULL, NULL},
-    {"qwen3moe-real", "qwen3moe", 64, 1e-1f, "avx2", "qwen3moe-real@avx2"},
-    {"qwen2moe", "qwen2moe", 64, 0, "avx2", "qwen2moe@avx2"}, {"olmoe", "olmoe", 64, 0, "avx2", "olmoe@avx2"},
+    {"qwen3moe-real", "qwen3moe", 64, 1e-1f, NULL, NULL, 0}, {"qwen2moe-real", "qwen2moe", 64, 1e-1f, NULL, NULL, 0},
+    {"olmoe-real", "olmoe", 64, 1e-1f, NULL, NULL, 0},
+    {"qwen3moe-real", "qwen3moe", 64, 1e-1f, "avx2", "qwen3moe-real@avx2", 0},
+    {"qwen2moe", "qwen2moe", 64, 0, "avx2", "qwen2moe@avx2", 0}, {"olmoe", "olmoe", 64, 0, "avx2", "olmoe@avx2", 0},
+    /* gpt-oss's MXFP4 experts through the AVX2 level's 8-row panels */
+    {"gpt-oss-wide-mxfp4", "gpt-oss", 64, 5e-2f, "avx2", "gpt-oss-wide-mxfp4@avx2", 2e-3f},
 };
 
 static int json_int(const cJSON *o, const char *k)
@@ -146,19 +155,31 @@ static void run_case(void **state)
         assert_non_null(kv);
         /* prefill in chunks, then the last 8 positions one token at a time (decode) */
         int n_pre = n > 16 ? n - 8 : n;
+        moe_scratch *ms = forward_ctx_moe(fc);
+        float *margin = malloc(sizeof(float) * (size_t)n); /* MoE: each position's smallest routing margin */
+        assert_non_null(margin);
         for (int i = 0, k; i < n; i += k) {
             k = i >= n_pre ? 1 : n_pre - i < ac->n_batch ? n_pre - i : ac->n_batch;
+            if (ms) moe_margin_reset(ms);
             rc = model_forward(m, fc, kv, pool, toks + i, k, logits + (size_t)i * n_vocab, 1, &err);
             if (rc) print_message("%s\n", err.msg);
             assert_int_equal(rc, KV_OK);
+            for (int t = 0; t < k; t++) margin[i + t] = ms ? moe_margin(ms, t) : INFINITY;
         }
-        int bad = 0, n_greedy = 0, n_greedy_ok = 0;
+        int bad = 0, n_greedy = 0, n_greedy_ok = 0, n_tied = 0;
         double sum = 0;
         long cnt = 0;
         float max_d = 0;
         for (int s = 0; s < n; s++) {
             const cJSON *js = cJSON_GetArrayItem(steps, s), *top = cJSON_GetObjectItem(js, "top");
             const float *lg = logits + (size_t)s * n_vocab;
+            /* a near-tied routing (the k-th and the next expert's router scores within MARGIN_TIE):
+             * the reference's rounding may pick the other expert, which moves the whole position,
+             * so it is left out of the comparison — and must stay rare (below) */
+            if (margin[s] < ac->tie) {
+                n_tied++;
+                continue;
+            }
             double lse = logsumexp(lg, n_vocab), rlse = cJSON_GetObjectItem(js, "logsumexp")->valuedouble;
             const cJSON *pair;
             cJSON_ArrayForEach(pair, top) {
@@ -187,9 +208,16 @@ static void run_case(void **state)
                                   r0 - r1);
             }
         }
-        print_message("%-10s %-5s %3d tokens (batch %3d): |d| max %.2e mean %.1e (tol %.0e), argmax %d/%d\n",
+        print_message("%-10s %-5s %3d tokens (batch %3d): |d| max %.2e mean %.1e (tol %.0e), argmax %d/%d%s\n",
                       ac->name ? ac->name : ac->ref, label, n, ac->n_batch, max_d, cnt ? sum / cnt : 0.0, tol,
-                      n_greedy_ok, n_greedy);
+                      n_greedy_ok, n_greedy, n_tied ? " (near-tied routings left out:" : "");
+        if (n_tied) {
+            for (int s = 0; s < n; s++)
+                if (margin[s] < ac->tie) print_message("  pos %d margin %.1e", s, (double)margin[s]);
+            print_message(")\n");
+        }
+        assert_true(n_tied <= 1 + n / 20);
+        free(margin);
         assert_int_equal(bad, 0);
         assert_true(cnt > 0);
         assert_true(sum / cnt <= tol);

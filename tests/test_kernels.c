@@ -63,6 +63,11 @@ static void weight_row(int type, uint8_t *row, int64_t n, int extreme, int r) {
         default: break;
         }
         uint8_t *blk = row + (size_t)i * tr->type_size;
+        if (type == GGML_TYPE_MXFP4) { /* E8M0 scales 2^-28..2^11, every 9th block a subnormal (e 0, 1) */
+            if (extreme) memset(blk + 1, r & 1 ? 0x77 : 0xff, 16); /* codes ±12 */
+            blk[0] = (uint8_t)(extreme ? 120 : i % 9 == 4 ? (int)(i & 1) : 100 + (int)(rng_u64() % 40));
+            continue;
+        }
         if (extreme) {
             if (type == GGML_TYPE_Q8_0) memset(blk + 2, r & 1 ? 0x80 : 0x7f, 32);
             else memset(blk, 0xff, tr->type_size);
@@ -165,7 +170,7 @@ static float fused_row(int type, int64_t n, const uint8_t *w, const float *x) {
         free(xq);
         return acc;
     }
-    case GGML_TYPE_Q5_K: return ref_row(type, n, w, x);
+    case GGML_TYPE_Q5_K: case GGML_TYPE_MXFP4: return ref_row(type, n, w, x); /* MXFP4: the fused order is the reference's */
     default: return NAN;
     }
 }
@@ -175,6 +180,7 @@ static float fused_row(int type, int64_t n, const uint8_t *w, const float *x) {
 static const int TYPES[] = {
     GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_0,
     GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_BF16, GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+    GGML_TYPE_MXFP4,
 };
 #define N_TYPES (int)(sizeof(TYPES) / sizeof(TYPES[0]))
 

@@ -1276,7 +1276,8 @@ static float fused_row_q4_K(int64_t n, const void *w_row, const float *x) {
 }
 
 /* The types with packed panels (engine/quant_gemm.c). */
-static const int PACKED[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+static const int PACKED[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
+                             GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_MXFP4};
 #define N_PACKED (sizeof(PACKED) / sizeof(PACKED[0]))
 
 /* The value the panel kernels promise bit for bit for a row, or NAN where only the scalar
@@ -1285,7 +1286,7 @@ static float fused_row(int type, int64_t n, const void *w_row, const float *x) {
     switch (type) {
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: return fused_row_q8blk(type, n, w_row, x);
     case GGML_TYPE_Q4_K: return fused_row_q4_K(n, w_row, x);
-    case GGML_TYPE_Q5_K: return ref_row(type, n, w_row, x);
+    case GGML_TYPE_Q5_K: case GGML_TYPE_MXFP4: return ref_row(type, n, w_row, x); /* MXFP4: the reference order */
     default: return NAN;
     }
 }
@@ -1453,7 +1454,7 @@ static void test_gemm_rows(void **state) {
     (void)state;
     rng_seed(79);
     static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q3_K, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
-                                GGML_TYPE_Q4_0};
+                                GGML_TYPE_Q4_0, GGML_TYPE_MXFP4};
     static const int64_t lens[] = {256, 64 + 7 * 16, 2048 + 5};
     enum { ROWS = 11, TMAX = 13, NMAX = 2048 + 5 };
     float *x = malloc((size_t)NMAX * TMAX * sizeof(float)), *out = malloc(sizeof(float) * ROWS * TMAX);
@@ -1479,7 +1480,8 @@ static void test_gemm_rows(void **state) {
                         const float *xt = x + (size_t)t * n;
                         float v = out[t * ROWS + r], ref = ref_row(type, n, wr, xt);
                         double tol = 1e-5 * abs_dot(type, n, wr, xt) + 1e-30;
-                        if (!(fabs((double)v - ref) <= tol))
+                        /* MXFP4: every level (i8mm's SMMLA GEMM, the x86 panels) keeps the reference's order */
+                        if (!(fabs((double)v - ref) <= tol) || (type == GGML_TYPE_MXFP4 && v != ref))
                             fail_msg("%s gemm n=%lld T=%d row %d tok %d: %.9g vs scalar %.9g", tname(type),
                                      (long long)n, T, r, t, (double)v, (double)ref);
                     }

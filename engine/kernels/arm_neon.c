@@ -8,9 +8,9 @@
  *
  * Entries overridden: vec_dot and vec_dot_rows for F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K
  * and Q6_K; quantize_row for the activation formats F32, F16, BF16, Q8_0 and Q8_K; dequantize_row
- * for F16 and BF16; the fp16 row conversions; at the i8mm level also gemm for Q8_0 / Q4_0 (2 rows
- * × 2 tokens per SMMLA). Every other type goes to the entry this level replaced (the portable
- * reference). The rest of the matmul group and attention stay the portable ones, which call these
+ * for F16 and BF16; the fp16 row conversions; at the i8mm level also gemm for Q8_0 / Q4_0 / MXFP4
+ * (2 rows × 2 tokens per SMMLA; MXFP4's codes looked up with tbl). Every other type goes to the
+ * entry this level replaced (the portable reference). The rest of the matmul group and attention stay the portable ones, which call these
  * dot products through kern()->vec_dot_rows.
  *
  * Arithmetic, against the scalar reference (engine/kernels/quant_ref.c):
@@ -608,20 +608,35 @@ static void neon_dequantize_row(int type, const void *src, float *dst, int64_t n
     else bf16_to_f32_row(src, dst, n);
 }
 
-/* ---- i8mm: Q8_0 / Q4_0 GEMM, 2 rows × 2 tokens per SMMLA ----------------------------------- */
+/* ---- i8mm: Q8_0 / Q4_0 / MXFP4 GEMM, 2 rows × 2 tokens per SMMLA ----------------------------------- */
 
 #if defined(KERN_I8MM)
 static void (*prev_gemm)(int, int64_t, int64_t, const void *, size_t, const void *, size_t, int, float *, size_t);
 
-/* The 32 signed quants of a Q8_0 / Q4_0 block as elements 0..15, 16..31. */
+/* The 32 signed quants of a Q8_0 / Q4_0 / MXFP4 block as elements 0..15, 16..31 (MXFP4: the
+ * doubled E2M1 codes, looked up with tbl). */
 static inline void dec_w(int wtype, const void *blk, int8x16_t *lo, int8x16_t *hi)
 {
-    if (wtype == GGML_TYPE_Q8_0) {
+    if (wtype == GGML_TYPE_MXFP4) {
+        const int8x16_t lut = vld1q_s8(quant_mxfp4_values);
+        uint8x16_t q = vld1q_u8(((const block_mxfp4 *)blk)->qs);
+        *lo = vqtbl1q_s8(lut, vandq_u8(q, vdupq_n_u8(0x0f)));
+        *hi = vqtbl1q_s8(lut, vshrq_n_u8(q, 4));
+    } else if (wtype == GGML_TYPE_Q8_0) {
         *lo = vld1q_s8(((const block_q8_0 *)blk)->qs);
         *hi = vld1q_s8(((const block_q8_0 *)blk)->qs + 16);
     } else {
         dec_q4_0(blk, lo, hi);
     }
+}
+
+/* The block's scale: the fp16 d leading a Q8_0 / Q4_0 block, MXFP4's E8M0 byte as 2^(e−128). */
+static inline float w_scale(int wtype, const void *blk)
+{
+    if (wtype == GGML_TYPE_MXFP4) return quant_e8m0_half(((const block_mxfp4 *)blk)->e);
+    uint16_t d;
+    memcpy(&d, blk, 2);
+    return h2f(d);
 }
 
 /* SMMLA (vmmlaq_s32) multiplies the 2×8 int8 matrix of its first operand by the transpose of the
@@ -648,7 +663,7 @@ static void mm2x2(int wtype, int64_t nb, size_t wbs, const uint8_t *w0, const ui
         s = vmmlaq_s32(s, ZIP2(h0, h1), ZIP2(xh0, xh1));
 #undef ZIP1
 #undef ZIP2
-        float dw0 = h2f(*(const uint16_t *)b0), dw1 = h2f(*(const uint16_t *)b1);
+        float dw0 = w_scale(wtype, b0), dw1 = w_scale(wtype, b1);
         float dx0 = h2f(x0[i].d), dx1 = h2f(x1[i].d);
         float sc[4] = {dw0 * dx0, dw0 * dx1, dw1 * dx0, dw1 * dx1};
         acc = vfmaq_f32(acc, vld1q_f32(sc), vcvtq_f32_s32(s));
@@ -656,18 +671,18 @@ static void mm2x2(int wtype, int64_t nb, size_t wbs, const uint8_t *w0, const ui
     vst1q_f32(out, acc);
 }
 
-/* quant_gemm for Q8_0 / Q4_0 weights on the portable activation layout (the Q8_0 row of each
+/* quant_gemm for Q8_0 / Q4_0 / MXFP4 weights on the portable activation layout (the Q8_0 row of each
  * token); rows and tokens left over from the 2×2 tiles, and every other type, go to the portable
  * gemm (vec_dot_rows per token). */
 static void i8mm_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
                       size_t act_stride, int n_tokens, float *out, size_t out_stride)
 {
-    if ((wtype != GGML_TYPE_Q8_0 && wtype != GGML_TYPE_Q4_0) || n <= 0 || n % 32 || n_tokens < 2 || nrows < 2) {
+    if ((wtype != GGML_TYPE_Q8_0 && wtype != GGML_TYPE_Q4_0 && wtype != GGML_TYPE_MXFP4) || n <= 0 || n % 32 || n_tokens < 2 || nrows < 2) {
         prev_gemm(wtype, n, nrows, w, w_stride, act, act_stride, n_tokens, out, out_stride);
         return;
     }
     const uint8_t *wb = w, *ab = act;
-    size_t wbs = wtype == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+    size_t wbs = wtype == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : wtype == GGML_TYPE_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
     int64_t nb = n / 32, r2 = nrows & ~(int64_t)1;
     int t2 = n_tokens & ~1;
     for (int t = 0; t < t2; t += 2) {

@@ -2,7 +2,7 @@
 /*
  * The design follows engine/kernels/x86_avx512.c (the AVX-512 kernels) with 256-bit vectors:
  *
- * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices are packed once at load (pack) into
+ * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K / MXFP4 matrices are packed once at load (pack) into
  * panels of 8 rows (two per QUANT_PANEL_ROWS chunk of the matmul scheduler). One 32-byte vector
  * holds 4 consecutive elements of each of the 8 rows (dword lane r = row r, byte i = element
  * 4k+i of the step k), so a vector load (plus a nibble unpack) meets one broadcast activation
@@ -20,13 +20,14 @@
  *                           u8 sc[8][8] @1024, u8 m[8][8] @1088, fp16 d[8] @1152, dmin[8] @1168
  *   Q5_K (1440 B):          P as Q4_K (low 4 bits); H[4][2] @1024+64c+32h: byte 4r+i bit k = 5th
  *                           bit of u(64c+32h+4k+i); sc @1280, m @1344, d @1408, dmin @1424
+ *   MXFP4 (136 B / 32):     V[4] as Q4_0 (the E2M1 codes); u8 e[8] @128 (E8M0 scale bytes)
  *   Q6_K (1680 B):          L[8][4] @32(4p+k): byte 4r+i = u(32p+4k+i) & 15 | (u(32p+16+4k+i) & 15) << 4;
  *                           H[4][4] @1024+32(4q+k): bits 2s, 2s+1 = u(64q+16s+4k+i) >> 4;
  *                           i8 sc[16][8] @1536, fp16 d[8] @1664
  *
  * Activations (act_prepare), per row, 64-byte multiples:
- *   Q4_0 / Q5_0 / Q8_0  groups of 4 blocks (192 B): x[4][32] int8 (the Q8_0 values), f32 d[4] @128,
- *                       i32 corr[4] @144 = −8 / −16 / −128 · Σq (Q8_0 without VNNI: unused, the
+ *   Q4_0 / Q5_0 / Q8_0 / MXFP4  groups of 4 blocks (192 B): x[4][32] int8 (the Q8_0 values), f32 d[4] @128,
+ *                       i32 corr[4] @144 = −8 / −16 / −128 · Σq (MXFP4: −12·Σq; Q8_0 without VNNI: unused, the
  *                       signed weights go through the vpsignb form |w|·sign(x, w))
  *   Q4_K / Q5_K / Q6_K  per super-block (320 B): the Q8_K values x[256], f32 d @256, i16 Σq per 32
  *                       [8] @260, i16 Σq per 16 [16] @276
@@ -143,13 +144,14 @@ static int act_kind(int wtype)
     switch (wtype) {
     case GGML_TYPE_F32: return ACT_F32;
     case GGML_TYPE_F16: return ACT_F16;
-    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: return ACT_Q8B;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_MXFP4: return ACT_Q8B;
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return ACT_K;
     default: return ACT_STD;
     }
 }
 
 #define XG 192  /* Q8B group of 4 blocks */
+#define MX_BIAS 12 /* the MXFP4 kernel looks its codes up as value + 12 (0..24, unsigned) */
 #define KG 320  /* K super-block */
 
 static size_t act_row_size(int wtype, int64_t n)
@@ -234,7 +236,9 @@ static void act_prepare(int wtype, const float *x, int64_t n, void *act)
     switch (act_kind(wtype)) {
     case ACT_F32: memcpy(act, x, (size_t)n * 4); return;
     case ACT_F16: prep_f16(x, n, act); return;
-    case ACT_Q8B: prep_q8b(x, n, act, wtype == GGML_TYPE_Q4_0 ? 8 : wtype == GGML_TYPE_Q5_0 ? 16 : 128); return;
+    case ACT_Q8B:
+        prep_q8b(x, n, act, wtype == GGML_TYPE_Q4_0 ? 8 : wtype == GGML_TYPE_Q5_0 ? 16 : wtype == GGML_TYPE_MXFP4 ? MX_BIAS : 128);
+        return;
     case ACT_K: prep_k(x, n, act); return;
     default:
         if (qt->vec_dot_type == GGML_TYPE_F32) memcpy(act, x, (size_t)n * 4);
@@ -251,6 +255,7 @@ static void act_prepare(int wtype, const float *x, int64_t n, void *act)
 #define PB_Q4_K 1184
 #define PB_Q5_K 1440
 #define PB_Q6_K 1680
+#define PB_MXFP4 136 /* MXFP4: V[4] as Q4_0 (the E2M1 codes), u8 e[8] @128 (the E8M0 scale bytes) */
 
 /* Bytes per block of an 8-row panel; 0 for types without panels. */
 static size_t pblock(int wtype)
@@ -262,6 +267,7 @@ static size_t pblock(int wtype)
     case GGML_TYPE_Q4_K: return PB_Q4_K;
     case GGML_TYPE_Q5_K: return PB_Q5_K;
     case GGML_TYPE_Q6_K: return PB_Q6_K;
+    case GGML_TYPE_MXFP4: return PB_MXFP4;
     default: return 0;
     }
 }
@@ -327,6 +333,10 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
             }
             case GGML_TYPE_Q8_0:
                 for (int k = 0; k < 8; k++) memcpy(p + 32 * k + 4 * r, blk + 2 + 4 * k, 4);
+                break;
+            case GGML_TYPE_MXFP4: /* qs after the scale byte: byte j holds codes j and 16 + j, as Q4_0 */
+                for (int k = 0; k < 4; k++) memcpy(p + 32 * k + 4 * r, blk + 1 + 4 * k, 4);
+                p[128 + r] = blk[0];
                 break;
             case GGML_TYPE_Q4_K:
             case GGML_TYPE_Q5_K: {
@@ -495,6 +505,60 @@ AI void k_q8blk(int kind, const uint8_t *panel, int64_t b0, int64_t b1, const ui
     }
 }
 
+/* MXFP4: one panel · T tokens, blocks [b0, b1). The nibbles index the E2M1 codes plus MX_BIAS
+ * (vpshufb: 0..24, unsigned, so vpmaddubsw / vpdpbusd take them against the signed activation);
+ * the activation's correction −MX_BIAS·Σq takes the bias out again, so each block's integer sum
+ * is Σ code·q exactly (4 vpmaddubsw steps per half ≤ 8·24·127 in int16). Then per row, as the
+ * scalar reference: acc = fma(2^(e−128)·d_x, Σ, acc) block after block. */
+AI __m256 e8m0_half8(const uint8_t *e)
+{
+    /* quant_e8m0_half on 8 bytes: e < 2 the subnormals 0x00200000 << e, else (e − 1) << 23 */
+    __m256i v = ld_u8x8(e), small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
+    __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small));
+}
+
+AI void k_mxfp4(const uint8_t *panel, int64_t b0, int64_t b1, const uint8_t *act, size_t as, int T, __m256 *acc)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
+                                         16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *pq = panel + b * PB_MXFP4;
+        const int bq = (int)(b & 3), xo = 32 * bq;
+        if (T == 1)
+            for (int l = 0; l < PB_MXFP4; l += 64) _mm_prefetch((const char *)pq + PF_Q8BLK + l, _MM_HINT_T0);
+        const uint8_t *g[TMAX];
+        __m256i isum[TMAX], s[TMAX];
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            g[t] = act + (size_t)t * as + (b >> 2) * XG;
+            isum[t] = bc32(g[t] + 144 + 4 * bq);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 6
+            for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i V = _mm256_loadu_si256((const __m256i *)(pq + 32 * k));
+                __m256i u = _mm256_shuffle_epi8(lut, h ? _mm256_and_si256(_mm256_srli_epi16(V, 4), m4) : _mm256_and_si256(V, m4));
+#pragma GCC unroll 6
+                for (int t = 0; t < T; t++) s[t] = S_STEP(s[t], u, bc32(g[t] + xo + 16 * h + 4 * k));
+            }
+#pragma GCC unroll 6
+            for (int t = 0; t < T; t++) isum[t] = _mm256_add_epi32(isum[t], S_FIN1(s[t]));
+        }
+        const __m256 S = e8m0_half8(pq + 128);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            __m256 dx = _mm256_set1_ps(ldf(g[t] + 128 + 4 * bq));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(S, dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        }
+    }
+}
+
 /* 5th bit of step k (bit k of each byte of H) at bit 4 (16-bit shifts; no bit of the other byte
  * reaches bit 4). */
 AI __m256i bit4_of(__m256i H, int k)
@@ -646,6 +710,7 @@ AI void ptile(int wtype, const uint8_t *panel, int64_t e0, int64_t e1, const uin
     case GGML_TYPE_Q4_K: k_k45(0, panel, e0 / 256, e1 / 256, act, as, T, acc); break;
     case GGML_TYPE_Q5_K: k_k45(1, panel, e0 / 256, e1 / 256, act, as, T, acc); break;
     case GGML_TYPE_Q6_K: k_q6_K(panel, e0 / 256, e1 / 256, act, as, T, acc); break;
+    case GGML_TYPE_MXFP4: k_mxfp4(panel, e0 / 32, e1 / 32, act, as, T, acc); break;
     default: break;
     }
 #pragma GCC unroll 6
@@ -696,6 +761,7 @@ PRUN(prun_q8_0, GGML_TYPE_Q8_0, TM_Q8)
 PRUN(prun_q4_K, GGML_TYPE_Q4_K, TM_K)
 PRUN(prun_q5_K, GGML_TYPE_Q5_K, TM_K)
 PRUN(prun_q6_K, GGML_TYPE_Q6_K, TM_Q6)
+PRUN(prun_mxfp4, GGML_TYPE_MXFP4, TM_Q4)
 
 static void gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const void *packed, const void *act,
                         size_t act_stride, int n_tokens, float *out, size_t out_stride)
@@ -715,6 +781,7 @@ static void gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const
         case GGML_TYPE_Q4_K: prun_q4_K(panel, n, act, act_stride, n_tokens, o, out_stride, rmask, full); break;
         case GGML_TYPE_Q5_K: prun_q5_K(panel, n, act, act_stride, n_tokens, o, out_stride, rmask, full); break;
         case GGML_TYPE_Q6_K: prun_q6_K(panel, n, act, act_stride, n_tokens, o, out_stride, rmask, full); break;
+        case GGML_TYPE_MXFP4: prun_mxfp4(panel, n, act, act_stride, n_tokens, o, out_stride, rmask, full); break;
         default: break;
         }
     }

@@ -12,9 +12,10 @@
  *   Q4_K/Q5_K 256: x in the order sub-blocks 0,2,1,3,4,6,5,7 (the nibble order),
  *             d_x, Σq per 32                                                    VNNI / maddubs
  *   Q6_K      256: x in order, d_x, Σq per 16 (and −32·Σq per 16)              VNNI / maddubs
+ *   MXFP4     as Q4_0, the correction −12·Σq per block                          VNNI (code+12)·s8
  *   others    the vec_dot_type row of quant_quantize_row                        quant_vec_dot
  *
- * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices are packed once at model load
+ * Weights. Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K / MXFP4 matrices are packed once at model load
  * (quant_pack, called by op_weights_pack) into 16-row panels where one 64-byte vector holds 4
  * elements of 16 rows (layouts below): decode and prefill then run the same panel kernel — a
  * vector load (and a nibble unpack) feeds vpdpbusd with a broadcast activation dword, each
@@ -61,7 +62,7 @@ static void g_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, con
                           size_t act_stride, int n_tokens, float *out, size_t out_stride);
 
 /* Activation layouts (see the table above). */
-enum act_kind { ACT_STD, ACT_F32, ACT_F16R, ACT_Q4_0, ACT_Q5_0, ACT_Q8_0, ACT_K4, ACT_K6 };
+enum act_kind { ACT_STD, ACT_F32, ACT_F16R, ACT_Q4_0, ACT_Q5_0, ACT_Q8_0, ACT_K4, ACT_K6, ACT_MXFP4 };
 
 static int act_kind(int wtype)
 {
@@ -74,6 +75,7 @@ static int act_kind(int wtype)
     case GGML_TYPE_Q8_0: return ACT_Q8_0;
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: return ACT_K4;
     case GGML_TYPE_Q6_K: return ACT_K6;
+    case GGML_TYPE_MXFP4: return ACT_MXFP4;
     default: return ACT_STD;
     }
 #else
@@ -97,7 +99,7 @@ static size_t g_act_row_size(int wtype, int64_t n)
     switch (act_kind(wtype)) {
     case ACT_F32: return ROUND64((size_t)n * 4);
     case ACT_F16R: return ROUND64((size_t)n * 2);
-    case ACT_Q4_0: case ACT_Q5_0: return (size_t)((n / 32 + 3) / 4) * Q4G_BYTES;
+    case ACT_Q4_0: case ACT_Q5_0: case ACT_MXFP4: return (size_t)((n / 32 + 3) / 4) * Q4G_BYTES;
     case ACT_Q8_0: return (size_t)((n / 32 + 3) / 4) * Q8G_BYTES;
     case ACT_K4: case ACT_K6: return (size_t)(n / 256) * KG_BYTES;
     default: return ROUND64(quant_row_size(qt->vec_dot_type, n));
@@ -296,6 +298,8 @@ static inline __m128i k4_unpack_scales(const uint8_t *s)
 #define PB_Q4_K 2368
 #define PB_Q5_K 2880
 #define PB_Q6_K 3360
+#define PB_MXFP4 272 /* V[4] @64k as Q4_0 (the E2M1 codes of 16 rows), u8 e[16] @256 (E8M0 scales) */
+#define MX_BIAS 12   /* the MXFP4 kernel looks its codes up as value + 12 (0..24, unsigned) */
 
 /* Bytes of one 16-row panel of rows of n elements; 0 for types without a packed layout. */
 static size_t panel_bytes(int wtype, int64_t n)
@@ -307,6 +311,7 @@ static size_t panel_bytes(int wtype, int64_t n)
     case GGML_TYPE_Q4_K: return (size_t)(n / 256) * PB_Q4_K;
     case GGML_TYPE_Q5_K: return (size_t)(n / 256) * PB_Q5_K;
     case GGML_TYPE_Q6_K: return (size_t)(n / 256) * PB_Q6_K;
+    case GGML_TYPE_MXFP4: return (size_t)(n / 32) * PB_MXFP4;
     default: return 0;
     }
 }
@@ -503,6 +508,17 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
         }
         break;
     }
+    case GGML_TYPE_MXFP4: /* the GGUF bytes as they are: qs byte j holds codes j and 16 + j (as Q4_0) */
+        memset(dst, 0, (size_t)(n / 32) * PB_MXFP4);
+        for (int64_t b = 0; b < n / 32; b++) {
+            uint8_t *p = dst + b * PB_MXFP4;
+            for (int r = 0; r < nrows; r++) {
+                const uint8_t *blk = w + (size_t)r * stride + (size_t)b * sizeof(block_mxfp4);
+                for (int k = 0; k < 4; k++) memcpy(p + 64 * k + 4 * r, blk + 1 + 4 * k, 4);
+                p[256 + r] = blk[0];
+            }
+        }
+        break;
     case GGML_TYPE_Q6_K:
         for (int64_t b = 0; b < n / 256; b++) {
             uint8_t *sb = dst + b * PB_Q6_K;
@@ -591,6 +607,52 @@ static inline __attribute__((always_inline)) void pgemm_q8blk(int kind, const ui
             }
         }
         __m512 S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pq + doff)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            float dx = ((const float *)(g[t] + 128))[bq];
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(S, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+        }
+    }
+}
+
+/* MXFP4 panel · T tokens, blocks [b0, b1), on the Q4_0 activation layout with the correction
+ * −MX_BIAS·Σq: the nibbles index the E2M1 codes + MX_BIAS (vpshufb, 0..24 unsigned) for vpdpbusd,
+ * the correction takes the bias out (Σ code·q exact); per row acc = fma(2^(e−128)·d_x, Σ, acc)
+ * block after block, the scalar reference's order. */
+static inline __attribute__((always_inline)) void pgemm_mxfp4(const uint8_t *panel, int64_t b0, int64_t b1,
+                                                             const uint8_t *act, size_t as, int T, __m512 *acc)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *pq = panel + b * PB_MXFP4;
+        int bq = (int)(b & 3);
+        if (T == 1)
+            for (int l = 0; l < PB_MXFP4; l += 64) _mm_prefetch((const char *)pq + PF_Q8BLK + l, _MM_HINT_T0);
+        const uint8_t *g[8];
+        __m512i isum[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            g[t] = act + (size_t)t * as + (b >> 2) * Q4G_BYTES;
+            isum[t] = BCAST32(g[t] + 192 + 16 * bq);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i V = _mm512_loadu_si512(pq + 64 * k);
+            __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(V, m4));
+            __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(V, 4), m4));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                isum[t] = _mm512_dpbusd_epi32(isum[t], lo, BCAST32(g[t] + 16 * bq + 4 * k));
+                isum[t] = _mm512_dpbusd_epi32(isum[t], hi, BCAST32(g[t] + 64 + 16 * bq + 4 * k));
+            }
+        }
+        /* quant_e8m0_half on 16 bytes: e < 2 the subnormals 0x00200000 << e, else (e − 1) << 23 */
+        __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pq + 256)));
+        __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        __m512i bits = _mm512_mask_sllv_epi32(_mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23), small,
+                                              _mm512_set1_epi32(0x00200000), e);
+        __m512 S = _mm512_castsi512_ps(bits);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             float dx = ((const float *)(g[t] + 128))[bq];
@@ -753,6 +815,7 @@ static inline __attribute__((always_inline)) void ptile(int wtype, const uint8_t
     case GGML_TYPE_Q4_K: pgemm_k45(0, panel, e0 / 256, e1 / 256, act, as, T, acc); break;
     case GGML_TYPE_Q5_K: pgemm_k45(1, panel, e0 / 256, e1 / 256, act, as, T, acc); break;
     case GGML_TYPE_Q6_K: pgemm_q6_K(panel, e0 / 256, e1 / 256, act, as, T, acc); break;
+    case GGML_TYPE_MXFP4: pgemm_mxfp4(panel, e0 / 32, e1 / 32, act, as, T, acc); break;
     default: break;
     }
 #pragma GCC unroll 8
@@ -790,6 +853,7 @@ PGEMM(pgemm_run_q8_0, GGML_TYPE_Q8_0, 8)
 PGEMM(pgemm_run_q4_K, GGML_TYPE_Q4_K, 4)
 PGEMM(pgemm_run_q5_K, GGML_TYPE_Q5_K, 4)
 PGEMM(pgemm_run_q6_K, GGML_TYPE_Q6_K, 4)
+PGEMM(pgemm_run_mxfp4, GGML_TYPE_MXFP4, 8)
 
 /* ---- float weights: inner-product GEMM, no packing -------------------------------------------
  * F32 / F16 rows are already contiguous along k, so a tile of FR rows × FT tokens keeps FR·FT
@@ -896,6 +960,7 @@ static void g_act_prepare(int wtype, const float *x, int64_t n, void *act)
     case ACT_F16R: prep_f16r(x, n, act); return;
     case ACT_Q4_0: prep_q4_0(x, n, act, 8); return;
     case ACT_Q5_0: prep_q4_0(x, n, act, 16); return;
+    case ACT_MXFP4: prep_q4_0(x, n, act, MX_BIAS); return;
     case ACT_Q8_0: prep_q8_0(x, n, act); return;
     case ACT_K4: prep_k(x, n, act, 0); return;
     case ACT_K6: prep_k(x, n, act, 1); return;
@@ -1003,6 +1068,7 @@ static void g_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, con
         case GGML_TYPE_Q4_K: pgemm_run_q4_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
         case GGML_TYPE_Q5_K: pgemm_run_q5_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
         case GGML_TYPE_Q6_K: pgemm_run_q6_K(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
+        case GGML_TYPE_MXFP4: pgemm_run_mxfp4(panel, n, act, act_stride, n_tokens, o, out_stride, rows); break;
         default: break;
         }
     }

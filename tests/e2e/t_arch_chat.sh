@@ -6,7 +6,7 @@
 # reference's: the template rendered by @huggingface/jinja (`make jinja-ref`), its leading BOS text
 # dropped, tokenized by llama.cpp (node-llama-cpp, special tokens parsed; tests/arch_ref.sh
 # installs it) after the model's BOS, as llama.cpp's chat does; and "reused 0 + new N" must count
-# exactly them. OLMo 2 and Granite have no template in tests/templates (not covered here).
+# exactly them (gpt-oss: its harmony template, the system header with today's date). OLMo 2 and Granite have no template in tests/templates (not covered here).
 jr_dir=${HF_JINJA_DIR:-build/jinja-ref}
 nlc=$(sh tests/arch_ref.sh --install 2>/dev/null | tail -n 1)
 if ! command -v tmux >/dev/null 2>&1 || ! command -v sqlite3 >/dev/null 2>&1; then
@@ -26,13 +26,16 @@ gemma2-2b	SHARED/templates/google-gemma-2-2b-it.jinja	<start_of_turn>,<end_of_tu
 gemma3-1b	tests/templates/google-gemma-3-4b-it.jinja	<start_of_turn>,<end_of_turn>
 phi4-mini	tests/templates/microsoft-Phi-4-mini-instruct.jinja	<|system|>,<|user|>,<|assistant|>,<|end|>
 ministral3-3b	tests/templates/mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinja	[SYSTEM_PROMPT],[/SYSTEM_PROMPT],[INST],[/INST]
+gpt-oss-20b	tests/templates/openai-gpt-oss-120b.jinja	<|start|>,<|end|>,<|message|>,<|channel|>,<|return|>,<|constrain|>,<|call|>
 CASES
     : > "$ac/render.list"
     : > "$ac/tok.list"
     while IFS=$'\t' read -r s t sp; do
         t=${t/SHARED/$SHARED}
         layers=2; case $s in gemma3-*) layers=6;; smollm3-*) layers=4;; esac
-        "$BIN" gen-model --shape "$s" --type q8_0 --layers $layers --vocab 600 --ff 256 --swa 8 --seed 3 \
+        moe=; case $s in gpt-oss-*) moe="--experts 4 --ff-exp 128";; esac # the harmony template, 4 small experts
+        # shellcheck disable=SC2086
+        "$BIN" gen-model --shape "$s" --type q8_0 --layers $layers --vocab 600 --ff 256 --swa 8 --seed 3 $moe \
             --chat-template "$t" --special "$sp" -o "$ac/$s.gguf" 2>"$ac/$s.gen.err" ||
             bad "arch chat: gen-model --shape $s --chat-template" "$(cat "$ac/$s.gen.err")"
         printf '%s\t%s\t%s\n' "$t" "$ac/ctx.json" "$ac/$s.hf" >> "$ac/render.list"
@@ -87,7 +90,8 @@ smollm3 smollm3-3b
 gemma2 gemma2-2b
 gemma3 gemma3-1b
 phi3 phi4-mini
-mistral3 ministral3-3b")
+mistral3 ministral3-3b
+gpt-oss gpt-oss-20b")
         if [ "$new" = "$nwant" ] && [ "${got#"$want"}" != "$got" ]; then
             ok "arch chat: $a with its template ($(basename "$t" .jinja)): the chat feeds the model llama.cpp's $nwant prompt tokens of the reference rendering"
         else
