@@ -106,6 +106,11 @@ typedef struct chat {
         kv_error ke;
         int done_pipe[2];
     } mj;
+    /* a finished reply is saved after the frame that shows it done (flush_save), so a stop's
+     * key-to-idle does not wait for SQLite */
+    worker_event save_ev;
+    size_t save_i;
+    int save_pending;
 } chat;
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
@@ -442,12 +447,23 @@ static void on_done(chat *c, const worker_event *ev)
         ui_msg_set_note(c->u, t->view, "[context full: /clear starts over, /undo drops the last exchange]", 1);
     if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
         ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, cap ? "a context's worth" : gen_finish_name(ev->finish));
-    save_reply(c, c->reply, ev);
+    c->save_ev = *ev;
+    c->save_i = c->reply;
+    c->save_pending = 1;
+}
+
+/* Save the reply on_done left for after the frame (at once when anything else comes first). */
+static void flush_save(chat *c)
+{
+    if (!c->save_pending) return;
+    c->save_pending = 0;
+    save_reply(c, c->save_i, &c->save_ev);
 }
 
 static void drain_events(chat *c)
 {
     worker_event ev;
+    flush_save(c);
     for (int guard = 0; guard < 64 && backend_next_event(c->b, &ev); guard++) {
         switch (ev.kind) {
         case WORKER_EV_TEXT:
@@ -2067,6 +2083,28 @@ static void show_info(chat *c)
     ui_set_info(c->u, &info);
 }
 
+/* What chat_run owns besides the engine, worker, store and screen, freed on every way out (an
+ * early error too: the Jinja prompt state, the strings, the pipes). Returns status. */
+static int chat_release(chat *c, int status)
+{
+    if (c->mj.done_pipe[0] >= 0) close(c->mj.done_pipe[0]), close(c->mj.done_pipe[1]);
+    c->mj.done_pipe[0] = c->mj.done_pipe[1] = -1;
+    free(c->rj.buf);
+    if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
+    c->rj.done_pipe[0] = c->rj.done_pipe[1] = -1;
+    conv_free(&c->conv); /* the views went with the ui */
+    free(c->system);
+    for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
+    prompt_buf_free(&c->pb);
+    prompt_jinja_free(c->pj);
+    prompt_buf_free(&c->kb);
+    free(c->attach);
+    for (int i = 0; i < N_MODEL_NAMES && model_names[i]; i++) free(model_names[i]), model_names[i] = NULL;
+    free(c->rmsgs);
+    memset(c, 0, sizeof *c);
+    return status;
+}
+
 int chat_run(engine **pe, sampler **ps, const chat_options *o)
 {
     setup_locale();
@@ -2093,7 +2131,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     const char *theme_name = o->theme ? o->theme : "default";
     if (ui_theme_load(theme_name, &theme, collect_warning, &tw, why, sizeof why)) {
         fprintf(stderr, "kvchat: %s\n", why);
-        return 2;
+        return chat_release(c, 2);
     }
 
     kv_error ke = {0};
@@ -2107,7 +2145,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         if (remote_create(&ro, &r, &ke) || !(c->b = backend_remote(r))) {
             remote_destroy(r);
             fprintf(stderr, "kvchat: %s\n", ke.msg[0] ? ke.msg : "out of memory");
-            return ke.code == KV_ERR_INVALID ? 2 : 1;
+            return chat_release(c, ke.code == KV_ERR_INVALID ? 2 : 1);
         }
         if (remote_probe(r, remote_note, sizeof remote_note) == 0) remote_note[0] = 0; /* else said in the chat */
         snprintf(c->model_label, sizeof c->model_label, "%s", *remote_model(r) ? remote_model(r) : "remote");
@@ -2118,12 +2156,12 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         worker *w = NULL;
         if (worker_create(e, s, &w, &ke)) {
             fprintf(stderr, "kvchat: %s\n", ke.msg);
-            return 1;
+            return chat_release(c, 1);
         }
         if (!(c->b = backend_local(w))) {
             worker_destroy(w);
             fprintf(stderr, "kvchat: out of memory\n");
-            return 1;
+            return chat_release(c, 1);
         }
     }
     spec_params_default(&c->spec);
@@ -2147,7 +2185,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         fprintf(stderr, "kvchat: --resume: %s\n", o->db_path ? store_why : "no conversation database");
         backend_free(c->b);
         chatstore_close(c->cs);
-        return 4;
+        return chat_release(c, 4);
     }
     char hist[1024] = "";
     if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
@@ -2199,7 +2237,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         backend_free(c->b);
         chatstore_close(c->cs);
         fprintf(stderr, "kvchat: %s\n", why);
-        return 1;
+        return chat_release(c, 1);
     }
     if (c->remote) {
         ui_info info = {
@@ -2273,6 +2311,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         ui_handle_input(c->u);
         drain_events(c);
         ui_render(c->u);
+        flush_save(c);
     }
     if (c->busy) { /* stop a streaming reply and save it (partial) before leaving */
         backend_cancel(c->b);
@@ -2282,6 +2321,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
             drain_events(c);
         }
     }
+    flush_save(c);
     if (c->rj.running) pthread_join(c->rj.th, NULL);
     if (c->mj.running) { /* a model still loading: wait for it, then let it go */
         pthread_join(c->mj.th, NULL);
@@ -2289,25 +2329,13 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         sampler_free(c->mj.s);
         engine_close(c->mj.e);
     }
-    if (c->mj.done_pipe[0] >= 0) close(c->mj.done_pipe[0]), close(c->mj.done_pipe[1]);
-    free(c->rj.buf);
-    if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
     backend_free(c->b); /* cancels a running reply and joins the thread (after a KV save) */
     chatstore_close(c->cs);
     ui_close(c->u);
     restore_signals(old);
     if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
     g_sigpipe[0] = g_sigpipe[1] = -1;
-    conv_free(&c->conv); /* the views went with the ui */
-    free(c->system);
-    for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
-    prompt_buf_free(&c->pb);
-    prompt_jinja_free(c->pj);
-    prompt_buf_free(&c->kb);
-    free(c->attach);
-    for (int i = 0; i < N_MODEL_NAMES && model_names[i]; i++) free(model_names[i]);
-    free(c->rmsgs);
     if (pe) *pe = c->e; /* /model may have replaced them */
     if (ps) *ps = c->s;
-    return status;
+    return chat_release(c, status);
 }

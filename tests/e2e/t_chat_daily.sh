@@ -5,10 +5,38 @@
 DM=$tmp/daily
 mkdir -p "$DM"
 
-# ---- issue 16 #1: Esc during a long prefill stops it at once, with progress shown --------------
-# A TinyLlama-shaped Q4_0 model cut to 12 layers prefills ~1500 tokens in a few seconds even on a
-# fast, idle machine (2 layers took under a second here: the progress check then saw it finished);
-# -b 2048 makes the prompt one n_batch chunk, which the engine used to compute whole before looking at Esc.
+# ---- issue 16 #1: Esc during a long prefill stops it within 100 ms, with progress shown --------
+# A TinyLlama-shaped Q4_0 model (the real width; 12 of its 22 layers: a stop waits for one work chunk
+# of one matmul, whose cost is the full model's) prefills ~1500 tokens in a few seconds even on a
+# fast, idle machine, so the progress is seen; -b 2048 makes the prompt one n_batch chunk, which the
+# engine used to compute whole before looking at Esc.
+# Key-to-idle: from `tmux send-keys Escape` to the first capture showing 'ready' (so it includes
+# tmux's own latency: two tmux client processes). Three stops (the first prefill and two /regen that
+# go on from the kept positions): the best must be <= 100 ms — one try can lose a time slice to the
+# other processes of a loaded machine, three rarely all do; all three must stop within a second.
+# stop_ms: press Esc, wait for idle, print the milliseconds (9999: not idle within 2 s).
+stop_ms() {
+    local t0 t1 end
+    t0=$(date +%s%N)
+    keys Escape
+    end=$((t0 + 2000000000))
+    while :; do
+        cap >"$CH/screen"
+        t1=$(date +%s%N)
+        grep -qE '│ ready( │|$)' "$CH/screen" && { echo $(((t1 - t0) / 1000000)); return; }
+        [ "$t1" -gt "$end" ] && { echo 9999; return; }
+    done
+}
+# wait_prefilling: a prefill runs (busy, its progress on screen)
+wait_prefilling() {
+    local end=$(($(date +%s) + 30))
+    while [ "$(date +%s)" -le "$end" ]; do
+        cap >"$CH/screen"
+        grep -qE 'prefill [0-9]+ / [0-9]+' "$CH/screen" && ! grep -qE '│ ready( │|$)' "$CH/screen" && return 0
+        sleep 0.05
+    done
+    return 1
+}
 if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 12 -o "$DM/tl2.gguf" >/dev/null 2>&1; then
     awk 'BEGIN { srand(3); split("the a little cat dog ran sat on mat happy sun tree big small red blue house went to see friend", w, " ");
                  for (i = 0; i < 900; i++) printf "%s ", w[int(rand() * 20) + 1] }' >"$DM/long.txt"
@@ -29,19 +57,11 @@ if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 12 -o "$DM/tl2.gguf" 
         else
             bad "chat: a long prefill shows its progress" "$p1 → $p2 / $total $(screen_dump)"
         fi
-        t0=$(date +%s%N)
-        keys Escape
-        stopped=0
-        for _ in $(seq 1 100); do
-            cap >"$CH/screen"
-            grep -qE '│ ready( │|$)' "$CH/screen" && { stopped=1; break; }
-            sleep 0.02
-        done
-        ms=$((($(date +%s%N) - t0) / 1000000))
-        if [ $stopped = 1 ] && [ $ms -lt 1000 ] && [ "$(last_pane_line)" = " [stopped]" ]; then
-            ok "chat: Esc during a prefill stops it within a second (${ms} ms, [stopped])"
+        ms1=$(stop_ms)
+        if [ "$ms1" -lt 1000 ] && [ "$(last_pane_line)" = " [stopped]" ]; then
+            ok "chat: Esc during a prefill stops it within a second (${ms1} ms, [stopped])"
         else
-            bad "chat: Esc during a prefill stops it within a second" "${ms} ms $(screen_dump)"
+            bad "chat: Esc during a prefill stops it within a second" "${ms1} ms $(screen_dump)"
         fi
         kept=$(sed -nE 's/^KV .* ([0-9]+) \/ 2048 tokens.*/\1/p' "$CH/screen")
         # the positions computed before Esc stay in the KV cache: the same prompt again reuses them
@@ -56,14 +76,24 @@ if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 12 -o "$DM/tl2.gguf" 
         else
             bad "chat: the prefilled positions stay in the KV cache after Esc" "$(screen_dump)"
         fi
-        keys Escape
+        ms2=9999 ms3=9999
+        if wait_prefilling; then sleep 0.3; ms2=$(stop_ms); fi
+        keys "/regen" Enter
+        if wait_prefilling; then sleep 0.3; ms3=$(stop_ms); fi
+        best=$ms1
+        for m in $ms2 $ms3; do [ "$m" -lt "$best" ] && best=$m; done
+        if [ "$best" -le 100 ] && [ "$ms2" -lt 1000 ] && [ "$ms3" -lt 1000 ]; then
+            ok "chat: Esc stops a prefill within 100 ms key-to-idle (best of $ms1, $ms2, $ms3 ms)"
+        else
+            bad "chat: Esc stops a prefill within 100 ms key-to-idle (best of 3)" "$ms1, $ms2, $ms3 ms $(screen_dump)"
+        fi
         wait_idle 20
     else
         bad "chat: a long prefill shows its progress" "$(screen_dump; cat "$CH/err")"
     fi
     chat_stop
 else
-    bad "chat: gen-model writes a 2-layer TinyLlama-shaped model for the prefill test"
+    bad "chat: gen-model writes a 12-layer TinyLlama-shaped model for the prefill test"
 fi
 
 # ---- issue 18 #2: the system prompt survives a context shift in the chat -----------------------
@@ -481,3 +511,23 @@ if wait_idle 30; then
     keys C-d
 fi
 chat_stop
+
+# ---- issue 16: an early error of the full-screen chat frees what it holds (ASan's leak check) --
+# --resume of a conversation that does not exist fails after the chat chose its template (here a
+# Jinja one: the interpreter's prompt state), copied --system and --stop: kvchat under ASan
+# (KVCHAT_SERVE_BIN, `make e2e` builds it) must exit 4 with the error and no leak report.
+if [ -x "${KVCHAT_SERVE_BIN:-}" ]; then
+    shared_abs=$(cd "$SHARED" && pwd)
+    BIN_SAVED=$BIN
+    BIN=$KVCHAT_SERVE_BIN
+    chat_start 100 20 ASAN_OPTIONS=detect_leaks=1 -- --chat-template "$shared_abs/templates/Qwen-Qwen2.5-7B-Instruct.jinja" \
+        --system "be brief" --stop "###" --resume 999 --db "$DM/early.db"
+    BIN=$BIN_SAVED
+    if wait_for 'EXIT=' 60 && grep -q 'EXIT=4' "$CH/screen" && grep -q 'no conversation 999' "$CH/err" &&
+        ! grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$CH/err"; then
+        ok "chat: an early error (--resume of a missing conversation) exits 4 and leaks nothing under ASan"
+    else
+        bad "chat: an early error exits 4 and leaks nothing under ASan" "$(grep -E 'EXIT=' "$CH/screen") $(grep -E 'SUMMARY|leak of|resume' "$CH/err" | head -5)"
+    fi
+    chat_stop
+fi
