@@ -1528,6 +1528,11 @@ static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw)
     if (unknown) ui_notice(c->u, UI_ROLE_ERROR, "warning: %s has a chat template kvchat does not recognise; using chatml",
                            c->model_label);
     if (notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", notice);
+    /* --chat-template was written for the first model: a different model's prompt format is its own */
+    if (c->opt.chat_template && *c->opt.chat_template)
+        ui_notice(c->u, UI_ROLE_NOTICE, "--chat-template %s was for the first model only: %s uses its own template (%s)",
+                  c->opt.chat_template, c->model_label,
+                  c->tmpl == CHAT_TMPL_NONE ? "none: completion mode" : chat_template_name(c->tmpl));
     show_store_notes(c);
     if (c->conv.n_path) start_prefill(c);
     else request_reset(c);

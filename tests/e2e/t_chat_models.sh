@@ -168,6 +168,23 @@ if "$BIN" gen-model --shape tiny --type q8_0 --chat-template tests/templates/Qwe
         bad "chat: after --resume each reply names its model" "$(screen_dump; cat "$CH/err")"
     fi
     chat_stop
+
+    # an explicit --chat-template FILE is the first model's: after /model the new model uses its own,
+    # and the screen says which (it does not silently carry the first model's format over)
+    chat_start 160 32 -- -t 1 --temp 0 -n 4 --chat-template tests/templates/microsoft-phi-4.jinja
+    if wait_idle 30; then
+        keys "/model qwen3-tmpl" Enter
+        if wait_for 'was for the first model only' 60 &&
+            grep -qE -- '--chat-template tests/templates/microsoft-phi-4.jinja was for the first model only: synthetic' "$CH/screen" &&
+            grep -qE 'uses its own template \(jinja\)' "$CH/screen"; then
+            ok "chat: /model says the first model's --chat-template does not apply to the new model (its own: jinja)"
+        else
+            bad "chat: /model says which template the new model uses after --chat-template" "$(screen_dump)"
+        fi
+    else
+        bad "chat: the chat opens with --chat-template" "$(screen_dump; cat "$CH/err")"
+    fi
+    chat_stop
 else
     bad "chat: gen-model --chat-template writes a model for the /model test"
 fi
