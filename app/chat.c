@@ -1097,24 +1097,18 @@ static size_t utf8_valid_prefix(const char *s, size_t n)
     }
     return n;
 }
-static void cmd_read(chat *c, char *args)
+char *chat_read_text(const char *arg, size_t *len, char *path, size_t path_cap, int *unreadable, char *why_out,
+                     size_t why_cap)
 {
-    if (!*args) {
-        if (c->attach) {
-            free(c->attach);
-            c->attach = NULL;
-            ui_notice(c->u, UI_ROLE_NOTICE, "/read: %s is no longer attached", c->attach_name);
-        } else ui_notice(c->u, UI_ROLE_ERROR, "usage: /read FILE (attaches a text file to your next message)");
-        return;
-    }
-    char path[4096];
+    *unreadable = 0;
     const char *home = getenv("HOME");
-    if (args[0] == '~' && args[1] == '/' && home) snprintf(path, sizeof path, "%s%s", home, args + 1);
-    else snprintf(path, sizeof path, "%s", args);
+    if (arg[0] == '~' && arg[1] == '/' && home) snprintf(path, path_cap, "%s%s", home, arg + 1);
+    else snprintf(path, path_cap, "%s", arg);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s", args, strerror(errno));
-        return;
+        *unreadable = 1;
+        snprintf(why_out, why_cap, "%s", strerror(errno));
+        return NULL;
     }
     char *buf = malloc(READ_MAX_BYTES + 1);
     size_t n = buf ? fread(buf, 1, READ_MAX_BYTES + 1, f) : 0;
@@ -1129,14 +1123,39 @@ static void cmd_read(chat *c, char *args)
         else if (bad < n) snprintf(what, sizeof what, "a binary file (not UTF-8 text at offset %zu)", bad);
         if (what[0]) why = what;
     }
-    if (!why && c->rj.running) why = "the file before is still being counted";
     if (why) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s; not attached", args, why);
+        snprintf(why_out, why_cap, "%s", why);
         free(buf);
-        return;
+        return NULL;
     }
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
     buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+static void cmd_read(chat *c, char *args)
+{
+    if (!*args) {
+        if (c->attach) {
+            free(c->attach);
+            c->attach = NULL;
+            ui_notice(c->u, UI_ROLE_NOTICE, "/read: %s is no longer attached", c->attach_name);
+        } else ui_notice(c->u, UI_ROLE_ERROR, "usage: /read FILE (attaches a text file to your next message)");
+        return;
+    }
+    char path[4096], why[300];
+    if (c->rj.running) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: the file before is still being counted; not attached", args);
+        return;
+    }
+    size_t n = 0;
+    int unreadable = 0;
+    char *buf = chat_read_text(args, &n, path, sizeof path, &unreadable, why, sizeof why);
+    if (!buf) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s%s", args, why, unreadable ? "" : "; not attached");
+        return;
+    }
     const char *base = strrchr(path, '/');
     if (!c->e) { /* remote: a server's tokenizer is its own, so the file is attached by its size */
         free(c->attach);
@@ -1240,29 +1259,29 @@ static void user_path(const char *arg, char *path, size_t cap)
 
 /* /export [md|json] [FILE]: the conversation as `kvchat export` writes it (the same functions,
  * app/store_cli.c), to FILE or ./kvchat-ID.md|json. */
-static void cmd_export(chat *c, char *args)
+int chat_export_conv(chatstore *cs, const char *args_in, char *msg, size_t cap)
 {
-    const char *format = "md";
+    const char *format = "md", *args = args_in;
     size_t wl = strcspn(args, " ");
     if ((wl == 2 && !strncmp(args, "md", 2)) || (wl == 4 && !strncmp(args, "json", 4))) {
         format = wl == 2 ? "md" : "json";
         args += wl;
         while (*args == ' ') args++;
     }
-    int64_t id = chatstore_current(c->cs);
-    if (!c->cs || !id) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", !c->cs ? "conversations are not being saved (see the notice at start)"
-                                                            : "nothing to export yet: send a message first");
-        return;
+    int64_t id = chatstore_current(cs);
+    if (!cs || !id) {
+        snprintf(msg, cap, "/export: %s", !cs ? "conversations are not being saved (see the notice at start)"
+                                              : "nothing to export yet: send a message first");
+        return -1;
     }
     char path[4096], why[800];
     if (*args) user_path(args, path, sizeof path);
     else snprintf(path, sizeof path, "kvchat-%lld.%s", (long long)id, format);
-    char *text = !strcmp(format, "json") ? store_cli_export_json(chatstore_db(c->cs), id, why, sizeof why)
-                                         : store_cli_export_md(chatstore_db(c->cs), id, why, sizeof why);
+    char *text = !strcmp(format, "json") ? store_cli_export_json(chatstore_db(cs), id, why, sizeof why)
+                                         : store_cli_export_md(chatstore_db(cs), id, why, sizeof why);
     if (!text) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", why);
-        return;
+        snprintf(msg, cap, "/export: %s", why);
+        return -1;
     }
     FILE *f = fopen(path, "wb");
     size_t tl = strlen(text);
@@ -1270,8 +1289,16 @@ static void cmd_export(chat *c, char *args)
     int e = errno;
     if (f && fclose(f)) bad = 1, e = errno;
     free(text);
-    if (bad) ui_notice(c->u, UI_ROLE_ERROR, "/export %s: %s", path, strerror(e));
-    else ui_notice(c->u, UI_ROLE_NOTICE, "exported conversation %lld (%s, %zu bytes) to %s", (long long)id, format, tl, path);
+    if (bad) snprintf(msg, cap, "/export %s: %s", path, strerror(e));
+    else snprintf(msg, cap, "exported conversation %lld (%s, %zu bytes) to %s", (long long)id, format, tl, path);
+    return bad ? -1 : 0;
+}
+
+static void cmd_export(chat *c, char *args)
+{
+    char msg[4400];
+    int rc = chat_export_conv(c->cs, args, msg, sizeof msg);
+    ui_notice(c->u, rc ? UI_ROLE_ERROR : UI_ROLE_NOTICE, "%s", msg);
 }
 
 /* /system [TEXT|-]: show, set or (-) clear the conversation's system prompt; the next reply
@@ -1587,6 +1614,13 @@ static const chat_cmd commands[] = {
     {"/quit", {"/exit", "/q"}, "/quit\tquit (also /exit)", 0, cmd_quit, NULL, 0},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+const char *chat_command_name(size_t i, const char **help)
+{
+    if (i >= N_COMMANDS) return NULL;
+    if (help) *help = commands[i].usage;
+    return commands[i].name;
+}
 
 static const chat_cmd *command_find(const char *name)
 {

@@ -308,7 +308,7 @@ if wait_for 'Ctrl-C stops a reply' 20; then
     keys "/set temp 0" Enter
     r_set=0; wait_for '^temp = 0\.00' 10 && r_set=1
     keys "/help" Enter
-    r_help=0; wait_for '/set NAME VALUE' 10 && r_help=1
+    r_help=0; wait_for '^/quit +quit' 10 && r_help=1
     keys "/set temp 7" Enter
     r_bad=0; wait_for "/set temp: '7' is not a number from 0 to 2" 10 && r_bad=1
     keys "Once upon a time" Enter
@@ -325,6 +325,70 @@ if wait_for 'Ctrl-C stops a reply' 20; then
     fi
 else
     bad "line mode (TERM=dumb) starts" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# every slash command of the full screen in line mode (its one table): /help lists the same set, each
+# runs here or says why it does not apply; /system, /read, /regen, /undo, /edit, /model, /export and
+# /clear change what is saved as the full screen's would
+printf 'a short note\n' >"$DM/note.txt"
+chat_start 160 50 TERM=dumb -- -t 1 -n 6 --temp 0 --db "$DM/dumb2.db"
+if wait_for 'Ctrl-C stops a reply' 20; then
+    keys "/help" Enter
+    wait_for '^\(empty line\)' 10
+    missing=""
+    for cmd in /help /set /show /sessions /clear /regen /undo /edit /branch /theme /system /export /persona /model /read /copy /quit; do
+        grep -qE "^$cmd( |$)" "$CH/screen" || missing="$missing $cmd"
+    done
+    n_na=$(grep -c '(not in line mode: ' "$CH/screen")
+    if [ -z "$missing" ] && [ "$n_na" = 4 ]; then ok "line mode: /help lists the full screen's 17 commands, 4 of them with why they do not apply"
+    else bad "line mode: /help lists the full screen's commands" "missing:$missing; $n_na not applicable $(screen_dump)"; fi
+    keys C-l
+    keys "/system Be kind." Enter
+    keys "/read $DM/note.txt" Enter
+    r_read=0; wait_for 'attached note.txt \(12 bytes, [0-9]+ tokens\)' 10 && r_read=1
+    keys "Once upon a time" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/regen" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/undo" Enter
+    r_undo=0; wait_for 'dropped the last exchange' 10 && r_undo=1
+    keys "Lily went out" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/edit Tom went out" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/model ../shared/models/llama-2-tiny-random.gguf" Enter
+    r_model=0; wait_for 'model: stories260K → .*tokenized again' 30 && r_model=1
+    keys "" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/export json $DM/dumb2.json" Enter
+    r_exp=0; wait_for 'exported conversation 1 \(json' 10 && r_exp=1
+    for cmd in /sessions /branch /theme /copy; do keys "$cmd" Enter; done
+    wait_for '^/copy: not in line mode' 10
+    n_refused=$(grep -cE '^/(sessions|branch|theme|copy): not in line mode: ' "$CH/screen")
+    keys "/clear" Enter "After" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/quit" Enter
+    wait_for 'EXIT=0' 15
+    q() { sqlite3 "$DM/dumb2.db" "$1" 2>/dev/null; }
+    # conversation 1: the user message with the file before it, two replies to it (/regen), then
+    # "Lily went out" and "Tom went out" beside it at the root (/undo, /edit), the last with a
+    # continuation by the second model; conversation 2 after /clear
+    first=$(q "SELECT content FROM messages WHERE conversation_id = 1 ORDER BY id LIMIT 1")
+    n_regen=$(q "SELECT count(*) FROM messages WHERE conversation_id = 1 AND role = 'assistant' AND parent_id = (SELECT min(id) FROM messages)")
+    n_roots=$(q "SELECT count(*) FROM messages WHERE conversation_id = 1 AND parent_id IS NULL")
+    n_models=$(q "SELECT count(DISTINCT model_id) FROM messages WHERE conversation_id = 1 AND role = 'assistant'")
+    n_convs=$(q "SELECT count(*) FROM conversations")
+    sys=$(grep -o '"system":[^,]*' "$DM/dumb2.json" | head -1)
+    if [ $r_read = 1 ] && [ "$(printf '%s' "$first" | head -1)" = "File note.txt:" ] && [ "$n_regen" = 2 ] && [ $r_undo = 1 ] &&
+        [ "$n_roots" = 3 ] && [ $r_model = 1 ] && [ "$n_models" = 2 ] && [ $r_exp = 1 ] && [ -s "$DM/dumb2.json" ] &&
+        [ "$n_refused" = 4 ] && [ "$n_convs" = 2 ] && grep -q 'Be kind.' "$DM/dumb2.json"; then
+        ok "line mode: /system, /read, /regen, /undo, /edit, /model, /export and /clear work and are saved; /sessions, /branch, /theme, /copy say why not"
+    else
+        bad "line mode: the full screen's commands" "read $r_read first '$first' regen $n_regen undo $r_undo roots $n_roots model $r_model models $n_models export $r_exp refused $n_refused convs $n_convs sys $sys $(screen_dump)"
+    fi
+else
+    bad "line mode (TERM=dumb) starts (2)" "$(screen_dump; cat "$CH/err")"
 fi
 chat_stop
 
