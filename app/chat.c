@@ -1963,12 +1963,20 @@ static void sessions_refresh(chat *c, const char *status)
     }
     ui_session_row *r = calloc(n ? n : 1, sizeof *r);
     char (*dates)[32] = calloc(n ? n : 1, sizeof *dates);
-    if (r && dates) {
+    char (*labels)[160] = calloc(n ? n : 1, sizeof *labels);
+    if (r && dates && labels) {
         for (size_t i = 0; i < n; i++) {
+            /* the model column: the file's name ("tinyllama-q4_0"), which says more than general.name */
+            const char *mp = rows[i].model_path, *base = mp && *mp ? strrchr(mp, '/') : NULL;
+            base = base ? base + 1 : mp && *mp ? mp : NULL;
+            size_t bl = base ? strlen(base) : 0;
+            if (bl > 5 && !strcasecmp(base + bl - 5, ".gguf")) bl -= 5;
+            if (bl && !strstr(mp, "://")) snprintf(labels[i], sizeof labels[i], "%.*s", (int)bl, base);
+            else snprintf(labels[i], sizeof labels[i], "%s", rows[i].model_name ? rows[i].model_name : "");
             time_t t = (time_t)(rows[i].updated_at / 1000);
             struct tm tm;
             if (localtime_r(&t, &tm)) strftime(dates[i], sizeof dates[i], "%Y-%m-%d %H:%M", &tm);
-            r[i] = (ui_session_row){.id = rows[i].id, .title = rows[i].title, .model = rows[i].model_name,
+            r[i] = (ui_session_row){.id = rows[i].id, .title = rows[i].title, .model = labels[i],
                                     .date = dates[i], .n_messages = rows[i].n_messages,
                                     .n_branches = rows[i].n_branches,
                                     .current = rows[i].id == chatstore_current(c->cs),
@@ -1978,6 +1986,7 @@ static void sessions_refresh(chat *c, const char *status)
     }
     free(r);
     free(dates);
+    free(labels);
     store_conv_list_free(rows, n);
 }
 
