@@ -11,8 +11,10 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <stdatomic.h>
 
+#include "app/tools.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/worker.h"
@@ -364,11 +366,11 @@ static int never(void *ud)
     return 0;
 }
 
-static void prefill_abort_case(int n_threads, int abort_at)
+static void prefill_abort_case(const char *path, int n_threads, int abort_at)
 {
     engine_params ep;
     engine_params_default(&ep);
-    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.model_path = path;
     ep.n_ctx = 256;
     ep.n_batch = 8;
     ep.n_threads = n_threads;
@@ -418,8 +420,19 @@ static void test_prefill_abort_between_layers(void **state)
 {
     (void)state;
     /* the stop falls at many places of the second chunk: the first op, mid-layer, the last op */
-    for (int at = 1; at <= 40; at += 3) prefill_abort_case(1, at);
-    for (int at = 1; at <= 40; at += 3) prefill_abort_case(2, at);
+    const char *stories = tu_path("models/stories260K.gguf");
+    for (int at = 1; at <= 40; at += 6) prefill_abort_case(stories, 1, at);
+    for (int at = 1; at <= 40; at += 6) prefill_abort_case(stories, 2, at);
+    /* a mixture of experts: a router cut short must not choose experts (moe_ffn looks first) */
+    char moe[256];
+    snprintf(moe, sizeof moe, "%s/kvchat-test-moe-abort-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    gen_model_opts mo = {.n_layer = 2, .n_vocab = 512, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64,
+                         .n_ff_shexp = 64, .seed = 5};
+    kv_error err = {0};
+    assert_int_equal(gen_model_write_ex(moe, "qwen1.5-moe-a2.7b", "q8_0", &mo, &err), KV_OK);
+    for (int at = 1; at <= 13; at += 4) prefill_abort_case(moe, 2, at);
+    remove(moe);
 }
 
 /* Parameters posted mid-reply reach the sampler before the reply ends, and parameters
