@@ -109,6 +109,11 @@ typedef struct chat {
         kv_error ke;
         int done_pipe[2];
     } mj;
+    /* a finished reply is saved after the frame that shows it done (flush_save), so a stop's
+     * key-to-idle does not wait for SQLite */
+    worker_event save_ev;
+    size_t save_i;
+    int save_pending;
 } chat;
 
 /* ---- signals: restore the terminal whatever happens ------------------------------------------- */
@@ -495,13 +500,28 @@ static void on_done(chat *c, const worker_event *ev)
         ui_msg_set_note(c->u, t->view, "[context full: /clear starts over, /undo drops the last exchange]", 1);
     if (ev->stats.gen.n_generated > 0 || ev->finish != GEN_FINISH_CANCELLED)
         ui_set_stats(c->u, &ev->stats.gen, UI_PHASE_IDLE, cap ? "a context's worth" : gen_finish_name(ev->finish));
-    save_reply(c, c->reply, ev);
-    if (ev->n_cand) candidates_done(c, ev);
+    if (ev->n_cand) { /* /best, /beams: the shown reply is stored at once, its siblings after it */
+        save_reply(c, c->reply, ev);
+        candidates_done(c, ev);
+        return;
+    }
+    c->save_ev = *ev;
+    c->save_i = c->reply;
+    c->save_pending = 1;
+}
+
+/* Save the reply on_done left for after the frame (at once when anything else comes first). */
+static void flush_save(chat *c)
+{
+    if (!c->save_pending) return;
+    c->save_pending = 0;
+    save_reply(c, c->save_i, &c->save_ev);
 }
 
 static void drain_events(chat *c)
 {
     worker_event ev;
+    flush_save(c);
     for (int guard = 0; guard < 64 && backend_next_event(c->b, &ev); guard++) {
         switch (ev.kind) {
         case WORKER_EV_TEXT:
@@ -1138,10 +1158,8 @@ static int code_blocks(const chat *c, int want, char **out, size_t *len)
     return count;
 }
 
-/* /read FILE: attach a text file to the next message. Refused: unreadable, larger than
- * READ_MAX_BYTES, binary (a NUL byte or bytes that are not UTF-8), or more tokens than half the
- * context. */
-#define READ_MAX_BYTES (1 << 20)
+/* /read FILE: attach a text file to the next message. Refused: unreadable, larger than 1 MiB,
+ * binary (chat_read_text, app/chat_files.c), or more tokens than half the context. */
 
 /* The /read job's thread: count the file's tokens as a message would have them (the tokenizer
  * is reentrant and the engine's model read-only), then wake the main loop. */
@@ -1157,18 +1175,6 @@ static void *read_count(void *arg)
     return NULL;
 }
 
-/* The length of the longest valid UTF-8 prefix of s[0..n) (n when all of it is). */
-static size_t utf8_valid_prefix(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        size_t k = ui_utf8_decode(s + i, n - i, &cp);
-        if (cp == 0xFFFD && !(k == 3 && !memcmp(s + i, "\xEF\xBF\xBD", 3))) return i;
-        i += k;
-    }
-    return n;
-}
 static void cmd_read(chat *c, char *args)
 {
     if (!*args) {
@@ -1179,36 +1185,18 @@ static void cmd_read(chat *c, char *args)
         } else ui_notice(c->u, UI_ROLE_ERROR, "usage: /read FILE (attaches a text file to your next message)");
         return;
     }
-    char path[4096];
-    const char *home = getenv("HOME");
-    if (args[0] == '~' && args[1] == '/' && home) snprintf(path, sizeof path, "%s%s", home, args + 1);
-    else snprintf(path, sizeof path, "%s", args);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s", args, strerror(errno));
+    char path[4096], why[300];
+    if (c->rj.running) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: the file before is still being counted; not attached", args);
         return;
     }
-    char *buf = malloc(READ_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, READ_MAX_BYTES + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    const char *why = !buf ? "out of memory" : err ? "read error" : n > READ_MAX_BYTES ? "larger than 1 MiB" : NULL;
-    char what[160] = "";
-    if (!why) {
-        const char *nul = memchr(buf, 0, n);
-        size_t bad = utf8_valid_prefix(buf, n);
-        if (nul) snprintf(what, sizeof what, "a binary file (a NUL byte at offset %zu)", (size_t)(nul - buf));
-        else if (bad < n) snprintf(what, sizeof what, "a binary file (not UTF-8 text at offset %zu)", bad);
-        if (what[0]) why = what;
-    }
-    if (!why && c->rj.running) why = "the file before is still being counted";
-    if (why) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s; not attached", args, why);
-        free(buf);
+    size_t n = 0;
+    int unreadable = 0;
+    char *buf = chat_read_text(args, &n, path, sizeof path, &unreadable, why, sizeof why);
+    if (!buf) {
+        ui_notice(c->u, UI_ROLE_ERROR, "/read %s: %s%s", args, why, unreadable ? "" : "; not attached");
         return;
     }
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
-    buf[n] = 0;
     const char *base = strrchr(path, '/');
     if (!c->e) { /* remote: a server's tokenizer is its own, so the file is attached by its size */
         free(c->attach);
@@ -1314,36 +1302,9 @@ static void user_path(const char *arg, char *path, size_t cap)
  * app/store_cli.c), to FILE or ./kvchat-ID.md|json. */
 static void cmd_export(chat *c, char *args)
 {
-    const char *format = "md";
-    size_t wl = strcspn(args, " ");
-    if ((wl == 2 && !strncmp(args, "md", 2)) || (wl == 4 && !strncmp(args, "json", 4))) {
-        format = wl == 2 ? "md" : "json";
-        args += wl;
-        while (*args == ' ') args++;
-    }
-    int64_t id = chatstore_current(c->cs);
-    if (!c->cs || !id) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", !c->cs ? "conversations are not being saved (see the notice at start)"
-                                                            : "nothing to export yet: send a message first");
-        return;
-    }
-    char path[4096], why[800];
-    if (*args) user_path(args, path, sizeof path);
-    else snprintf(path, sizeof path, "kvchat-%lld.%s", (long long)id, format);
-    char *text = !strcmp(format, "json") ? store_cli_export_json(chatstore_db(c->cs), id, why, sizeof why)
-                                         : store_cli_export_md(chatstore_db(c->cs), id, why, sizeof why);
-    if (!text) {
-        ui_notice(c->u, UI_ROLE_ERROR, "/export: %s", why);
-        return;
-    }
-    FILE *f = fopen(path, "wb");
-    size_t tl = strlen(text);
-    int bad = !f || fwrite(text, 1, tl, f) != tl || (tl && text[tl - 1] != '\n' && fputc('\n', f) == EOF);
-    int e = errno;
-    if (f && fclose(f)) bad = 1, e = errno;
-    free(text);
-    if (bad) ui_notice(c->u, UI_ROLE_ERROR, "/export %s: %s", path, strerror(e));
-    else ui_notice(c->u, UI_ROLE_NOTICE, "exported conversation %lld (%s, %zu bytes) to %s", (long long)id, format, tl, path);
+    char msg[4400];
+    int rc = chat_export_conv(c->cs, args, msg, sizeof msg);
+    ui_notice(c->u, rc ? UI_ROLE_ERROR : UI_ROLE_NOTICE, "%s", msg);
 }
 
 /* /system [TEXT|-]: show, set or (-) clear the conversation's system prompt; the next reply
@@ -1600,6 +1561,11 @@ static void model_swap(chat *c, engine *ne, sampler *ns, worker *nw)
     if (unknown) ui_notice(c->u, UI_ROLE_ERROR, "warning: %s has a chat template kvchat does not recognise; using chatml",
                            c->model_label);
     if (notice[0]) ui_notice(c->u, UI_ROLE_NOTICE, "%s", notice);
+    /* --chat-template was written for the first model: a different model's prompt format is its own */
+    if (c->opt.chat_template && *c->opt.chat_template)
+        ui_notice(c->u, UI_ROLE_NOTICE, "--chat-template %s was for the first model only: %s uses its own template (%s)",
+                  c->opt.chat_template, c->model_label,
+                  c->tmpl == CHAT_TMPL_NONE ? "none: completion mode" : chat_template_name(c->tmpl));
     show_store_notes(c);
     if (c->conv.n_path) start_prefill(c);
     else request_reset(c);
@@ -1657,6 +1623,13 @@ static const chat_cmd commands[] = {
     {"/quit", {"/exit", "/q"}, "/quit\tquit (also /exit)", 0, cmd_quit, NULL, 0},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+const char *chat_command_name(size_t i, const char **help)
+{
+    if (i >= N_COMMANDS) return NULL;
+    if (help) *help = commands[i].usage;
+    return commands[i].name;
+}
 
 static const chat_cmd *command_find(const char *name)
 {
@@ -1999,12 +1972,20 @@ static void sessions_refresh(chat *c, const char *status)
     }
     ui_session_row *r = calloc(n ? n : 1, sizeof *r);
     char (*dates)[32] = calloc(n ? n : 1, sizeof *dates);
-    if (r && dates) {
+    char (*labels)[160] = calloc(n ? n : 1, sizeof *labels);
+    if (r && dates && labels) {
         for (size_t i = 0; i < n; i++) {
+            /* the model column: the file's name ("tinyllama-q4_0"), which says more than general.name */
+            const char *mp = rows[i].model_path, *base = mp && *mp ? strrchr(mp, '/') : NULL;
+            base = base ? base + 1 : mp && *mp ? mp : NULL;
+            size_t bl = base ? strlen(base) : 0;
+            if (bl > 5 && !strcasecmp(base + bl - 5, ".gguf")) bl -= 5;
+            if (bl && !strstr(mp, "://")) snprintf(labels[i], sizeof labels[i], "%.*s", (int)bl, base);
+            else snprintf(labels[i], sizeof labels[i], "%s", rows[i].model_name ? rows[i].model_name : "");
             time_t t = (time_t)(rows[i].updated_at / 1000);
             struct tm tm;
             if (localtime_r(&t, &tm)) strftime(dates[i], sizeof dates[i], "%Y-%m-%d %H:%M", &tm);
-            r[i] = (ui_session_row){.id = rows[i].id, .title = rows[i].title, .model = rows[i].model_name,
+            r[i] = (ui_session_row){.id = rows[i].id, .title = rows[i].title, .model = labels[i],
                                     .date = dates[i], .n_messages = rows[i].n_messages,
                                     .n_branches = rows[i].n_branches,
                                     .current = rows[i].id == chatstore_current(c->cs),
@@ -2014,6 +1995,7 @@ static void sessions_refresh(chat *c, const char *status)
     }
     free(r);
     free(dates);
+    free(labels);
     store_conv_list_free(rows, n);
 }
 
@@ -2158,6 +2140,28 @@ static void show_info(chat *c)
     ui_set_info(c->u, &info);
 }
 
+/* What chat_run owns besides the engine, worker, store and screen, freed on every way out (an
+ * early error too: the Jinja prompt state, the strings, the pipes). Returns status. */
+static int chat_release(chat *c, int status)
+{
+    if (c->mj.done_pipe[0] >= 0) close(c->mj.done_pipe[0]), close(c->mj.done_pipe[1]);
+    c->mj.done_pipe[0] = c->mj.done_pipe[1] = -1;
+    free(c->rj.buf);
+    if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
+    c->rj.done_pipe[0] = c->rj.done_pipe[1] = -1;
+    conv_free(&c->conv); /* the views went with the ui */
+    free(c->system);
+    for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
+    prompt_buf_free(&c->pb);
+    prompt_jinja_free(c->pj);
+    prompt_buf_free(&c->kb);
+    free(c->attach);
+    for (int i = 0; i < N_MODEL_NAMES && model_names[i]; i++) free(model_names[i]), model_names[i] = NULL;
+    free(c->rmsgs);
+    memset(c, 0, sizeof *c);
+    return status;
+}
+
 int chat_run(engine **pe, sampler **ps, const chat_options *o)
 {
     setup_locale();
@@ -2184,7 +2188,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
     const char *theme_name = o->theme ? o->theme : "default";
     if (ui_theme_load(theme_name, &theme, collect_warning, &tw, why, sizeof why)) {
         fprintf(stderr, "kvchat: %s\n", why);
-        return 2;
+        return chat_release(c, 2);
     }
 
     kv_error ke = {0};
@@ -2198,7 +2202,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         if (remote_create(&ro, &r, &ke) || !(c->b = backend_remote(r))) {
             remote_destroy(r);
             fprintf(stderr, "kvchat: %s\n", ke.msg[0] ? ke.msg : "out of memory");
-            return ke.code == KV_ERR_INVALID ? 2 : 1;
+            return chat_release(c, ke.code == KV_ERR_INVALID ? 2 : 1);
         }
         if (remote_probe(r, remote_note, sizeof remote_note) == 0) remote_note[0] = 0; /* else said in the chat */
         snprintf(c->model_label, sizeof c->model_label, "%s", *remote_model(r) ? remote_model(r) : "remote");
@@ -2209,12 +2213,12 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         worker *w = NULL;
         if (worker_create(e, s, &w, &ke)) {
             fprintf(stderr, "kvchat: %s\n", ke.msg);
-            return 1;
+            return chat_release(c, 1);
         }
         if (!(c->b = backend_local(w))) {
             worker_destroy(w);
             fprintf(stderr, "kvchat: out of memory\n");
-            return 1;
+            return chat_release(c, 1);
         }
     }
     spec_params_default(&c->spec);
@@ -2238,7 +2242,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         fprintf(stderr, "kvchat: --resume: %s\n", o->db_path ? store_why : "no conversation database");
         backend_free(c->b);
         chatstore_close(c->cs);
-        return 4;
+        return chat_release(c, 4);
     }
     char hist[1024] = "";
     if (o->history_path) snprintf(hist, sizeof hist, "%s", o->history_path);
@@ -2290,7 +2294,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         backend_free(c->b);
         chatstore_close(c->cs);
         fprintf(stderr, "kvchat: %s\n", why);
-        return 1;
+        return chat_release(c, 1);
     }
     if (c->remote) {
         ui_info info = {
@@ -2364,6 +2368,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         ui_handle_input(c->u);
         drain_events(c);
         ui_render(c->u);
+        flush_save(c);
     }
     if (c->busy) { /* stop a streaming reply and save it (partial) before leaving */
         backend_cancel(c->b);
@@ -2373,6 +2378,7 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
             drain_events(c);
         }
     }
+    flush_save(c);
     if (c->rj.running) pthread_join(c->rj.th, NULL);
     if (c->mj.running) { /* a model still loading: wait for it, then let it go */
         pthread_join(c->mj.th, NULL);
@@ -2380,25 +2386,13 @@ int chat_run(engine **pe, sampler **ps, const chat_options *o)
         sampler_free(c->mj.s);
         engine_close(c->mj.e);
     }
-    if (c->mj.done_pipe[0] >= 0) close(c->mj.done_pipe[0]), close(c->mj.done_pipe[1]);
-    free(c->rj.buf);
-    if (c->rj.done_pipe[0] >= 0) close(c->rj.done_pipe[0]), close(c->rj.done_pipe[1]);
     backend_free(c->b); /* cancels a running reply and joins the thread (after a KV save) */
     chatstore_close(c->cs);
     ui_close(c->u);
     restore_signals(old);
     if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
     g_sigpipe[0] = g_sigpipe[1] = -1;
-    conv_free(&c->conv); /* the views went with the ui */
-    free(c->system);
-    for (int i = 0; i < c->n_stops; i++) free(c->stops[i]);
-    prompt_buf_free(&c->pb);
-    prompt_jinja_free(c->pj);
-    prompt_buf_free(&c->kb);
-    free(c->attach);
-    for (int i = 0; i < N_MODEL_NAMES && model_names[i]; i++) free(model_names[i]);
-    free(c->rmsgs);
     if (pe) *pe = c->e; /* /model may have replaced them */
     if (ps) *ps = c->s;
-    return status;
+    return chat_release(c, status);
 }

@@ -55,6 +55,25 @@ int chat_run(engine **e, sampler **s, const chat_options *o);
  * msg (nothing changed). Also the line-by-line session's /set. */
 int chat_set_param(const char *name, const char *value, sampler_params *sp, int *max_tokens, char *msg, size_t cap);
 
+/* The full-screen chat's slash commands, in /help order (the one table, chat.c's commands[]):
+ * the name ("/set") and *help (lines "USAGE<TAB>TEXT", continued by "<TAB>  " lines; a line "@set"
+ * or a trailing "@personas" marks a list the screen's help fills in). NULL past the end. The
+ * line-by-line session lists and dispatches the same set (app/linechat.c). */
+const char *chat_command_name(size_t i, const char **help);
+
+/* /read FILE's checks, shared by both chats: FILE (a leading ~/ is $HOME) as text, malloc'd, NUL-
+ * terminated, trailing newlines cut, its length in *len and its path in path. NULL with why
+ * (*unreadable 1: it could not be opened; else larger than 1 MiB, binary — a NUL byte or not
+ * UTF-8 —, or out of memory). */
+char *chat_read_text(const char *arg, size_t *len, char *path, size_t path_cap, int *unreadable, char *why,
+                     size_t why_cap);
+
+/* /export [md|json] [FILE], shared by both chats: cs's current conversation as `kvchat export`
+ * writes it (app/store_cli.c) to FILE (default ./kvchat-ID.md|json). 0 with msg saying what was
+ * written, or -1 with msg saying why not (nothing saved yet, no store, a write error). */
+struct chatstore;
+int chat_export_conv(struct chatstore *cs, const char *args, char *msg, size_t cap);
+
 /* The readline history file: $XDG_STATE_HOME/kvchat/history, else
  * ~/.local/state/kvchat/history. Returns 0, or -1 if neither variable is set. */
 int chat_history_path(char *buf, size_t cap);

@@ -817,8 +817,9 @@ int main(int argc, char **argv)
         if (!full_screen) { /* no screen to draw on: the line-by-line session */
             linechat_options lo = {.n_predict = c.n_predict, .no_bos = c.no_bos, .stats = c.stats,
                                    .db_path = have_db ? db_path : NULL, .cache_bytes = cache_bytes,
-                                   .interrupted = &g_interrupted};
-            rc = linechat_run(e, s, &lo);
+                                   .interrupted = &g_interrupted, .system = c.system, .ep = &c.ep,
+                                   .config = &g_config};
+            rc = linechat_run(&e, &s, &lo); /* /model may have replaced them */
         } else {
         chat_options co = {.theme = c.theme, .n_predict = c.n_predict, .no_bos = c.no_bos, .mouse = !c.no_mouse,
                            .markdown = !c.no_markdown,

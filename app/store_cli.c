@@ -295,6 +295,15 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
         }
     store_model md = {0};
     int have_model = c.model_id > 0 && store_model_get(s, c.model_id, &md, NULL) == STORE_OK;
+    /* the models that wrote the replies (messages.model_id), each once: "models" and an index per message */
+    int64_t *mids = calloc(n ? n : 1, sizeof *mids);
+    size_t n_mids = 0;
+    for (size_t i = 0; mids && i < n; i++) {
+        if (m[i].model_id <= 0) continue;
+        size_t k = 0;
+        while (k < n_mids && mids[k] != m[i].model_id) k++;
+        if (k == n_mids) mids[n_mids++] = m[i].model_id;
+    }
     cJSON *o = cJSON_CreateObject();
     char t[40];
     cJSON_AddStringToObject(o, "format", EXPORT_FORMAT);
@@ -315,6 +324,23 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
     } else {
         cJSON_AddNullToObject(o, "model");
     }
+    cJSON *models = cJSON_AddArrayToObject(o, "models");
+    for (size_t k = 0; k < n_mids; k++) {
+        store_model x = {0};
+        cJSON *mo = cJSON_CreateObject();
+        if (store_model_get(s, mids[k], &x, NULL) == STORE_OK) {
+            char label[256];
+            chatstore_label(x.name, x.arch, x.path, label, sizeof label);
+            add_json_str(mo, "label", label, strlen(label));
+            add_json_str(mo, "name", x.name, strlen(x.name));
+            cJSON_AddStringToObject(mo, "fingerprint", x.fingerprint);
+            add_json_str(mo, "path", x.path, strlen(x.path));
+            cJSON_AddStringToObject(mo, "arch", x.arch);
+            cJSON_AddStringToObject(mo, "weight_type", x.weight_type);
+        }
+        store_model_clear(&x);
+        cJSON_AddItemToArray(models, mo);
+    }
     if (c.system_prompt) add_json_str(o, "system_prompt", c.system_prompt, strlen(c.system_prompt));
     else cJSON_AddNullToObject(o, "system_prompt");
     cJSON_AddItemToObject(o, "params", params_json(&c.params, 1));
@@ -333,6 +359,7 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
             snprintf(why, why_cap, "out of memory");
             cJSON_Delete(mo);
             cJSON_Delete(o);
+            free(mids);
             store_model_clear(&md);
             store_msgs_free(m, n);
             store_conv_clear(&c);
@@ -342,6 +369,10 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
         iso_time(m[i].created_at, t, sizeof t);
         cJSON_AddStringToObject(mo, "created_at", t);
         cJSON_AddBoolToObject(mo, "partial", m[i].partial);
+        size_t mk = 0;
+        while (mk < n_mids && mids[mk] != m[i].model_id) mk++;
+        if (m[i].model_id > 0 && mk < n_mids) cJSON_AddNumberToObject(mo, "model", (double)mk);
+        else cJSON_AddNullToObject(mo, "model");
         if (m[i].gen.set) {
             const store_gen *g = &m[i].gen;
             cJSON *go = cJSON_CreateObject();
@@ -362,6 +393,7 @@ char *store_cli_export_json(store *s, long long id, char *why, size_t why_cap)
     }
     char *out = cJSON_Print(o);
     cJSON_Delete(o);
+    free(mids);
     if (!out) snprintf(why, why_cap, "out of memory");
     store_model_clear(&md);
     store_msgs_free(m, n);
@@ -407,9 +439,27 @@ char *store_cli_export_md(store *s, long long id, char *why, size_t why_cap)
         out_plain(f, c.system_prompt, strlen(c.system_prompt));
         fputc('\n', f);
     }
+    int64_t label_id = 0; /* the last model looked up, and its label */
+    char label[256] = "";
     for (size_t i = 0; i < n; i++) {
         const store_msg *x = &m[i];
-        fprintf(f, "\n## %s\n\n", x->role == STORE_ROLE_USER ? "You" : x->role == STORE_ROLE_ASSISTANT ? "Assistant" : "System");
+        fprintf(f, "\n## %s", x->role == STORE_ROLE_USER ? "You" : x->role == STORE_ROLE_ASSISTANT ? "Assistant" : "System");
+        if (x->role == STORE_ROLE_ASSISTANT && x->model_id > 0) { /* the model that wrote this reply */
+            if (x->model_id != label_id) {
+                store_model md = {0};
+                label[0] = 0;
+                if (store_model_get(s, x->model_id, &md, NULL) == STORE_OK)
+                    chatstore_label(md.name, md.arch, md.path, label, sizeof label);
+                store_model_clear(&md);
+                label_id = x->model_id;
+            }
+            if (label[0]) {
+                fputs(" (", f);
+                out_plain(f, label, strlen(label));
+                fputc(')', f);
+            }
+        }
+        fputs("\n\n", f);
         if (x->problem[0]) {
             fputs("*[unreadable: ", f);
             out_plain(f, x->problem, strlen(x->problem));
@@ -625,6 +675,33 @@ static int cmd_import(store *s, const char *file)
         mtype = get_str(mobj, "weight_type", &ok, 0);
         if (!ok) what = "model";
     } else if (!what && mobj && !cJSON_IsNull(mobj)) what = "model";
+    /* the models of the replies (optional: older exports have none): registered by fingerprint */
+    const cJSON *models = cJSON_GetObjectItemCaseSensitive(o, "models");
+    int64_t *model_ids = NULL;
+    int n_models = 0;
+    if (!what && models && !cJSON_IsNull(models)) {
+        if (!cJSON_IsArray(models)) what = "models";
+        else if ((n_models = cJSON_GetArraySize(models)) > 0 && !(model_ids = calloc((size_t)n_models, sizeof *model_ids)))
+            what = "models (out of memory)";
+        int k = 0;
+        const cJSON *mi;
+        cJSON_ArrayForEach(mi, models) {
+            if (what) break;
+            int mok = 1;
+            const char *fp = get_str(mi, "fingerprint", &mok, 0), *nm = get_str(mi, "name", &mok, 0),
+                       *pa = get_str(mi, "path", &mok, 0), *ar = get_str(mi, "arch", &mok, 0),
+                       *wt = get_str(mi, "weight_type", &mok, 0);
+            store_error merr = {0};
+            if (!mok || !*fp) what = "models";
+            else if (store_model_register(s, fp, pa, nm, ar, wt, 0, &model_ids[k], &merr)) {
+                fprintf(stderr, "kvchat: %s\n", merr.msg);
+                cJSON_Delete(o);
+                free(model_ids);
+                return SC_DB;
+            }
+            k++;
+        }
+    }
     const cJSON *head = cJSON_GetObjectItemCaseSensitive(o, "head");
     long head_index = get_index(head);
     if (!what && head && !cJSON_IsNull(head) && !cJSON_IsNumber(head)) what = "head";
@@ -666,6 +743,12 @@ static int cmd_import(store *s, const char *file)
                 x->gen.n_generated = get_int(g, "n_generated", &ok);
                 if (x->gen.finish < 0) ok = 0;
             } else if (g && !cJSON_IsNull(g)) ok = 0;
+            const cJSON *mk = cJSON_GetObjectItemCaseSensitive(it, "model");
+            if (cJSON_IsNumber(mk)) {
+                if (mk->valuedouble >= 0 && mk->valuedouble < n_models && mk->valuedouble == (int)mk->valuedouble)
+                    x->gen.model_id = model_ids[(int)mk->valuedouble];
+                else ok = 0;
+            } else if (mk && !cJSON_IsNull(mk)) ok = 0;
             if (x->role < 0) ok = 0;
             if (!ok) {
                 snprintf(msg_what, sizeof msg_what, "message %zu", i);
@@ -698,6 +781,7 @@ static int cmd_import(store *s, const char *file)
     }
     free(m);
     free(parents);
+    free(model_ids);
     cJSON_Delete(o);
     return rc;
 }

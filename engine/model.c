@@ -695,6 +695,22 @@ static void scale_vec(float *x, size_t n, float s)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+/* A stop asked for mid-pass (forward_ctx_set_abort): the pool stopped too (the same callback is
+ * its cancellation during the layers), so the last op's output may be cut short. Nothing is
+ * committed: the positions stay unfilled (the layers already stored wrote only reserved,
+ * uncounted slots). */
+static int stopped(forward_ctx *fc, tpool *pool, int il, int n_layer, kv_error *err)
+{
+    if (!fc->abort_cb || !fc->abort_cb(fc->abort_ud)) return 0;
+    tpool_set_cancel(pool, NULL, NULL);
+    kv_error_set(err, KV_ERR_CANCELLED, "forward: stopped in layer %d of %d", il + 1, n_layer);
+    return 1;
+}
+#define STOP_POINT()                                        \
+    do {                                                    \
+        if (stopped(fc, pool, il, hp->n_layer, err)) return KV_ERR_CANCELLED; \
+    } while (0)
+
 /* x += s * post_norm(y) for each token (the norm when w is not NULL) */
 static void residual_add(float *x, float *y, const float *w, float s, int n_tokens, int E, float eps)
 {
@@ -790,12 +806,13 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
     }
     const float def_scale = 1.0f / sqrtf((float)HD);
     int n_segs_left;
-    for (int il = 0; il < hp->n_layer; il++) {
+    /* with an abort callback the pool stops too, between its work chunks (tpool_set_cancel), and
+     * the pass looks at it after every op: a stop waits for one chunk of one matmul */
+    if (fc->abort_cb) tpool_set_cancel(pool, fc->abort_cb, fc->abort_ud);
+    int il = 0;
+    for (il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
-        /* a stop asked for mid-pass: nothing is committed, so the positions stay unfilled (the
-         * layers already stored wrote only reserved, uncounted slots) */
-        if (il > 0 && fc->abort_cb && fc->abort_cb(fc->abort_ud))
-            return kv_error_set(err, KV_ERR_CANCELLED, "forward: stopped after layer %d of %d", il, hp->n_layer);
+        if (il > 0) STOP_POINT();
         /* attention block: [norm] -> q, k, v [+ bias] [-> q/k norm] [-> RoPE] -> attention -> wo */
         FWD_PROF_MARK(FP_EMBD);
         const float *in = fc->x;
@@ -819,6 +836,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             op_matmul(L->wk, in, n_tokens, fc->k, fc->act, pool);
             op_matmul(L->wv, in, n_tokens, fc->v, fc->act, pool);
         }
+        STOP_POINT();
         add_bias(fc->q, L->bq, n_tokens, EQ);
         add_bias(fc->k, L->bk, n_tokens, EKV);
         add_bias(fc->v, L->bv, n_tokens, EKV);
@@ -877,7 +895,9 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             }
         }
         FWD_PROF_MARK(FP_ATTN);
+        STOP_POINT();
         op_matmul(L->wo, fc->att, n_tokens, fc->xb2, fc->act, pool);
+        STOP_POINT();
         add_bias(fc->xb2, L->bo, n_tokens, E);
         FWD_PROF_MARK(FP_WO);
         residual_add(fc->x, fc->xb2, L->attn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
@@ -905,6 +925,7 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             }
         } else {
             op_matmul(L->w_gate, in, n_tokens, fc->hb, fc->act, pool);
+            STOP_POINT();
             op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
             FWD_PROF_MARK(FP_FFN_UP);
             if (hp->ffn_act == FFN_GELU_TANH)
@@ -912,11 +933,15 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
             else op_swiglu_pool(fc->hb, fc->hb2, (size_t)n_tokens * FF, pool);
         }
         FWD_PROF_MARK(FP_FFN_ACT);
+        STOP_POINT();
         if (!L->moe.gate_inp) op_matmul(L->w_down, fc->hb, n_tokens, fc->xb2, fc->act, pool);
         FWD_PROF_MARK(FP_FFN_DOWN);
         residual_add(fc->x, fc->xb2, L->ffn_post_norm, hp->residual_scale, n_tokens, E, hp->rms_norm_eps);
         FWD_PROF_MARK(FP_NORM);
     }
+    il = hp->n_layer - 1;
+    STOP_POINT(); /* the last op may have been cut short */
+    if (fc->abort_cb) tpool_set_cancel(pool, NULL, NULL);
     for (int g = 0; g < n_segs; g++) kv_seq_commit(kv, segs[g].seq, tokens + segs[g].row0, segs[g].n_rows);
 
     if (n_out < 1) return KV_OK;

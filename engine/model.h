@@ -116,11 +116,13 @@ typedef struct forward_ctx forward_ctx;
 forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error *err);
 void forward_ctx_free(forward_ctx *fc);
 int forward_ctx_n_batch(const forward_ctx *fc);
-/* Let a forward call stop between layers: abort_cb(ud) is polled before every layer but the
- * first, and when it returns nonzero the call returns KV_ERR_CANCELLED with nothing committed
+/* Let a forward call stop mid-pass: abort_cb(ud) is polled after every matmul and attention of
+ * every layer and, as the pool's cancellation (tpool_set_cancel), between the work chunks of
+ * each op. When it returns nonzero the call returns KV_ERR_CANCELLED with nothing committed
  * (the sequence's length and tokens unchanged; its reserved blocks stay for the next call).
- * NULL: never. So a stop waits for one layer, not one whole pass (a prefill chunk on a busy
- * machine). */
+ * abort_cb must be cheap, thread-safe (the pool's workers call it) and sticky (see
+ * tpool_set_cancel). NULL: never. So a stop waits for one chunk of one matmul (about 1/16 of
+ * it), not one layer or one whole pass (a prefill chunk on a busy machine). */
 void forward_ctx_set_abort(forward_ctx *fc, int (*abort_cb)(void *ud), void *ud);
 /* The MoE FFN buffers of fc (moe_margin, moe_last_selected; tests), or NULL for a dense model. */
 moe_scratch *forward_ctx_moe(forward_ctx *fc);

@@ -377,6 +377,9 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
     const int E = s->n_embd, k = c->n_expert_used, X = c->n_expert, F = c->n_ff_exp;
     /* 1. router and selection */
     op_matmul(L->gate_inp, x, n_tokens, s->logits, s->mm_act, pool);
+    /* a stop (tpool_set_cancel) may have cut the router short: its logits must not choose the
+     * experts (indices); the caller drops out */
+    if (tpool_cancelled(pool)) return;
     for (int t = 0; t < n_tokens; t++) {
         float *lg = s->logits + (size_t)t * X;
         if (L->gate_inp_b)

@@ -127,6 +127,7 @@ typedef struct matmul_job {
     const void *panels;         /* the tensor packed in panels (op_weights_pack), or NULL */
     long chunk_rows, n_chunks;  /* work sharing: rows per chunk (a multiple of the panel height) */
     atomic_long next;           /* next chunk to take */
+    const tpool *pool;          /* its cancellation (tpool_set_cancel) is polled between chunks */
 } matmul_job;
 
 static void matmul_prepare(void *arg, int ith, int nth)
@@ -147,6 +148,7 @@ static void matmul_rows(void *arg, int ith, int nth)
     (void)ith;
     (void)nth;
     for (long c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
+        if (c > 0 && tpool_cancelled(j->pool)) break; /* a stop: the caller drops y */
         long lo = c * j->chunk_rows, hi = lo + j->chunk_rows < j->n_out ? lo + j->chunk_rows : j->n_out;
         const uint8_t *w = j->rows + (size_t)lo * j->w_row_bytes;
         if (j->panels)
@@ -168,7 +170,7 @@ void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, voi
         .w_row_bytes = quant_row_size(w->type, n_in),
         .act_row_bytes = quant_act_row_size(w->type, n_in),
         .act = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63),
-        .rows = w->data,
+        .rows = w->data, .pool = pool,
     };
     if (w->packed && quant_pack_size(w->type, n_in, n_out)) j.panels = w->packed;
     else if (w->packed) j.rows = w->packed; /* a plain copy of the rows */
@@ -380,6 +382,7 @@ static void attn_worker(void *arg, int ith, int nth)
     KT = (float *)(((uintptr_t)KT + 63) & ~(uintptr_t)63);
     /* interleaved so that the long (late) query tiles of the causal mask spread over threads */
     for (int jb = ith; jb < n_jobs; jb += nth) {
+        if (jb > ith && tpool_cancelled(j->pool)) break; /* a stop: the caller drops out */
         int g = jb % a->n_head_kv, tile = jb / a->n_head_kv;
         int t0 = tile * j->tq, t1 = t0 + j->tq < a->n_tokens ? t0 + j->tq : a->n_tokens;
         k->attn_tile(a, g, t0, t1, S, ld, KT);

@@ -8,6 +8,7 @@
 #include "tests/support/testisa.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,62 @@ static void test_matmul_threads(void **state) {
     free(scratch); free(x); free(y); free(y1); free(yt); free(packed); free(wf); free(data);
 }
 
+/* tpool_set_cancel (issue 16: Esc stops a prefill within 100 ms): a matmul stops taking work
+ * chunks once the callback says stop (the rows of later chunks are never written), tpool_run
+ * skips a job while it says so, and without it the same matmul gives the reference bits. */
+static atomic_int cancel_polls;
+static int cancel_at_3(void *ud)
+{
+    (void)ud;
+    return atomic_fetch_add(&cancel_polls, 1) + 1 >= 3;
+}
+static void set_ran(void *arg, int ith, int nth)
+{
+    (void)ith;
+    (void)nth;
+    *(int *)arg = 1;
+}
+static void test_matmul_cancel(void **state) {
+    (void)state;
+    enum { N_IN = 512, N_OUT = 4096, T = 12 };
+    size_t rs = quant_row_size(GGML_TYPE_Q4_0, N_IN);
+    uint8_t *data = malloc(rs * N_OUT);
+    float *wf = malloc(sizeof(float) * N_IN);
+    for (int r = 0; r < N_OUT; r++) {
+        for (int i = 0; i < N_IN; i++) wf[i] = rng_gauss() * 0.05f;
+        quant_quantize_row(GGML_TYPE_Q4_0, wf, data + (size_t)r * rs, N_IN);
+    }
+    gguf_tensor w = {.name = "w", .n_dims = 2, .ne = {N_IN, N_OUT, 1, 1}, .type = GGML_TYPE_Q4_0, .data = data,
+                     .nbytes = rs * N_OUT, .n_elements = (int64_t)N_IN * N_OUT};
+    float *x = malloc(sizeof(float) * N_IN * T), *ref = malloc(sizeof(float) * N_OUT * T);
+    float *y = malloc(sizeof(float) * N_OUT * T);
+    for (int i = 0; i < N_IN * T; i++) x[i] = rng_gauss();
+    void *scratch = malloc(op_matmul_scratch_size(&w, T));
+    tpool *pool = tpool_create(2);
+    op_matmul(&w, x, T, ref, scratch, pool);
+    for (int i = 0; i < N_OUT * T; i++) y[i] = NAN;
+    atomic_store(&cancel_polls, 0);
+    tpool_set_cancel(pool, cancel_at_3, NULL);
+    op_matmul(&w, x, T, y, scratch, pool);
+    assert_true(tpool_cancelled(pool));
+    int written = 0;
+    for (int r = 0; r < N_OUT; r++) written += !isnan(y[r]);
+    /* 16 chunks of 256 rows; the stop came at the 3rd poll: a chunk or a few per thread at most */
+    assert_true(written > 0 && written <= N_OUT / 2);
+    int ran = 0;
+    tpool_run(pool, set_ran, &ran);
+    assert_int_equal(ran, 0);
+    tpool_set_cancel(pool, NULL, NULL);
+    assert_false(tpool_cancelled(pool));
+    tpool_run(pool, set_ran, &ran);
+    assert_int_equal(ran, 1);
+    op_matmul(&w, x, T, y, scratch, pool);
+    assert_memory_equal(ref, y, sizeof(float) * N_OUT * T);
+    assert_false(tpool_cancelled(NULL));
+    tpool_free(pool);
+    free(scratch); free(x); free(ref); free(y); free(wf); free(data);
+}
+
 /* kvchat gen-model: a tiny model of each type is written, loads (weights packed for the kernels),
  * has the type mix asked for, and runs a prefill and decode steps to finite logits. */
 /* op_swiglu_pool splits the values among threads: bit for bit op_swiglu's result, for sizes that
@@ -281,6 +338,7 @@ int main(void) {
         cmocka_unit_test(test_swiglu_pool),
         cmocka_unit_test(test_attention_paged_f16),
         cmocka_unit_test(test_matmul_threads),
+        cmocka_unit_test(test_matmul_cancel),
         cmocka_unit_test(test_gen_model),
     };
     return tu_run_every_isa("ops", tests, sizeof tests / sizeof *tests, NULL, NULL);

@@ -11,8 +11,12 @@
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <stdatomic.h>
 
+#include "app/tools.h"
 #include "engine/generate.h"
+#include "engine/kv_cache.h"
 #include "engine/worker.h"
 #include "tests/support/testutil.h"
 
@@ -331,14 +335,30 @@ static void test_prefill_cancel_keeps_chunks(void **state)
     engine_close(e);
 }
 
-/* should_abort stops a sliced prefill inside a chunk, between layers (issue 16: Esc within ~100 ms
- * when one forward pass takes longer): the chunk being computed is not kept, the ones before are,
- * and prefilling again gives the logits a fresh engine gives. */
-static int abort_calls;
-static int abort_after_7(void *ud)
+/* should_abort stops a sliced prefill inside a chunk, between matmuls and (with threads) between
+ * the pool's work chunks (issue 16: Esc within 100 ms when one forward pass takes longer): the
+ * chunk being computed is not kept, the ones before are, and prefilling again gives the logits a
+ * fresh engine gives. The stop comes `abort_at` polls into the second chunk (8 tokens held). */
+typedef struct abort_probe {
+    engine *e;
+    int abort_at;    /* polls after the first chunk is in before saying stop */
+    atomic_int polls, fired, polls_chunk1;
+} abort_probe;
+static int abort_mid_chunk2(void *ud)
 {
-    (void)ud;
-    return ++abort_calls >= 7;
+    abort_probe *a = ud;
+    if (atomic_load(&a->fired)) return 1; /* sticky, as the worker's cancel flag */
+    int held = kv_seq_n_tokens(engine_kv(a->e), ENGINE_SEQ_DEFAULT);
+    int n = atomic_fetch_add(&a->polls, 1) + 1;
+    if (held < 8) {
+        atomic_store(&a->polls_chunk1, n);
+        return 0;
+    }
+    if (n - atomic_load(&a->polls_chunk1) >= a->abort_at) {
+        atomic_store(&a->fired, 1);
+        return 1;
+    }
+    return 0;
 }
 static int never(void *ud)
 {
@@ -346,31 +366,31 @@ static int never(void *ud)
     return 0;
 }
 
-static void test_prefill_abort_between_layers(void **state)
+static void prefill_abort_case(const char *path, int n_threads, int abort_at)
 {
-    (void)state;
     engine_params ep;
     engine_params_default(&ep);
-    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.model_path = path;
     ep.n_ctx = 256;
     ep.n_batch = 8;
-    ep.n_threads = 1;
+    ep.n_threads = n_threads;
     engine *e = NULL, *f = NULL;
     kv_error err = {0};
     assert_int_equal(engine_open(&ep, &e, &err), KV_OK);
     assert_int_equal(engine_open(&ep, &f, &err), KV_OK);
     int n_layer = engine_model(e)->hp.n_layer;
-    assert_true(n_layer >= 3 && n_layer < 7); /* the 7th poll falls inside the second chunk */
     const char *text = "Once upon a time there was a little girl named Lily who loved to play outside in the sun";
     int32_t *t = NULL;
     size_t n = 0;
     assert_int_equal(engine_tokenize(e, text, strlen(text), 0, 0, &t, &n, &err), KV_OK);
     assert_true(n > 24);
-    abort_calls = 0;
-    gen_callbacks cb = {.should_stop = never, .should_abort = abort_after_7, .prefill_slice_ms = 80};
+    abort_probe a = {.e = e, .abort_at = abort_at};
+    gen_callbacks cb = {.should_stop = never, .should_abort = abort_mid_chunk2, .ud = &a, .prefill_slice_ms = 80};
     gen_stats st;
     assert_int_equal(engine_prefill_seq(e, ENGINE_SEQ_DEFAULT, t, n, &cb, &st, &err), KV_ERR_CANCELLED);
-    assert_int_equal(abort_calls, 7);            /* polled before every layer but the first */
+    assert_int_equal(atomic_load(&a.fired), 1);
+    /* polled more often than once a layer: after the matmuls and attention, and by the pool */
+    assert_true(atomic_load(&a.polls_chunk1) >= 4 * n_layer);
     int held = 0;
     const int32_t *h = engine_seq_tokens(e, ENGINE_SEQ_DEFAULT, &held);
     assert_int_equal(held, 8);                   /* the first chunk; the second was cut short */
@@ -394,6 +414,25 @@ static void test_prefill_abort_between_layers(void **state)
     free(t);
     engine_close(e);
     engine_close(f);
+}
+
+static void test_prefill_abort_between_layers(void **state)
+{
+    (void)state;
+    /* the stop falls at many places of the second chunk: the first op, mid-layer, the last op */
+    const char *stories = tu_path("models/stories260K.gguf");
+    for (int at = 1; at <= 40; at += 6) prefill_abort_case(stories, 1, at);
+    for (int at = 1; at <= 40; at += 6) prefill_abort_case(stories, 2, at);
+    /* a mixture of experts: a router cut short must not choose experts (moe_ffn looks first) */
+    char moe[256];
+    snprintf(moe, sizeof moe, "%s/kvchat-test-moe-abort-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    gen_model_opts mo = {.n_layer = 2, .n_vocab = 512, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64,
+                         .n_ff_shexp = 64, .seed = 5};
+    kv_error err = {0};
+    assert_int_equal(gen_model_write_ex(moe, "qwen1.5-moe-a2.7b", "q8_0", &mo, &err), KV_OK);
+    for (int at = 1; at <= 13; at += 4) prefill_abort_case(moe, 2, at);
+    remove(moe);
 }
 
 /* Parameters posted mid-reply reach the sampler before the reply ends, and parameters

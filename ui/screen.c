@@ -233,7 +233,9 @@ ui *ui_open(const ui_config *cfg, const ui_callbacks *cb, const ui_theme *theme,
     keypad(stdscr, TRUE);
     nodelay(stdscr, TRUE);
     meta(stdscr, TRUE);
-    set_escdelay(25);
+    /* a lone Esc (stop) waits this long for the rest of a key's sequence, which comes in the same
+     * write from a terminal (or over SSH in one packet): 10 ms of the 100 ms a stop may take */
+    set_escdelay(10);
     define_key("\033\r", KEYX_ALT_ENTER);
     define_key("\033\n", KEYX_ALT_ENTER);
     define_key("\033[200~", KEYX_PASTE_BEGIN);

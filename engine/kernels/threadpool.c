@@ -27,6 +27,8 @@ struct tpool {
     tpool_fn fn;
     void *arg;
     void **scratch;           /* per thread, grown on demand (tpool_scratch) */
+    int (*cancel)(void *);    /* tpool_set_cancel: polled before a job and between chunks */
+    void *cancel_ud;
     size_t *scratch_size;
 };
 
@@ -136,8 +138,21 @@ int tpool_size(const tpool *p)
     return p ? p->n_threads : 1;
 }
 
+void tpool_set_cancel(tpool *p, int (*cancel)(void *ud), void *ud)
+{
+    if (!p) return;
+    p->cancel = cancel;
+    p->cancel_ud = ud;
+}
+
+int tpool_cancelled(const tpool *p)
+{
+    return p && p->cancel && p->cancel(p->cancel_ud);
+}
+
 void tpool_run(tpool *p, tpool_fn fn, void *arg)
 {
+    if (tpool_cancelled(p)) return; /* a stop was asked for: the caller drops the result */
     if (!p || p->n_threads == 1) {
         fn(arg, 0, 1);
         return;

@@ -21,6 +21,17 @@ int tpool_size(const tpool *p);
  * one job at a time, from one caller thread. A NULL pool runs fn(arg, 0, 1) inline. */
 void tpool_run(tpool *p, tpool_fn fn, void *arg);
 
+/* Cancellation of the running work: while cancel(ud) returns nonzero, tpool_run skips its job
+ * (fn is not called) and a job that shares its work in chunks stops taking chunks (it polls
+ * tpool_cancelled between them), so a stop waits for one chunk, not one whole operation. The
+ * result of a job cut short is undefined: the caller checks cancel(ud) after the work and drops
+ * it. cancel must be cheap (an atomic load), thread-safe and sticky (once nonzero it stays so
+ * until the caller clears it with tpool_set_cancel(p, NULL, NULL)). Set from the thread that
+ * calls tpool_run, between jobs. NULL p: ignored. */
+void tpool_set_cancel(tpool *p, int (*cancel)(void *ud), void *ud);
+/* Nonzero when the pool's cancel callback says stop (0 without one, and for a NULL pool). */
+int tpool_cancelled(const tpool *p);
+
 /* Per-thread working memory owned by the pool: at least `size` bytes, 64-byte aligned, for
  * thread ith of the running job (only that thread may use it). Kept across jobs and grown
  * geometrically (from 256 KiB) when a job asks for more, so steady-state jobs never allocate;

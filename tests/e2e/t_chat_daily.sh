@@ -5,10 +5,39 @@
 DM=$tmp/daily
 mkdir -p "$DM"
 
-# ---- issue 16 #1: Esc during a long prefill stops it at once, with progress shown --------------
-# A TinyLlama-shaped Q4_0 model cut to 12 layers prefills ~1500 tokens in a few seconds even on a
-# fast, idle machine (2 layers took under a second here: the progress check then saw it finished);
-# -b 2048 makes the prompt one n_batch chunk, which the engine used to compute whole before looking at Esc.
+# ---- issue 16 #1: Esc during a long prefill stops it within 100 ms, with progress shown --------
+# A TinyLlama-shaped Q4_0 model (the real width; 12 of its 22 layers: a stop waits for one work chunk
+# of one matmul, whose cost is the full model's) prefills ~1500 tokens in a few seconds even on a
+# fast, idle machine, so the progress is seen; -b 2048 makes the prompt one n_batch chunk, which the
+# engine used to compute whole before looking at Esc.
+# Key-to-idle: from `tmux send-keys Escape` to the first capture showing 'ready' (so it includes
+# tmux's own latency: two tmux client processes). Three stops (the first prefill and two /regen that
+# go on from the kept positions; up to five while none made it): the best must be <= 100 ms — one
+# try can lose time slices to the other processes of a loaded machine (at a load average of 18 on 2
+# cores single tries took 86-194 ms), several rarely all do; every one must stop within a second.
+# stop_ms: press Esc, wait for idle, print the milliseconds (9999: not idle within 2 s).
+stop_ms() {
+    local t0 t1 end
+    t0=$(date +%s%N)
+    keys Escape
+    end=$((t0 + 2000000000))
+    while :; do
+        cap >"$CH/screen"
+        t1=$(date +%s%N)
+        grep -qE '│ ready( │|$)' "$CH/screen" && { echo $(((t1 - t0) / 1000000)); return; }
+        [ "$t1" -gt "$end" ] && { echo 9999; return; }
+    done
+}
+# wait_prefilling: a prefill runs (busy, its progress on screen)
+wait_prefilling() {
+    local end=$(($(date +%s) + 30))
+    while [ "$(date +%s)" -le "$end" ]; do
+        cap >"$CH/screen"
+        grep -qE 'prefill [0-9]+ / [0-9]+' "$CH/screen" && ! grep -qE '│ ready( │|$)' "$CH/screen" && return 0
+        sleep 0.05
+    done
+    return 1
+}
 if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 12 -o "$DM/tl2.gguf" >/dev/null 2>&1; then
     awk 'BEGIN { srand(3); split("the a little cat dog ran sat on mat happy sun tree big small red blue house went to see friend", w, " ");
                  for (i = 0; i < 900; i++) printf "%s ", w[int(rand() * 20) + 1] }' >"$DM/long.txt"
@@ -20,28 +49,24 @@ if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 12 -o "$DM/tl2.gguf" 
     keys Enter
     if wait_for 'prefill [0-9]+ / [0-9]+' 20; then
         p1=$(grep -oE 'prefill [0-9]+ /' "$CH/screen" | grep -oE '[0-9]+')
-        sleep 0.4
-        cap >"$CH/screen"
-        p2=$(grep -oE 'prefill [0-9]+ /' "$CH/screen" | grep -oE '[0-9]+' || echo 0)
+        # the count moves (within 5 s: a loaded machine's first chunks take long)
+        for _ in $(seq 1 25); do
+            sleep 0.2
+            cap >"$CH/screen"
+            p2=$(grep -oE 'prefill [0-9]+ /' "$CH/screen" | grep -oE '[0-9]+' || echo 0)
+            [ "${p2:-0}" -gt "$p1" ] && break
+        done
         total=$(grep -oE 'prefill [0-9]+ / [0-9]+' "$CH/screen" | grep -oE '[0-9]+$')
         if [ -n "$p2" ] && [ "$p2" -gt "$p1" ] && [ "$p2" -lt "${total:-0}" ]; then
             ok "chat: a long prefill shows its progress (prefill $p1 → $p2 / $total)"
         else
             bad "chat: a long prefill shows its progress" "$p1 → $p2 / $total $(screen_dump)"
         fi
-        t0=$(date +%s%N)
-        keys Escape
-        stopped=0
-        for _ in $(seq 1 100); do
-            cap >"$CH/screen"
-            grep -qE '│ ready( │|$)' "$CH/screen" && { stopped=1; break; }
-            sleep 0.02
-        done
-        ms=$((($(date +%s%N) - t0) / 1000000))
-        if [ $stopped = 1 ] && [ $ms -lt 1000 ] && [ "$(last_pane_line)" = " [stopped]" ]; then
-            ok "chat: Esc during a prefill stops it within a second (${ms} ms, [stopped])"
+        ms1=$(stop_ms)
+        if [ "$ms1" -lt 1000 ] && [ "$(last_pane_line)" = " [stopped]" ]; then
+            ok "chat: Esc during a prefill stops it within a second (${ms1} ms, [stopped])"
         else
-            bad "chat: Esc during a prefill stops it within a second" "${ms} ms $(screen_dump)"
+            bad "chat: Esc during a prefill stops it within a second" "${ms1} ms $(screen_dump)"
         fi
         kept=$(sed -nE 's/^KV .* ([0-9]+) \/ 2048 tokens.*/\1/p' "$CH/screen")
         # the positions computed before Esc stay in the KV cache: the same prompt again reuses them
@@ -56,14 +81,36 @@ if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 12 -o "$DM/tl2.gguf" 
         else
             bad "chat: the prefilled positions stay in the KV cache after Esc" "$(screen_dump)"
         fi
-        keys Escape
+        # more tries (up to 5) only while none was within 100 ms: each /regen goes on from the kept positions
+        tries="$ms1" best=$ms1 slow=0
+        [ "$ms1" -ge 1000 ] && slow=1
+        for try in 2 3 4 5; do
+            [ $try -gt 3 ] && [ "$best" -le 100 ] && break
+            [ $try -gt 2 ] && keys "/regen" Enter
+            m=9999
+            if wait_prefilling; then sleep 0.3; m=$(stop_ms); fi
+            tries="$tries, $m"
+            [ "$m" -lt "$best" ] && best=$m
+            [ "$m" -ge 1000 ] && slow=1
+        done
+        load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null)
+        ncpu=$(nproc 2>/dev/null || echo 1)
+        if [ "$best" -le 100 ] && [ $slow = 0 ]; then
+            ok "chat: Esc stops a prefill within 100 ms key-to-idle (best of $tries ms; load average $load)"
+        elif [ $slow = 0 ] && awk -v l="${load:-0}" -v n="$ncpu" 'BEGIN { exit !(l > 4 * n) }'; then
+            # more than 4 runnable processes per core: every step (tmux's client, the chat's two
+            # threads, tmux's capture) waits for a time slice; the 100 ms is not asserted then
+            ok "chat: Esc stops a prefill within a second; 100 ms NOT asserted on an overloaded machine (load average $load on $ncpu cores; best of $tries ms)"
+        else
+            bad "chat: Esc stops a prefill within 100 ms key-to-idle (best of 3-5, each within 1 s)" "$tries ms (load average $load) $(screen_dump)"
+        fi
         wait_idle 20
     else
         bad "chat: a long prefill shows its progress" "$(screen_dump; cat "$CH/err")"
     fi
     chat_stop
 else
-    bad "chat: gen-model writes a 2-layer TinyLlama-shaped model for the prefill test"
+    bad "chat: gen-model writes a 12-layer TinyLlama-shaped model for the prefill test"
 fi
 
 # ---- issue 18 #2: the system prompt survives a context shift in the chat -----------------------
@@ -278,7 +325,7 @@ if wait_for 'Ctrl-C stops a reply' 20; then
     keys "/set temp 0" Enter
     r_set=0; wait_for '^temp = 0\.00' 10 && r_set=1
     keys "/help" Enter
-    r_help=0; wait_for '/set NAME VALUE' 10 && r_help=1
+    r_help=0; wait_for '^/quit +quit' 10 && r_help=1
     keys "/set temp 7" Enter
     r_bad=0; wait_for "/set temp: '7' is not a number from 0 to 2" 10 && r_bad=1
     keys "Once upon a time" Enter
@@ -295,6 +342,70 @@ if wait_for 'Ctrl-C stops a reply' 20; then
     fi
 else
     bad "line mode (TERM=dumb) starts" "$(screen_dump; cat "$CH/err")"
+fi
+chat_stop
+
+# every slash command of the full screen in line mode (its one table): /help lists the same set, each
+# runs here or says why it does not apply; /system, /read, /regen, /undo, /edit, /model, /export and
+# /clear change what is saved as the full screen's would
+printf 'a short note\n' >"$DM/note.txt"
+chat_start 160 50 TERM=dumb -- -t 1 -n 6 --temp 0 --db "$DM/dumb2.db"
+if wait_for 'Ctrl-C stops a reply' 20; then
+    keys "/help" Enter
+    wait_for '^\(empty line\)' 10
+    missing=""
+    for cmd in /help /set /show /sessions /clear /regen /undo /edit /branch /theme /system /export /persona /model /read /copy /quit; do
+        grep -qE "^$cmd( |$)" "$CH/screen" || missing="$missing $cmd"
+    done
+    n_na=$(grep -c '(not in line mode: ' "$CH/screen")
+    if [ -z "$missing" ] && [ "$n_na" = 4 ]; then ok "line mode: /help lists the full screen's 17 commands, 4 of them with why they do not apply"
+    else bad "line mode: /help lists the full screen's commands" "missing:$missing; $n_na not applicable $(screen_dump)"; fi
+    keys C-l
+    keys "/system Be kind." Enter
+    keys "/read $DM/note.txt" Enter
+    r_read=0; wait_for 'attached note.txt \(12 bytes, [0-9]+ tokens\)' 10 && r_read=1
+    keys "Once upon a time" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/regen" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/undo" Enter
+    r_undo=0; wait_for 'dropped the last exchange' 10 && r_undo=1
+    keys "Lily went out" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/edit Tom went out" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/model ../shared/models/llama-2-tiny-random.gguf" Enter
+    r_model=0; wait_for 'model: stories260K → .*tokenized again' 30 && r_model=1
+    keys "" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/export json $DM/dumb2.json" Enter
+    r_exp=0; wait_for 'exported conversation 1 \(json' 10 && r_exp=1
+    for cmd in /sessions /branch /theme /copy; do keys "$cmd" Enter; done
+    wait_for '^/copy: not in line mode' 10
+    n_refused=$(grep -cE '^/(sessions|branch|theme|copy): not in line mode: ' "$CH/screen")
+    keys "/clear" Enter "After" Enter
+    sleep 0.5; wait_for '^> $' 20
+    keys "/quit" Enter
+    wait_for 'EXIT=0' 15
+    q() { sqlite3 "$DM/dumb2.db" "$1" 2>/dev/null; }
+    # conversation 1: the user message with the file before it, two replies to it (/regen), then
+    # "Lily went out" and "Tom went out" beside it at the root (/undo, /edit), the last with a
+    # continuation by the second model; conversation 2 after /clear
+    first=$(q "SELECT content FROM messages WHERE conversation_id = 1 ORDER BY id LIMIT 1")
+    n_regen=$(q "SELECT count(*) FROM messages WHERE conversation_id = 1 AND role = 'assistant' AND parent_id = (SELECT min(id) FROM messages)")
+    n_roots=$(q "SELECT count(*) FROM messages WHERE conversation_id = 1 AND parent_id IS NULL")
+    n_models=$(q "SELECT count(DISTINCT model_id) FROM messages WHERE conversation_id = 1 AND role = 'assistant'")
+    n_convs=$(q "SELECT count(*) FROM conversations")
+    sys=$(grep -o '"system":[^,]*' "$DM/dumb2.json" | head -1)
+    if [ $r_read = 1 ] && [ "$(printf '%s' "$first" | head -1)" = "File note.txt:" ] && [ "$n_regen" = 2 ] && [ $r_undo = 1 ] &&
+        [ "$n_roots" = 3 ] && [ $r_model = 1 ] && [ "$n_models" = 2 ] && [ $r_exp = 1 ] && [ -s "$DM/dumb2.json" ] &&
+        [ "$n_refused" = 4 ] && [ "$n_convs" = 2 ] && grep -q 'Be kind.' "$DM/dumb2.json"; then
+        ok "line mode: /system, /read, /regen, /undo, /edit, /model, /export and /clear work and are saved; /sessions, /branch, /theme, /copy say why not"
+    else
+        bad "line mode: the full screen's commands" "read $r_read first '$first' regen $n_regen undo $r_undo roots $n_roots model $r_model models $n_models export $r_exp refused $n_refused convs $n_convs sys $sys $(screen_dump)"
+    fi
+else
+    bad "line mode (TERM=dumb) starts (2)" "$(screen_dump; cat "$CH/err")"
 fi
 chat_stop
 
@@ -481,3 +592,23 @@ if wait_idle 30; then
     keys C-d
 fi
 chat_stop
+
+# ---- issue 16: an early error of the full-screen chat frees what it holds (ASan's leak check) --
+# --resume of a conversation that does not exist fails after the chat chose its template (here a
+# Jinja one: the interpreter's prompt state), copied --system and --stop: kvchat under ASan
+# (KVCHAT_SERVE_BIN, `make e2e` builds it) must exit 4 with the error and no leak report.
+if [ -x "${KVCHAT_SERVE_BIN:-}" ]; then
+    shared_abs=$(cd "$SHARED" && pwd)
+    BIN_SAVED=$BIN
+    BIN=$KVCHAT_SERVE_BIN
+    chat_start 100 20 ASAN_OPTIONS=detect_leaks=1 -- --chat-template "$shared_abs/templates/Qwen-Qwen2.5-7B-Instruct.jinja" \
+        --system "be brief" --stop "###" --resume 999 --db "$DM/early.db"
+    BIN=$BIN_SAVED
+    if wait_for 'EXIT=' 60 && grep -q 'EXIT=4' "$CH/screen" && grep -q 'no conversation 999' "$CH/err" &&
+        ! grep -qE 'LeakSanitizer|AddressSanitizer|runtime error' "$CH/err"; then
+        ok "chat: an early error (--resume of a missing conversation) exits 4 and leaks nothing under ASan"
+    else
+        bad "chat: an early error exits 4 and leaks nothing under ASan" "$(grep -E 'EXIT=' "$CH/screen") $(grep -E 'SUMMARY|leak of|resume' "$CH/err" | head -5)"
+    fi
+    chat_stop
+fi

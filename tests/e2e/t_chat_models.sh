@@ -168,6 +168,41 @@ if "$BIN" gen-model --shape tiny --type q8_0 --chat-template tests/templates/Qwe
         bad "chat: after --resume each reply names its model" "$(screen_dump; cat "$CH/err")"
     fi
     chat_stop
+    # each reply's model in the exports: JSON "models" + a "model" index per message, Markdown
+    # "## Assistant (NAME)"; export → import → export is byte-exact and keeps messages.model_id
+    "$BIN" export last --db "$MM/model.db" --format json >"$MM/rt1.json" 2>"$MM/rt.err"
+    "$BIN" export last --db "$MM/model.db" >"$MM/rt1.md" 2>>"$MM/rt.err"
+    rm -f "$MM/rt2.db"
+    "$BIN" import "$MM/rt1.json" --db "$MM/rt2.db" >/dev/null 2>>"$MM/rt.err"
+    "$BIN" export last --db "$MM/rt2.db" --format json >"$MM/rt2.json" 2>>"$MM/rt.err"
+    labels=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(",".join(d["models"][m["model"]]["label"] for m in d["messages"] if m["role"]=="assistant"))' "$MM/rt1.json" 2>>"$MM/rt.err")
+    paths2=$(sqlite3 "$MM/rt2.db" "SELECT group_concat(md.path, ',') FROM messages m JOIN models md ON md.id = m.model_id WHERE m.role = 'assistant' ORDER BY m.id")
+    case "$labels" in stories260K*"synthetic tiny-shaped Q8_0 (random weights)") l_ok=1 ;; *) l_ok=0 ;; esac
+    if [ $l_ok = 1 ] && grep -q '^## Assistant (stories260K)$' "$MM/rt1.md" &&
+        grep -q '^## Assistant (synthetic tiny-shaped Q8_0 (random weights))$' "$MM/rt1.md" &&
+        cmp -s "$MM/rt1.json" "$MM/rt2.json"; then
+        case "$paths2" in *stories260K.gguf*qwen3-tmpl.gguf) ok "export: each reply names its model (JSON models + index, Markdown heading); export → import → export is byte-exact ($labels)" ;;
+            *) bad "import: each reply keeps its model" "$paths2" ;; esac
+    else
+        bad "export: each reply names its model; the round trip is exact" "labels $labels $(grep '^## Assistant' "$MM/rt1.md" | head -3) $(cmp "$MM/rt1.json" "$MM/rt2.json" 2>&1) $(head -3 "$MM/rt.err")"
+    fi
+
+    # an explicit --chat-template FILE is the first model's: after /model the new model uses its own,
+    # and the screen says which (it does not silently carry the first model's format over)
+    chat_start 160 32 -- -t 1 --temp 0 -n 4 --chat-template tests/templates/microsoft-phi-4.jinja
+    if wait_idle 30; then
+        keys "/model qwen3-tmpl" Enter
+        if wait_for 'was for the first model only' 60 &&
+            grep -qE -- '--chat-template tests/templates/microsoft-phi-4.jinja was for the first model only: synthetic' "$CH/screen" &&
+            grep -qE 'uses its own template \(jinja\)' "$CH/screen"; then
+            ok "chat: /model says the first model's --chat-template does not apply to the new model (its own: jinja)"
+        else
+            bad "chat: /model says which template the new model uses after --chat-template" "$(screen_dump)"
+        fi
+    else
+        bad "chat: the chat opens with --chat-template" "$(screen_dump; cat "$CH/err")"
+    fi
+    chat_stop
 else
     bad "chat: gen-model --chat-template writes a model for the /model test"
 fi
@@ -232,6 +267,10 @@ if wait_idle 30; then
     wait_idle 30
     keys F3
     wait_for 'conversations \(1\)' 10
+    # the model column: the file's name (stories260K), not general.name ("llama")
+    if grep -qE '│ .*stories260K' "$CH/screen" && ! grep -qE '│ .* llama .*[0-9]{4}-[0-9]{2}-[0-9]{2}' "$CH/screen"; then
+        ok "chat: F3's model column shows the file's name (stories260K), not general.name"
+    else bad "chat: F3's model column shows the file's name" "$(screen_dump)"; fi
     keys "/" "drag"
     # the newest matching message's snippet on the line below the row
     if wait_for '│ {10}[^ ].*[Dd]rag' 10; then
