@@ -188,6 +188,7 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
     int common = 0;
     while (common < have_n && common < n - 1 && have[common] == hist[common]) common++;
     engine_seq_truncate(d, seq, common);
+    engine_seq_tokens(d, seq, &common); /* fewer when sliding-window layers freed that window */
     if (n > engine_n_ctx(d)) return 0; /* cannot follow (the target shifted past it): no draft */
     int nb = engine_n_batch(d);
     for (int i = common; i < n;) { /* the rest of the history and the pending token */
