@@ -350,6 +350,41 @@ static void test_blobs(void **state)
     }
 }
 
+/* The gemma3-1b shape (26 layers, 1 KV head of 256, window 512 on five layers of six) at 4096
+ * and 8192 positions, f16: what the gauge shows against the full history. */
+static void test_gemma3_1b_memory(void **state)
+{
+    (void)state;
+    enum { L = 26, EKV = 256, W = 512, N = 8192 };
+    uint8_t win[L];
+    for (int l = 0; l < L; l++) win[l] = l % 6 < 5;
+    kv_error err = {0};
+    kv_cache_params p = {.n_layer = L, .n_embd_kv = EKV, .n_ctx = N, .type = GGML_TYPE_F16, .swa_layers = win, .n_swa = W};
+    kv_cache *c = kv_cache_create_ex(&p, &err);
+    assert_non_null(c);
+    int32_t toks[512];
+    for (int n = 0; n < N; n += 512) {
+        for (int i = 0; i < 512; i++) toks[i] = (n + i) % 1000;
+        assert_int_equal(kv_seq_reserve(c, 0, 512, &err), KV_OK);
+        kv_seq_commit(c, 0, toks, 512);
+        if (n + 512 == 4096 || n + 512 == N) {
+            kv_cache_stats st;
+            kv_cache_get_stats(c, &st);
+            check_ok(c);
+            /* 4 full layers of every position, 22 of the window + slack + at most a block */
+            size_t full_tok = st.bytes_per_token - st.swa_bytes_per_token;
+            assert_int_equal(st.n_swa_layers, 22);
+            assert_true(st.bytes_used <= full_tok * (size_t)(n + 512) + st.swa_bytes_per_token * (W + KV_SWA_SLACK + BS));
+            assert_true(st.bytes_allocated <= st.bytes_used + st.bytes_per_block * 40); /* + one prefill chunk */
+            print_message("gemma3-1b shape, f16 KV, %d positions: %.1f MiB used, %.1f MiB allocated; full history "
+                          "%.1f MiB (%.0f%% saved)\n",
+                          n + 512, st.bytes_used / 1048576.0, st.bytes_allocated / 1048576.0,
+                          st.bytes_full_history / 1048576.0, 100.0 - 100.0 * st.bytes_used / st.bytes_full_history);
+        }
+    }
+    kv_cache_free(c);
+}
+
 /* ---- on the synthetic models (tests/arch-ref): the window cache computes the same logits ---- */
 
 typedef struct model_case {
@@ -522,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_fork_truncate_adopt),
         cmocka_unit_test(test_shift),
         cmocka_unit_test(test_blobs),
+        cmocka_unit_test(test_gemma3_1b_memory),
     };
     int fails = cmocka_run_group_tests_name("kv_swa", cache_tests, NULL, NULL);
     const struct CMUnitTest model_tests[] = {
