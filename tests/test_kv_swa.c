@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "app/tools.h"
+#include "engine/generate.h"
 #include "engine/kv_cache.h"
+#include "engine/sampler.h"
 #include "engine/model.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
@@ -547,6 +549,103 @@ static void run_model(void **state)
     cJSON_Delete(ref);
 }
 
+/* Through the engine (gemma3, window 32): greedy replies equal to a --swa-full engine's; a
+ * request that rewinds past the freed window recomputes from the start, one that continues the
+ * conversation reuses all of it. */
+typedef struct toks_out {
+    int32_t t[64];
+    int n;
+} toks_out;
+
+static void on_tok(void *ud, int32_t token, int is_eog)
+{
+    toks_out *o = ud;
+    (void)is_eog;
+    if (o->n < 64) o->t[o->n++] = token;
+}
+
+static void test_engine_rewind(void **state)
+{
+    (void)state;
+    cJSON *ref;
+    model *m0 = load_ref_model("gemma3", &ref); /* writes tu_tmp_path("swa.gguf") */
+    char path[512];
+    snprintf(path, sizeof path, "%s", tu_tmp_path("swa.gguf"));
+    model_free(m0);
+    engine *e[2];
+    sampler *smp[2];
+    kv_error err = {0};
+    for (int i = 0; i < 2; i++) {
+        engine_params p;
+        engine_params_default(&p);
+        p.model_path = path;
+        p.n_ctx = 512;
+        p.n_batch = 48;
+        p.n_threads = 2;
+        p.kv_type = GGML_TYPE_F32;
+        p.kv_swa_full = i;
+        int rc = engine_open(&p, &e[i], &err);
+        if (rc) print_message("%s\n", err.msg);
+        assert_int_equal(rc, KV_OK);
+        sampler_params sp;
+        sampler_params_default(&sp);
+        sp.temperature = 0;
+        smp[i] = sampler_create(engine_model(e[i])->hp.n_vocab, &sp, &err);
+        assert_non_null(smp[i]);
+    }
+    const cJSON *jt = NULL, *jp;
+    cJSON_ArrayForEach(jp, cJSON_GetObjectItem(ref, "prompts")) jt = cJSON_GetObjectItem(jp, "tokens");
+    int n0 = cJSON_GetArraySize(jt);
+    int32_t prompt[400];
+    for (int i = 0; i < n0; i++) prompt[i] = cJSON_GetArrayItem(jt, i)->valueint;
+    /* 1: the long prompt; 2: its first 40 tokens and another turn; 3: request 2 continued by 60 more */
+    int lens[3] = {n0, 60, 0};
+    toks_out out[2][3];
+    gen_stats st[2][3];
+    int32_t req[3][400];
+    memcpy(req[0], prompt, sizeof(int32_t) * (size_t)n0);
+    memcpy(req[1], prompt, sizeof(int32_t) * 40);
+    for (int i = 40; i < 60; i++) req[1][i] = (prompt[i] * 7 + 3) % 500;
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < 2; i++) {
+            gen_callbacks cb = {.on_token = on_tok, .ud = &out[i][r]};
+            out[i][r].n = 0;
+            int fin;
+            int rc = engine_generate(e[i], req[r], (size_t)lens[r], 24, smp[i], &cb, &st[i][r], &fin, &err);
+            if (rc) print_message("%s\n", err.msg);
+            assert_int_equal(rc, KV_OK);
+        }
+        assert_int_equal(out[0][r].n, out[1][r].n);
+        assert_memory_equal(out[0][r].t, out[1][r].t, sizeof(int32_t) * (size_t)out[0][r].n);
+        if (r == 1) { /* request 3: request 2, its reply, 60 more tokens */
+            lens[2] = lens[1];
+            memcpy(req[2], req[1], sizeof(int32_t) * (size_t)lens[1]);
+            for (int k = 0; k < out[0][1].n; k++) req[2][lens[2]++] = out[0][1].t[k];
+            for (int k = 0; k < 60; k++) req[2][lens[2]++] = (17 + 13 * k) % 500; /* past the window */
+        }
+    }
+    /* request 2 rewinds to 40 of ~180 positions: the full engine reuses 40, the window one nothing */
+    assert_int_equal(st[1][1].n_reused, 40);
+    assert_int_equal(st[0][1].n_reused, 0);
+    /* request 3 continues request 2: both reuse what they hold (the reply's last token not yet fed) */
+    assert_true(st[0][2].n_reused >= lens[1] + out[0][1].n - 1);
+    assert_int_equal(st[0][2].n_reused, st[1][2].n_reused);
+    kv_cache_stats ks[2];
+    for (int i = 0; i < 2; i++) {
+        kv_cache_get_stats(engine_kv(e[i]), &ks[i]);
+        check_ok(engine_kv(e[i]));
+    }
+    assert_true(ks[0].n_swa_layers > 0);
+    assert_int_equal(ks[1].n_swa_layers, 0);
+    assert_true(ks[0].bytes_used < ks[1].bytes_used);
+    assert_int_equal(ks[0].bytes_full_history, ks[1].bytes_used);
+    for (int i = 0; i < 2; i++) {
+        sampler_free(smp[i]);
+        engine_close(e[i]);
+    }
+    cJSON_Delete(ref);
+}
+
 static model_case mcases[] = {{"gemma3", 48, 1}, {"gemma2", 48, 2}, {"gpt-oss", 48, 2}};
 
 int main(void)
@@ -563,7 +662,10 @@ int main(void)
     const struct CMUnitTest model_tests[] = {
         {"swa_gemma2", run_model, NULL, NULL, &mcases[1]},
         {"swa_gpt-oss", run_model, NULL, NULL, &mcases[2]},
+        {"swa_engine_rewind", test_engine_rewind, NULL, NULL, NULL},
     };
+    const char *only = getenv("KVCHAT_TEST_ONLY");
+    if (only && *only) cmocka_set_test_filter(only);
     fails += cmocka_run_group_tests_name("kv_swa_models", model_tests, NULL, NULL);
     /* gemma3 at every kernel level (the attention's dot products and every matmul per ISA) */
     const struct CMUnitTest isa_tests[] = {{"swa_gemma3", run_model, NULL, NULL, &mcases[0]}};
