@@ -358,7 +358,14 @@ int bench_main(int argc, char **argv)
     for (int i = 0; i < o.n_depth; i++) max_d = o.depth[i] > max_d ? o.depth[i] : max_d;
     int n_ctx = max_d + (max_pp > max_tg ? max_pp : max_tg) + 1;
     int n_batch = max_d > 0 && max_pp < 512 ? 512 : max_pp;
-    kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, n_ctx, GGML_TYPE_F16, &err);
+    /* as the engine: sliding-window layers keep only their window (KVCHAT_SWA_FULL=1: every position) */
+    kv_cache_params kp = {.n_layer = m->hp.n_layer, .n_embd_kv = m->hp.n_embd_kv, .n_ctx = n_ctx, .type = GGML_TYPE_F16,
+                          .n_blocks = (n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE, .reserve = 1};
+    const char *swa_full = getenv("KVCHAT_SWA_FULL");
+    uint8_t *swa = swa_full && *swa_full == '1' ? NULL : model_swa_layers(m, &kp.n_swa);
+    kp.swa_layers = swa;
+    kv_cache *kv = kv_cache_create_ex(&kp, &err);
+    free(swa);
     forward_ctx *fc = kv ? forward_ctx_create(m, n_batch, n_ctx, &err) : NULL;
     float *logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_d + max_pp));

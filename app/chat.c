@@ -1024,9 +1024,17 @@ static void show_cache(chat *c)
     char buf[1600];
     if (c->cs) chatstore_report(c->cs, buf, sizeof buf);
     else snprintf(buf, sizeof buf, "KV prefix store: none (conversations are not being saved)");
-    ui_notice(c->u, UI_ROLE_NOTICE, "%s\nin memory: %d of %d blocks used, %d cached prefix blocks, %llu hash hits, %llu evictions",
-              buf, ks.n_blocks_used, ks.n_blocks, ks.n_blocks_cached, (unsigned long long)ks.n_hash_hits,
-              (unsigned long long)ks.n_evictions);
+    char win[256] = "";
+    if (ks.n_swa_layers) /* sliding-window layers: what they hold against the full history */
+        snprintf(win, sizeof win,
+                 "\nsliding window: %d of %d layers keep the last %d positions: %.1f MiB used of %.1f MiB the full "
+                 "history would take (%.1f MiB allocated)",
+                 ks.n_swa_layers, ks.n_layer, ks.swa_keep + 1, ks.bytes_used / 1048576.0,
+                 ks.bytes_full_history / 1048576.0, ks.bytes_allocated / 1048576.0);
+    ui_notice(c->u, UI_ROLE_NOTICE,
+              "%s\nin memory: %d of %d blocks used, %d cached prefix blocks, %llu hash hits, %llu evictions%s", buf,
+              ks.n_blocks_used, ks.n_blocks, ks.n_blocks_cached, (unsigned long long)ks.n_hash_hits,
+              (unsigned long long)ks.n_evictions, win);
 }
 
 static int need_idle(chat *c, const char *cmd)

@@ -502,6 +502,9 @@ static void hook_saved(void *ud, engine *e, const int32_t *conv, size_t n_conv, 
     int n = kv_seq_n_clean(kv, ENGINE_SEQ_DEFAULT);
     const int32_t *toks = kv_seq_tokens(kv, ENGINE_SEQ_DEFAULT);
     if (n < KV_BLOCK_SIZE || !toks) return;
+    /* after a context shift the sliding-window layers may no longer hold the clean prefix's
+     * window: nothing of it can be restored then */
+    if (!kv_seq_window_ok(kv, ENGINE_SEQ_DEFAULT, n)) return;
     kv_key_buf kb;
     if (make_key(cs, toks, (size_t)n, &kb)) return;
     store_kv_plan_result plan = {0};
@@ -510,7 +513,9 @@ static void hook_saved(void *ud, engine *e, const int32_t *conv, size_t n_conv, 
     free(kb.hashes);
     int64_t base = plan.base_id;
     size_t a = plan.n_base;
-    if (plan.shared_len > a && plan.shared_len < (size_t)n) {
+    /* (sliding-window layers may have freed the window of the shared prefix: no shared row then) */
+    if (plan.shared_len > a && plan.shared_len < (size_t)n &&
+        kv_seq_window_ok(kv, ENGINE_SEQ_DEFAULT, (int)plan.shared_len)) {
         /* shared with another stored prefix and not stored on its own yet: store it once (over
          * the shared prefix below it, if any), for every chat that starts with it */
         store_kv_put_result r2 = {0};

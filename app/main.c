@@ -80,7 +80,7 @@ static kv_config g_config;
 static int g_json, g_print_config;
 static json_out g_jout;
 enum { OPT_JSON = 1100, OPT_PRINT_CONFIG };
-enum { OPT_KEEP = 1200, OPT_TRUNCATE_PROMPT, OPT_NO_CONTEXT_SHIFT }; /* KV cache / context options */
+enum { OPT_KEEP = 1200, OPT_TRUNCATE_PROMPT, OPT_NO_CONTEXT_SHIFT, OPT_SWA_FULL }; /* KV cache / context options */
 enum { OPT_DB = 1300, OPT_RESUME, OPT_CACHE_SIZE };                  /* the conversation store */
 enum { OPT_LOOKUP = 1400, OPT_DRAFT, OPT_DRAFT_MAX, OPT_DRAFT_MIN_P, OPT_TOP_LOGPROBS, OPT_BEAMS, OPT_LENGTH_PENALTY,
        OPT_BEST_OF };                                                 /* decoding (engine/speculate.h, app/decode_cmd.c) */
@@ -116,6 +116,8 @@ static void usage(FILE *out)
             "      --keep N             when the context is full, keep the first N tokens (at least 4)\n"
             "                           and drop the older half of the rest (context shift)\n"
             "      --no-context-shift   stop when the context is full instead\n"
+            "      --swa-full           sliding-window layers (Gemma 2/3, gpt-oss) keep every position,\n"
+            "                           not only their window (more memory; rewinds never recompute)\n"
             "      --truncate-prompt    cut a prompt longer than the context (with a warning) instead\n"
             "                           of refusing it\n"
             "Generation:\n"
@@ -305,6 +307,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"kv-type", required_argument, 0, OPT_KV_TYPE}, {"no-bos", no_argument, 0, OPT_NO_BOS},
         {"keep", required_argument, 0, OPT_KEEP},    {"truncate-prompt", no_argument, 0, OPT_TRUNCATE_PROMPT},
         {"no-context-shift", no_argument, 0, OPT_NO_CONTEXT_SHIFT},
+        {"swa-full", no_argument, 0, OPT_SWA_FULL},
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {"theme", required_argument, 0, OPT_THEME},  {"no-mouse", no_argument, 0, OPT_NO_MOUSE},
         {"no-markdown", no_argument, 0, OPT_NO_MARKDOWN},
@@ -390,6 +393,7 @@ static int parse_args(int argc, char **argv, cli *c)
         case OPT_KEEP: if (parse_int(optarg, "--keep", 0, 1 << 20, &c->ep.n_keep)) return EXIT_USAGE; break;
         case OPT_TRUNCATE_PROMPT: c->ep.truncate_prompt = 1; break;
         case OPT_NO_CONTEXT_SHIFT: c->ep.no_context_shift = 1; break;
+        case OPT_SWA_FULL: c->ep.kv_swa_full = 1; break;
         case OPT_JSON: g_json = 1; break;
         case OPT_PRINT_CONFIG: g_print_config = 1; break;
         case OPT_DB:

@@ -4,7 +4,7 @@
 # completed (`kvchat themes`, `kvchat list --ids`); when that fails nothing is offered.
 
 _kvchat_opts='-m --model -p --prompt -n --n-predict -c --ctx-size -b --batch-size -t --threads
-    --kv-type --keep --no-context-shift --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
+    --kv-type --keep --no-context-shift --swa-full --truncate-prompt --stop --no-bos --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
     --presence-penalty --frequency-penalty --seed --theme --no-mouse --no-markdown --system --chat-template --db --resume
     --cache-size --remote --api-key --remote-timeout --stats --json --top-logprobs --lookup --draft --draft-max --draft-min-p --beams --length-penalty --best-of
     --print-config -h --help -V --version'

@@ -116,6 +116,7 @@ int gen_stream_begin(engine *e, int seq, const int32_t *prompt, size_t n_prompt,
     const int32_t *have = kv_seq_tokens(kv, seq);
     while (common < n_have && common < gs->reuse_max && have[common] == gs->prompt[common]) common++;
     kv_seq_truncate(kv, seq, common);
+    common = kv_seq_n_tokens(kv, seq); /* fewer when sliding-window layers freed that window */
     gs->n_fed = common;
     gs->st.n_prompt = (int)n_prompt;
     gs->st.n_reused = common;

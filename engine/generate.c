@@ -145,7 +145,12 @@ int engine_open(const engine_params *p, engine **out, kv_error *err)
         .n_blocks = p->kv_blocks, .reserve = p->kv_reserve,
     };
     if (!kp.n_blocks && p->kv_seqs > 1) kp.n_blocks = (p->kv_seqs + 1) * ((e->n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE);
-    if (!(e->kv = kv_cache_create_ex(&kp, err)) ||
+    uint8_t *swa = model_swa_layers(e->m, &kp.n_swa); /* window layers keep only their window */
+    kp.swa_layers = swa;
+    kp.swa_slack = p->kv_swa_full ? -1 : 0;
+    e->kv = kv_cache_create_ex(&kp, err);
+    free(swa);
+    if (!e->kv ||
         !(e->fc = forward_ctx_create(e->m, e->n_batch, e->n_ctx, err))) {
         rc = err ? err->code : KV_ERR_NOMEM;
         goto fail;
@@ -380,6 +385,12 @@ static int shift(engine *e, int seq, int n_keep, gen_stats *st, kv_error *err)
     const model_hparams *hp = &e->m->hp;
     int n = kv_seq_n_tokens(e->kv, seq);
     int n_discard = (n - n_keep) / 2;
+    /* sliding-window layers: keep a tail at least as long as their window, so the shifted
+     * window never needs kept positions whose window rows are freed (kv_seq_shift) */
+    kv_cache_stats ks;
+    kv_cache_get_stats(e->kv, &ks);
+    if (ks.n_swa_layers && n - n_keep - n_discard < ks.swa_keep && n - n_keep - ks.swa_keep >= 1)
+        n_discard = n - n_keep - ks.swa_keep;
     if (n_discard < 1) return kv_error_set(err, KV_ERR_CONTEXT, "context shift: nothing to drop (%d kept of %d)", n_keep, n);
     /* one rotation for every layer: NoPE layers (smollm3) or a second RoPE base (gemma3) would
      * need per-layer re-rotation, which kv_seq_shift does not do */

@@ -30,6 +30,8 @@ typedef struct engine_params {
     int truncate_prompt; /* engine_generate: a prompt longer than the context is truncated
                             (gen_stats.n_truncated says by how much) instead of an error */
     int no_context_shift;/* engine_generate: finish with GEN_FINISH_CONTEXT instead of shifting */
+    int kv_swa_full;     /* 1: sliding-window layers keep every position (as llama.cpp's --swa-full);
+                            0 (default): only their window (kv_cache.h), freeing older blocks */
 } engine_params;
 
 void engine_params_default(engine_params *p);

@@ -1,4 +1,4 @@
-/* kv_cache: paged K/V blocks (all layers per block), per-sequence block tables, refcounts, copy-on-write, chained prefix hashes with an LRU of freed blocks, context shift, blobs (whole, or deltas over a base the sequence already holds), accounting. */
+/* kv_cache: paged K/V blocks (a full-layer part and a sliding-window-layer part per block; window parts outside every holder's window go back to a pool), per-sequence block tables, refcounts, copy-on-write, chained prefix hashes with an LRU of freed blocks, context shift, blobs (whole, or deltas over a base the sequence already holds), accounting. */
 #include "kv_cache.h"
 
 #include <stdio.h>
@@ -11,7 +11,10 @@
 #define BS KV_BLOCK_SIZE
 
 typedef struct kv_block {
-    uint8_t *mem;        /* [n_layer][2][BS][row_bytes]; NULL until allocated (grow mode) */
+    uint8_t *mem;        /* [n_full][2][BS][row_bytes] (full layers); NULL until allocated (grow mode) */
+    uint8_t *swa;        /* [n_win][2][BS][row_bytes] (window layers); NULL when freed or none */
+    int swa_ref;         /* sequences whose window covers this block (the part is held iff > 0,
+                            or while cached) */
     int ref;             /* sequences whose table holds this block */
     int has_hash;        /* full block of a clean prefix: hash/parent/tokens are meaningful */
     int in_table;        /* reachable through the hash table (then immutable) */
@@ -26,13 +29,25 @@ typedef struct kv_seq {
     int n_tokens;        /* positions filled */
     int n_clean;         /* positions [0, n_clean) equal a fresh prefill */
     int n_blk;           /* blocks in the table (>= ceil(n_tokens / BS)) */
+    int swa_from;        /* table entries [swa_from, n_blk) count in their block's swa_ref:
+                            max(win_lo(n_tokens), swa_valid) / BS after every change */
+    int swa_valid;       /* window layers: rows [swa_valid, n_tokens) are valid (held); >=
+                            swa_from * BS */
     int *blocks;         /* [max_blocks_per_seq] */
     int32_t *tokens;     /* [n_ctx] */
 } kv_seq;
 
 struct kv_cache {
     int n_layer, n_embd_kv, n_ctx, type;
-    size_t row_bytes, block_bytes;
+    size_t row_bytes, block_bytes;   /* block_bytes: the full-layer part */
+    /* window layers: n_win of them (0: none), each keeping positions >= n_tokens - swa_keep */
+    int n_win, n_swa, swa_keep;
+    uint8_t *lwin;           /* [n_layer] 1: a window layer */
+    int *lslot;              /* [n_layer] the layer's index inside its part */
+    size_t swa_bytes;        /* one window part */
+    uint8_t **swa_pool;      /* [n_blocks] window parts with memory, not attached */
+    int n_swa_pool, n_swa_alloc, n_swa_held;
+    int *scratch;            /* [max_blk] */
     int n_blocks, max_blk;   /* budget; blocks per sequence */
     int reserve;
     kv_block *blk;
@@ -140,7 +155,80 @@ uint64_t kv_checksum64(const void *data, size_t n)
 
 static uint8_t *row_ptr(const kv_cache *c, int b, int layer, int kv, int slot)
 {
-    return c->blk[b].mem + (((size_t)layer * 2 + kv) * BS + slot) * c->row_bytes;
+    uint8_t *part = c->lwin[layer] ? c->blk[b].swa : c->blk[b].mem;
+    return part + (((size_t)c->lslot[layer] * 2 + kv) * BS + slot) * c->row_bytes;
+}
+
+/* ---- window parts ---------------------------------------------------------------------- */
+
+/* Give block b a window part (from the pool, else new memory). */
+static int swa_attach(kv_cache *c, int b, kv_error *err)
+{
+    kv_block *k = &c->blk[b];
+    if (!c->n_win || k->swa) return KV_OK;
+    uint8_t *p;
+    if (c->n_swa_pool) p = c->swa_pool[--c->n_swa_pool];
+    else if (!(p = malloc(c->swa_bytes)))
+        return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory for a window part (%zu KiB)", c->swa_bytes >> 10);
+    else c->n_swa_alloc++;
+    k->swa = p;
+    c->n_swa_held++;
+    return KV_OK;
+}
+
+/* Return block b's window part to the pool. */
+static void swa_detach(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    if (!k->swa) return;
+    c->swa_pool[c->n_swa_pool++] = k->swa;
+    k->swa = NULL;
+    c->n_swa_held--;
+}
+
+static void swa_inc(kv_cache *c, int b) { c->blk[b].swa_ref++; }
+
+/* One sequence less needs block b's window rows; nobody: the part goes back to the pool, unless
+ * the block is cached (unreferenced and hashed: a continuation may adopt it). */
+static void swa_dec(kv_cache *c, int b)
+{
+    kv_block *k = &c->blk[b];
+    if (--k->swa_ref == 0 && (k->ref > 0 || !k->in_table)) swa_detach(c, b);
+}
+
+/* First position whose window-layer rows a sequence of n positions keeps (window + slack). */
+static int win_lo(const kv_cache *c, int n)
+{
+    int lo = n - c->swa_keep;
+    return lo > 0 ? lo : 0;
+}
+
+/* First position the window layers read for the next query of a sequence of n positions. */
+static int need_lo(const kv_cache *c, int n)
+{
+    int lo = n - c->n_swa + 1;
+    return lo > 0 ? lo : 0;
+}
+
+/* Move seq's counted range to its window: blocks entering it count (they hold their part),
+ * blocks leaving it are uncounted (their part may be freed, so their rows are no longer valid). */
+static void window_sync(kv_cache *c, kv_seq *s)
+{
+    if (!c->n_win) return;
+    int to = win_lo(c, s->n_tokens) / BS, from = s->swa_from;
+    if (to < s->swa_valid / BS) to = s->swa_valid / BS;
+    for (int bi = to; bi < from && bi < s->n_blk; bi++) swa_inc(c, s->blocks[bi]);
+    for (int bi = from; bi < to && bi < s->n_blk; bi++) swa_dec(c, s->blocks[bi]);
+    s->swa_from = to;
+    if (s->swa_valid < to * BS) s->swa_valid = to * BS;
+}
+
+/* n when the window layers of s hold the rows its first n positions need (always without
+ * window layers), else 0: older rows are gone, only a prefill from the start recomputes them. */
+static int window_cut(const kv_cache *c, const kv_seq *s, int n)
+{
+    if (!c->n_win || s->swa_valid == 0 || need_lo(c, n) >= s->swa_valid) return n;
+    return 0;
 }
 
 static int table_find(const kv_cache *c, uint64_t hash, uint64_t parent, const int32_t *tokens)
@@ -259,7 +347,14 @@ static int block_alloc(kv_cache *c, kv_error *err)
     k->has_hash = 0;
     k->in_table = 0;
     k->prev = k->next = k->hnext = -1;
+    k->swa_ref = 0;
     c->n_used++;
+    if (swa_attach(c, b, err)) { /* give it back (unreferenced, unhashed: free) */
+        k->ref = 0;
+        c->n_used--;
+        free_push(c, b);
+        return -1;
+    }
     return b;
 }
 
@@ -289,7 +384,18 @@ kv_cache *kv_cache_create_ex(const kv_cache_params *p, kv_error *err)
     c->n_ctx = p->n_ctx;
     c->type = p->type;
     c->row_bytes = quant_row_size(p->type, p->n_embd_kv);
-    c->block_bytes = (size_t)p->n_layer * 2 * BS * c->row_bytes;
+    c->lwin = calloc((size_t)p->n_layer, 1);
+    c->lslot = malloc(sizeof(int) * (size_t)p->n_layer);
+    if (!c->lwin || !c->lslot) goto nomem;
+    if (p->swa_layers && p->n_swa > 0 && p->swa_slack >= 0) {
+        c->n_swa = p->n_swa;
+        c->swa_keep = p->n_swa - 1 + (p->swa_slack ? p->swa_slack : KV_SWA_SLACK);
+        for (int l = 0; l < p->n_layer; l++) c->n_win += c->lwin[l] = p->swa_layers[l] != 0;
+    }
+    for (int l = 0, nf = 0, nw = 0; l < p->n_layer; l++) c->lslot[l] = c->lwin[l] ? nw++ : nf++;
+    c->block_bytes = (size_t)(p->n_layer - c->n_win) * 2 * BS * c->row_bytes;
+    c->swa_bytes = (size_t)c->n_win * 2 * BS * c->row_bytes;
+    if (!c->block_bytes) c->block_bytes = 1; /* every layer a window layer: a token block's header only */
     c->max_blk = (p->n_ctx + BS - 1) / BS;
     c->n_blocks = p->n_blocks ? p->n_blocks : 2 * c->max_blk;
     c->reserve = p->reserve;
@@ -302,7 +408,9 @@ kv_cache *kv_cache_create_ex(const kv_cache_params *p, kv_error *err)
     c->rowbuf = malloc(sizeof(float) * (size_t)c->n_embd_kv);
     c->n_seq_cap = 8;
     c->seq = calloc((size_t)c->n_seq_cap, sizeof *c->seq);
-    if (!c->blk || !c->bucket || !c->rowbuf || !c->seq) goto nomem;
+    c->swa_pool = malloc(sizeof *c->swa_pool * (size_t)c->n_blocks);
+    c->scratch = malloc(sizeof(int) * (size_t)c->max_blk);
+    if (!c->blk || !c->bucket || !c->rowbuf || !c->seq || !c->swa_pool || !c->scratch) goto nomem;
     for (size_t i = 0; i < nb; i++) c->bucket[i] = -1;
     for (int b = 0; b < c->n_blocks; b++) c->blk[b].prev = c->blk[b].next = c->blk[b].hnext = -1;
     if (c->reserve) {
@@ -341,6 +449,13 @@ void kv_cache_free(kv_cache *c)
         }
     if (c->blk && !c->arena)
         for (int b = 0; b < c->n_alloc; b++) free(c->blk[b].mem);
+    if (c->blk)
+        for (int b = 0; b < c->n_blocks; b++) free(c->blk[b].swa);
+    for (int i = 0; c->swa_pool && i < c->n_swa_pool; i++) free(c->swa_pool[i]);
+    free(c->swa_pool);
+    free(c->scratch);
+    free(c->lwin);
+    free(c->lslot);
     free(c->arena);
     free(c->seq);
     free(c->blk);
@@ -360,9 +475,24 @@ void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *st)
     st->n_tokens = s->n_tokens;
     st->type = c->type;
     st->bytes_per_token = 2 * c->row_bytes * (size_t)c->n_layer;
-    st->bytes_used = st->bytes_per_token * (size_t)s->n_tokens;
-    st->bytes_reserved = st->bytes_per_token * (size_t)c->n_ctx;
-    st->bytes_allocated = c->block_bytes * (size_t)c->n_alloc;
+    size_t win_tok = 2 * c->row_bytes * (size_t)c->n_win, full_tok = st->bytes_per_token - win_tok;
+    /* window layers hold positions from their first counted block on (at most swa_keep + BS) */
+    int held = s->n_tokens - (c->n_win ? s->swa_from * BS : 0), most = c->swa_keep + BS;
+    if (held < 0) held = 0;
+    st->bytes_used = full_tok * (size_t)s->n_tokens + win_tok * (size_t)held;
+    st->bytes_reserved = c->n_win ? full_tok * (size_t)c->n_ctx + win_tok * (size_t)(most < c->n_ctx ? most : c->n_ctx)
+                                  : st->bytes_per_token * (size_t)c->n_ctx;
+    size_t full_block = c->n_win == c->n_layer ? 0 : c->block_bytes;
+    st->bytes_allocated = full_block * (size_t)c->n_alloc + c->swa_bytes * (size_t)c->n_swa_alloc;
+    st->n_swa_layers = c->n_win;
+    st->n_swa = c->n_swa;
+    st->swa_keep = c->swa_keep;
+    st->swa_bytes_per_token = win_tok;
+    st->swa_bytes_per_block = c->swa_bytes;
+    st->n_swa_parts = c->n_swa_held;
+    st->n_swa_parts_alloc = c->n_swa_alloc;
+    st->bytes_swa_allocated = c->swa_bytes * (size_t)c->n_swa_alloc;
+    st->bytes_full_history = st->bytes_per_token * (size_t)s->n_tokens;
     st->block_size = BS;
     st->n_blocks = c->n_blocks;
     st->n_blocks_alloc = c->n_alloc;
@@ -373,9 +503,9 @@ void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *st)
     st->n_seqs = c->n_live;
     st->active_seq = c->active;
     st->reserved_up_front = c->reserve;
-    st->bytes_per_block = c->block_bytes;
-    st->bytes_blocks_used = c->block_bytes * (size_t)c->n_used;
-    st->bytes_limit = c->block_bytes * (size_t)c->n_blocks;
+    st->bytes_per_block = full_block + c->swa_bytes;
+    st->bytes_blocks_used = full_block * (size_t)c->n_used + c->swa_bytes * (size_t)c->n_swa_held;
+    st->bytes_limit = (full_block + c->swa_bytes) * (size_t)c->n_blocks;
     st->n_layer = c->n_layer;
     st->layer_bytes_per_token = 2 * c->row_bytes;
     st->layer_bytes_used = st->bytes_used / (size_t)c->n_layer;
@@ -408,6 +538,7 @@ void kv_cache_drop_cached(kv_cache *c)
         lru_unlink(c, b);
         table_remove(c, b);
         c->n_cached--;
+        swa_detach(c, b);
         free_push(c, b);
     }
 }
@@ -446,7 +577,7 @@ int kv_seq_new(kv_cache *c, int *out, kv_error *err)
     if (!s->tokens) s->tokens = malloc(sizeof(int32_t) * (size_t)c->n_ctx);
     if (!s->blocks || !s->tokens) return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory for a sequence");
     s->live = 1;
-    s->n_tokens = s->n_clean = s->n_blk = 0;
+    s->n_tokens = s->n_clean = s->n_blk = s->swa_from = s->swa_valid = 0;
     c->n_live++;
     *out = id;
     return KV_OK;
@@ -459,6 +590,7 @@ int kv_seq_fork(kv_cache *c, int src, int n, int *out, kv_error *err)
     if (rc) return rc;
     kv_seq *s = &c->seq[src], *d = &c->seq[id]; /* after kv_seq_new: it may move the array */
     if (n < 0 || n > s->n_tokens) n = s->n_tokens;
+    n = window_cut(c, s, n);
     int nb = (n + BS - 1) / BS;
     for (int i = 0; i < nb; i++) {
         d->blocks[i] = s->blocks[i];
@@ -468,6 +600,9 @@ int kv_seq_fork(kv_cache *c, int src, int n, int *out, kv_error *err)
     d->n_blk = nb;
     d->n_tokens = n;
     d->n_clean = s->n_clean < n ? s->n_clean : n;
+    d->swa_from = nb; /* nothing counted yet: the sync counts the window */
+    d->swa_valid = n ? s->swa_valid : 0;
+    window_sync(c, d);
     *out = id;
     return KV_OK;
 }
@@ -475,7 +610,10 @@ int kv_seq_fork(kv_cache *c, int src, int n, int *out, kv_error *err)
 /* Release table entries [from, n_blk). */
 static void seq_release_from(kv_cache *c, kv_seq *s, int from)
 {
-    for (int i = s->n_blk - 1; i >= from; i--) block_unref(c, s->blocks[i]);
+    for (int i = s->n_blk - 1; i >= from; i--) {
+        block_unref(c, s->blocks[i]); /* first: a block now cached keeps its window part */
+        if (c->n_win && i >= s->swa_from) swa_dec(c, s->blocks[i]);
+    }
     if (s->n_blk > from) s->n_blk = from;
 }
 
@@ -484,7 +622,7 @@ int kv_seq_free(kv_cache *c, int seq)
     kv_seq *s = get_seq(c, seq);
     if (!s) return KV_ERR_INVALID;
     seq_release_from(c, s, 0);
-    s->n_tokens = s->n_clean = 0;
+    s->n_tokens = s->n_clean = s->swa_from = s->swa_valid = 0;
     if (seq != KV_SEQ_DEFAULT) {
         s->live = 0;
         c->n_live--;
@@ -515,9 +653,20 @@ void kv_seq_truncate(kv_cache *c, int seq, int n)
 {
     kv_seq *s = get_seq(c, seq);
     if (!s || n < 0 || n >= s->n_tokens) return;
+    n = window_cut(c, s, n);
     s->n_tokens = n;
     if (s->n_clean > n) s->n_clean = n;
     seq_release_from(c, s, (n + BS - 1) / BS);
+    if (!n) s->swa_valid = s->swa_from = 0;
+    window_sync(c, s);
+}
+
+int kv_seq_window_ok(const kv_cache *c, int seq, int n)
+{
+    const kv_seq *s = get_seq(c, seq);
+    if (!s) return 0;
+    if (n < 0 || n > s->n_tokens) n = s->n_tokens;
+    return window_cut(c, s, n) == n;
 }
 
 int kv_seq_block_ref(const kv_cache *c, int seq, int pos)
@@ -534,17 +683,38 @@ int kv_seq_adopt(kv_cache *c, int seq, const int32_t *tokens, int n_max, int *n_
     if (n_blocks) *n_blocks = 0;
     if (!s || s->n_clean != s->n_tokens) return 0;
     if (n_max > c->n_ctx) n_max = c->n_ctx;
-    for (;;) {
-        int bi = s->n_tokens / BS, start = bi * BS;
-        if (start + BS > n_max) break;
-        uint64_t parent = bi ? c->blk[s->blocks[bi - 1]].hash : KV_HASH_ROOT;
-        if (bi && !c->blk[s->blocks[bi - 1]].has_hash) break; /* cannot happen for a clean sequence */
-        uint64_t h = kv_hash_block(parent, tokens + start, BS);
-        int b = table_find(c, h, parent, tokens + start);
+    /* the chain of matching blocks first (nothing taken yet) */
+    int bi0 = s->n_tokens / BS, k = 0;
+    uint64_t parent = bi0 ? c->blk[s->blocks[bi0 - 1]].hash : KV_HASH_ROOT;
+    if (bi0 && !c->blk[s->blocks[bi0 - 1]].has_hash) return 0; /* cannot happen for a clean sequence */
+    while (bi0 + k < c->max_blk && (bi0 + k + 1) * BS <= n_max) {
+        int start = (bi0 + k) * BS, b = table_find(c, kv_hash_block(parent, tokens + start, BS), parent, tokens + start);
         if (b < 0) break;
+        c->scratch[k++] = b;
+        parent = c->blk[b].hash;
+    }
+    /* window layers: only as far as the rows the end's window needs are held — the sequence's
+     * own from swa_valid, an adopted block's if it kept its window part (a cached block's part
+     * holds valid rows: it was in a window when its sequence let it go) */
+    int valid = s->swa_valid;
+    while (c->n_win && k > 0) {
+        valid = s->swa_valid;
+        for (int j = 0; j < k; j++)
+            if (!c->blk[c->scratch[j]].swa) valid = (bi0 + j + 1) * BS;
+        if (valid == 0 || need_lo(c, (bi0 + k) * BS) >= valid) break;
+        k--;
+    }
+    if (c->n_win && k > 0) s->swa_valid = valid; /* (the sync below counts from there) */
+    for (int j = 0; j < k; j++) {
+        int bi = bi0 + j, start = bi * BS, b = c->scratch[j];
         block_ref(c, b);
-        if (bi < s->n_blk) block_unref(c, s->blocks[bi]);
-        else s->n_blk = bi + 1;
+        if (c->n_win && bi >= s->swa_from) swa_inc(c, b);
+        if (bi < s->n_blk) {
+            block_unref(c, s->blocks[bi]);
+            if (c->n_win && bi >= s->swa_from) swa_dec(c, s->blocks[bi]);
+        } else {
+            s->n_blk = bi + 1;
+        }
         s->blocks[bi] = b;
         added += start + BS - s->n_tokens;
         memcpy(s->tokens + s->n_tokens, tokens + s->n_tokens, sizeof(int32_t) * (size_t)(start + BS - s->n_tokens));
@@ -552,6 +722,7 @@ int kv_seq_adopt(kv_cache *c, int seq, const int32_t *tokens, int n_max, int *n_
         nb++;
         c->n_hash_hits++;
     }
+    window_sync(c, s);
     if (n_blocks) *n_blocks = nb;
     return added;
 }
@@ -570,18 +741,24 @@ static int make_writable(kv_cache *c, kv_seq *s, int bi, int n_valid, kv_error *
     int nb = block_alloc(c, err);
     if (nb < 0) return err ? err->code : KV_ERR_CONTEXT;
     k = &c->blk[b]; /* (block_alloc does not move blk, but be plain about it) */
+    int counted = c->n_win && bi >= s->swa_from; /* else the window part is not needed */
     if (n_valid > 0) {
         if (n_valid == BS) {
             memcpy(c->blk[nb].mem, k->mem, c->block_bytes);
+            if (counted && k->swa) memcpy(c->blk[nb].swa, k->swa, c->swa_bytes);
         } else {
             for (int l = 0; l < c->n_layer; l++)
-                for (int kv = 0; kv < 2; kv++)
-                    memcpy(row_ptr(c, nb, l, kv, 0), row_ptr(c, b, l, kv, 0), c->row_bytes * (size_t)n_valid);
+                if (!c->lwin[l] || (counted && k->swa))
+                    for (int kv = 0; kv < 2; kv++)
+                        memcpy(row_ptr(c, nb, l, kv, 0), row_ptr(c, b, l, kv, 0), c->row_bytes * (size_t)n_valid);
         }
         memcpy(c->blk[nb].tokens, k->tokens, sizeof k->tokens);
     }
     s->blocks[bi] = nb;
+    if (counted) swa_inc(c, nb);
+    else swa_detach(c, nb);
     block_unref(c, b);
+    if (counted) swa_dec(c, b);
     c->n_cow++;
     return KV_OK;
 }
@@ -605,6 +782,8 @@ int kv_seq_reserve(kv_cache *c, int seq, int n, kv_error *err)
             if (b < 0) return err ? err->code : KV_ERR_CONTEXT;
             s->blocks[bi] = b;
             s->n_blk = bi + 1;
+            if (c->n_win && bi >= s->swa_from) swa_inc(c, b);
+            else swa_detach(c, b);
         }
     }
     c->active = seq;
@@ -628,6 +807,7 @@ static void commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n, int cle
     for (int p = pos0; p < pos0 + n; p++) c->blk[s->blocks[p / BS]].tokens[p % BS] = tokens[p - pos0];
     int was_clean = s->n_clean == pos0;
     s->n_tokens = pos0 + n;
+    window_sync(c, s); /* blocks that left the window free their window part */
     if (!was_clean) return;
     s->n_clean = s->n_tokens < clean_limit ? s->n_tokens : clean_limit;
     for (int bi = pos0 / BS; (bi + 1) * BS <= s->n_clean; bi++) {
@@ -675,7 +855,8 @@ const float *kv_cache_v_from(const kv_cache *c, int seq, int layer, int a, int n
 void kv_cache_blocks(const kv_cache *c, int seq, int layer, int kind, int n, const uint8_t **out)
 {
     const kv_seq *s = &c->seq[seq];
-    for (int bi = 0; bi * BS < n; bi++) out[bi] = row_ptr(c, s->blocks[bi], layer, kind, 0);
+    for (int bi = 0; bi * BS < n; bi++)
+        out[bi] = c->lwin[layer] && !c->blk[s->blocks[bi]].swa ? NULL : row_ptr(c, s->blocks[bi], layer, kind, 0);
 }
 
 size_t kv_cache_row_bytes(const kv_cache *c) { return c->row_bytes; }
@@ -694,6 +875,18 @@ int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope 
         return kv_error_set(err, KV_ERR_INVALID, "context shift: RoPE shape %d x %d does not match n_embd_kv %d",
                             rope->n_head_kv, rope->head_dim, c->n_embd_kv);
     int n_new = n - n_discard;
+    /* window layers move only the rows of the new window [lo_new, n_new); the kept positions in
+     * it must still be held (their sources past n_keep are in the old window: lo_new +
+     * n_discard >= the old window's start) */
+    int lo_new = c->n_win ? win_lo(c, n_new) : 0;
+    /* valid afterwards: the moved rows from max(n_keep, lo_new), below them the kept rows from
+     * swa_valid (when it is within the kept part) */
+    int valid = lo_new >= n_keep ? lo_new : s->swa_valid <= n_keep ? s->swa_valid : n_keep;
+    if (c->n_win && valid > 0 && need_lo(c, n_new) < valid)
+        return kv_error_set(err, KV_ERR_CONTEXT,
+                            "context shift: the sliding-window layers no longer hold kept positions %d..%d that the "
+                            "shifted window needs; drop fewer positions (keep at least %d after the first %d)",
+                            need_lo(c, n_new), valid - 1, c->swa_keep, n_keep);
     /* Blocks that will be written get private copies first (their content is kept, so
      * reading sources through the table stays right). */
     if (n_new > n_keep)
@@ -701,6 +894,11 @@ int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope 
             int n_valid = n - bi * BS;
             int rc = make_writable(c, s, bi, n_valid > BS ? BS : n_valid, err);
             if (rc) return rc;
+            /* a destination inside the new window but before the old one gets a (private)
+             * window part: it is counted again by the sync below */
+            if (c->n_win && (bi + 1) * BS > lo_new && !c->blk[s->blocks[bi]].swa &&
+                (rc = swa_attach(c, s->blocks[bi], err)))
+                return rc;
         }
     float cs[2048];
     int cs_ok = rope->n_rot <= 2048;
@@ -708,7 +906,7 @@ int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope 
     /* Ascending: destination p < source p + n_discard, and a position is overwritten only after
      * it was read. */
     for (int l = 0; l < c->n_layer; l++)
-        for (int p = n_keep; p < n_new; p++) {
+        for (int p = c->lwin[l] && lo_new > n_keep ? lo_new : n_keep; p < n_new; p++) {
             int q = p + n_discard;
             const uint8_t *sk = row_ptr(c, s->blocks[q / BS], l, 0, q % BS);
             const uint8_t *sv = row_ptr(c, s->blocks[q / BS], l, 1, q % BS);
@@ -725,6 +923,8 @@ int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope 
     for (int p = n_keep; p < n_new; p++) c->blk[s->blocks[p / BS]].tokens[p % BS] = s->tokens[p];
     seq_release_from(c, s, (n_new + BS - 1) / BS);
     s->n_tokens = n_new;
+    if (c->n_win) s->swa_valid = valid;
+    window_sync(c, s);
     if (s->n_clean > n_keep) s->n_clean = n_keep;
     c->n_shifts++;
     c->n_shift_discarded += n_discard;
@@ -735,9 +935,10 @@ int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope 
 /* ---- serialization --------------------------------------------------------------------- */
 
 #define BLOB_MAGIC "KVSQ"
-#define BLOB_VERSION 2
+#define BLOB_VERSION 3
 #define BLOB_HEADER_V1 48
-#define BLOB_HEADER 64
+#define BLOB_HEADER 64    /* version 2 */
+#define BLOB_HEADER_V3 72
 
 /* A blob's header, read and checked by blob_parse (any version this file reads). */
 typedef struct blob_hdr {
@@ -748,6 +949,7 @@ typedef struct blob_hdr {
     uint32_t n, n_clean;     /* end position; clean positions of [0, n) */
     uint32_t n_base;         /* positions [0, n_base) not in the blob (0: a whole one) */
     uint64_t prefix_hash, base_hash;
+    uint32_t n_win, swa_lo;  /* version 3: window layers (stored last) and their first row; else 0, n_base */
 } blob_hdr;
 
 /* Chained hash of the full blocks of tokens[0..n) continuing from parent h. */
@@ -765,10 +967,10 @@ static int blob_parse(const void *blob, size_t len, blob_hdr *h, kv_error *err)
     if (!b || len < BLOB_HEADER_V1 + 8 || memcmp(b, BLOB_MAGIC, 4) != 0)
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: not a kvchat KV blob (%zu bytes, bad magic or too short)", len);
     h->version = rd32(b + 4);
-    if (h->version != 1 && h->version != BLOB_VERSION)
+    if (h->version < 1 || h->version > BLOB_VERSION)
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: format version %u, this kvchat reads versions 1 to %d",
                             h->version, BLOB_VERSION);
-    h->header = h->version == 1 ? BLOB_HEADER_V1 : BLOB_HEADER;
+    h->header = h->version == 1 ? BLOB_HEADER_V1 : h->version == 2 ? BLOB_HEADER : BLOB_HEADER_V3;
     if (len < h->header + 8)
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes, shorter than its header)", len);
     uint64_t want = rd64(b + len - 8), got = kv_checksum64(b, len - 8);
@@ -790,6 +992,14 @@ static int blob_parse(const void *blob, size_t len, blob_hdr *h, kv_error *err)
         if (rd32(b + 52) != 0)
             return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (reserved header field is %u)", rd32(b + 52));
     }
+    h->swa_lo = h->n_base;
+    if (h->version >= 3) {
+        h->n_win = rd32(b + 64);
+        h->swa_lo = rd32(b + 68);
+        if (h->n_win > h->n_layer || h->swa_lo < h->n_base || h->swa_lo > h->n || (h->swa_lo % BS && h->swa_lo != h->n))
+            return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt header (%u window layers of %u, rows from %u)",
+                                h->n_win, h->n_layer, h->swa_lo);
+    }
     /* a delta's base is whole blocks of a clean prefix, and the blob covers the rest */
     if (h->n_clean > h->n || h->n_base > h->n || (h->n_base && (h->n_base % BS || h->n_clean < h->n_base)))
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt header (%u positions, %u clean, base %u)", h->n,
@@ -797,17 +1007,18 @@ static int blob_parse(const void *blob, size_t len, blob_hdr *h, kv_error *err)
     return KV_OK;
 }
 
-/* Bytes of a blob holding n_own positions of row_bytes-wide rows. */
-static size_t blob_size(size_t header, size_t n_own, size_t n_layer, size_t row_bytes)
+/* Bytes of a blob holding n_own positions of n_full layers and n_own_win of n_win layers. */
+static size_t blob_size(size_t header, size_t n_own, size_t n_full, size_t n_win, size_t n_own_win, size_t row_bytes)
 {
-    return header + 4 * n_own + n_layer * 2 * n_own * row_bytes + 8;
+    return header + 4 * n_own + (n_full * n_own + n_win * n_own_win) * 2 * row_bytes + 8;
 }
 
 static void blob_write_header(uint8_t *b, uint64_t fingerprint, uint32_t type, uint32_t n_layer, uint32_t n_embd_kv,
-                              uint32_t n, uint32_t n_clean, uint64_t prefix_hash, uint32_t n_base, uint64_t base_hash)
+                              uint32_t n, uint32_t n_clean, uint64_t prefix_hash, uint32_t n_base, uint64_t base_hash,
+                              uint32_t n_win, uint32_t swa_lo)
 {
     memcpy(b, BLOB_MAGIC, 4);
-    wr32(b + 4, BLOB_VERSION);
+    wr32(b + 4, n_win ? 3 : 2); /* no window layers: the same bytes as before version 3 */
     wr64(b + 8, fingerprint);
     wr32(b + 16, type);
     wr32(b + 20, n_layer);
@@ -819,6 +1030,29 @@ static void blob_write_header(uint8_t *b, uint64_t fingerprint, uint32_t type, u
     wr32(b + 48, n_base);
     wr32(b + 52, 0);
     wr64(b + 56, base_hash);
+    if (n_win) {
+        wr32(b + 64, n_win);
+        wr32(b + 68, swa_lo);
+    }
+}
+
+/* The order layers are stored in: full layers, then (version 3) window layers. */
+static int blob_layer(const kv_cache *c, int i)
+{
+    if (!c->n_win) return i;
+    int nf = c->n_layer - c->n_win;
+    for (int l = 0, f = 0, w = 0; l < c->n_layer; l++) {
+        if (!c->lwin[l] && f++ == i) return l;
+        if (c->lwin[l] && nf + w++ == i) return l;
+    }
+    return i;
+}
+
+/* First position a sequence of n positions must hold for its window layers in a blob over a. */
+static int blob_swa_lo(const kv_cache *c, int a, int n)
+{
+    int lo = win_lo(c, n) / BS * BS;
+    return lo > a ? lo : a;
 }
 
 int kv_seq_save_range(const kv_cache *c, int seq, int a, int n, uint64_t fingerprint, void **blob, size_t *len,
@@ -839,22 +1073,35 @@ int kv_seq_save_range(const kv_cache *c, int seq, int a, int n, uint64_t fingerp
                             "KV cache: cannot save sequence %d from position %d: only its first %d positions equal a "
                             "fresh prefill (a context shift), so they cannot be a shared base",
                             seq, a, s->n_clean);
-    size_t own = (size_t)(n - a);
-    size_t total = blob_size(BLOB_HEADER, own, (size_t)c->n_layer, c->row_bytes);
+    int swa_lo = c->n_win ? blob_swa_lo(c, a, n) : a;
+    if (c->n_win && s->swa_valid > swa_lo) swa_lo = (s->swa_valid + BS - 1) / BS * BS; /* whole valid blocks */
+    if (swa_lo > n) swa_lo = n;
+    if (c->n_win && swa_lo > a && need_lo(c, n) < swa_lo)
+        return kv_error_set(err, KV_ERR_INVALID,
+                            "KV cache: cannot save the first %d positions of sequence %d: its sliding-window layers "
+                            "already freed positions before %d of that window (the sequence is at %d)",
+                            n, seq, swa_lo, s->n_tokens);
+    size_t own = (size_t)(n - a), own_win = (size_t)(n - swa_lo);
+    size_t hdr = c->n_win ? BLOB_HEADER_V3 : BLOB_HEADER;
+    size_t total = blob_size(hdr, own, (size_t)(c->n_layer - c->n_win), (size_t)c->n_win, own_win, c->row_bytes);
     uint8_t *b = malloc(total);
     if (!b) return kv_error_set(err, KV_ERR_NOMEM, "KV cache: out of memory serializing %zu positions (%zu MiB)", own, total >> 20);
     int n_clean = s->n_clean < n ? s->n_clean : n;
     blob_write_header(b, fingerprint, (uint32_t)c->type, (uint32_t)c->n_layer, (uint32_t)c->n_embd_kv, (uint32_t)n,
-                      (uint32_t)n_clean, kv_prefix_hash(s->tokens, n_clean), (uint32_t)a, kv_prefix_hash(s->tokens, a));
-    uint8_t *p = b + BLOB_HEADER;
+                      (uint32_t)n_clean, kv_prefix_hash(s->tokens, n_clean), (uint32_t)a, kv_prefix_hash(s->tokens, a),
+                      (uint32_t)c->n_win, (uint32_t)swa_lo);
+    uint8_t *p = b + hdr;
     for (int i = a; i < n; i++, p += 4) wr32(p, (uint32_t)s->tokens[i]);
-    for (int l = 0; l < c->n_layer; l++)
+    for (int i = 0; i < c->n_layer; i++) {
+        int l = blob_layer(c, i), lo = c->lwin[l] ? swa_lo : a;
         for (int kv = 0; kv < 2; kv++)
-            for (int bi = a / BS; bi * BS < n; bi++) {
-                int r = n - bi * BS < BS ? n - bi * BS : BS;
-                memcpy(p, row_ptr(c, s->blocks[bi], l, kv, 0), c->row_bytes * (size_t)r);
+            for (int q = lo; q < n;) {
+                int r = BS - q % BS < n - q ? BS - q % BS : n - q;
+                memcpy(p, row_ptr(c, s->blocks[q / BS], l, kv, q % BS), c->row_bytes * (size_t)r);
                 p += c->row_bytes * (size_t)r;
+                q += r;
             }
+    }
     wr64(p, kv_checksum64(b, (size_t)(p - b)));
     *blob = b;
     *len = total;
@@ -896,12 +1143,17 @@ int kv_blob_rebase(const void *blob, size_t len, int n_base, void **out, size_t 
                             "KV blob: cannot make a delta over the first %d positions of a blob of %u (base %u, %u clean; "
                             "the base must be whole blocks of %d within the clean part)",
                             n_base, h.n, h.n_base, h.n_clean, BS);
-    size_t rb = quant_row_size((int)h.type, h.n_embd_kv);
+    size_t rb = quant_row_size((int)h.type, h.n_embd_kv), nf = h.n_layer - h.n_win;
     size_t own = h.n - h.n_base, keep = h.n - (uint32_t)n_base, cut = own - keep;
-    if (len != blob_size(h.header, own, h.n_layer, rb))
+    /* window layers: rows from max(n_base, swa_lo) */
+    uint32_t swa_lo2 = (uint32_t)n_base > h.swa_lo ? (uint32_t)n_base : h.swa_lo;
+    size_t own_win = h.n - h.swa_lo, keep_win = h.n - swa_lo2, cut_win = own_win - keep_win;
+    size_t want = blob_size(h.header, own, nf, h.n_win, own_win, rb);
+    if (len != want)
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes for %zu positions, expected %zu)", len, own,
-                            blob_size(h.header, own, h.n_layer, rb));
-    size_t total = blob_size(BLOB_HEADER, keep, h.n_layer, rb);
+                            want);
+    size_t hdr = h.n_win ? BLOB_HEADER_V3 : BLOB_HEADER;
+    size_t total = blob_size(hdr, keep, nf, h.n_win, keep_win, rb);
     uint8_t *d = malloc(total);
     if (!d) return kv_error_set(err, KV_ERR_NOMEM, "KV blob: out of memory (%zu MiB)", total >> 20);
     const uint8_t *src = (const uint8_t *)blob + h.header;
@@ -914,17 +1166,20 @@ int kv_blob_rebase(const void *blob, size_t len, int n_base, void **out, size_t 
     uint64_t base_hash = chain_hash(h.base_hash, cut_toks, (int)cut);
     free(cut_toks);
     blob_write_header(d, h.fingerprint, h.type, h.n_layer, h.n_embd_kv, h.n, h.n_clean, h.prefix_hash, (uint32_t)n_base,
-                      base_hash);
-    uint8_t *p = d + BLOB_HEADER;
+                      base_hash, h.n_win, swa_lo2);
+    uint8_t *p = d + hdr;
     memcpy(p, src + 4 * cut, 4 * keep);
     p += 4 * keep;
     const uint8_t *rows = src + 4 * own;
-    for (uint32_t l = 0; l < h.n_layer; l++)
+    for (uint32_t l = 0; l < h.n_layer; l++) {
+        int win = l >= nf;
+        size_t o = win ? own_win : own, k = win ? keep_win : keep, ct = win ? cut_win : cut;
         for (int kv = 0; kv < 2; kv++) {
-            memcpy(p, rows + cut * rb, keep * rb);
-            p += keep * rb;
-            rows += own * rb;
+            memcpy(p, rows + ct * rb, k * rb);
+            p += k * rb;
+            rows += o * rb;
         }
+    }
     wr64(p, kv_checksum64(d, (size_t)(p - d)));
     *out = d;
     *out_len = total;
@@ -953,7 +1208,16 @@ int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t 
     }
     if (n > (uint32_t)c->n_ctx)
         return kv_error_set(err, KV_ERR_CONTEXT, "KV blob: %u positions do not fit the context of %d", n, c->n_ctx);
-    size_t want = blob_size(h.header, own, (size_t)c->n_layer, c->row_bytes);
+    /* window layers: a version-3 blob holds their rows from swa_lo (older ones every row); this
+     * cache needs them from dst_lo */
+    uint32_t dst_lo = c->n_win ? (uint32_t)blob_swa_lo(c, (int)a, (int)n) : a;
+    if (h.swa_lo > dst_lo) dst_lo = h.swa_lo;
+    if (h.n_win && ((int)h.n_win != c->n_win || (dst_lo > a && (uint32_t)need_lo(c, (int)n) < dst_lo)))
+        return kv_error_set(err, KV_ERR_UNSUPPORTED,
+                            "KV blob: its %u sliding-window layers hold positions from %u, this cache has %d window "
+                            "layers needing positions from %d",
+                            h.n_win, h.swa_lo, c->n_win, c->n_win ? need_lo(c, (int)n) : (int)a);
+    size_t want = blob_size(h.header, own, h.n_layer - h.n_win, h.n_win, n - h.swa_lo, c->row_bytes);
     if (len != want)
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (%zu bytes for %u positions, expected %zu)", len, own, want);
     const uint8_t *tp = b + h.header;
@@ -972,16 +1236,19 @@ int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t 
         free(toks);
         return kv_error_set(err, KV_ERR_FORMAT, "KV blob: corrupt (prefix hash does not match its tokens)");
     }
-    /* A delta continues the sequence's own clean prefix of exactly the blob's base tokens. */
+    /* A delta continues the sequence's own clean prefix of exactly the blob's base tokens (whose
+     * window the window layers still hold). */
     if (a > 0) {
         uint64_t have = s->n_tokens >= (int)a ? kv_prefix_hash(s->tokens, (int)a) : KV_HASH_ROOT;
-        if (s->n_tokens < (int)a || s->n_clean < (int)a || have != h.base_hash) {
+        if (s->n_tokens < (int)a || s->n_clean < (int)a || have != h.base_hash || window_cut(c, s, (int)a) != (int)a) {
             free(toks);
             return kv_error_set(err, KV_ERR_INVALID,
                                 "KV blob: a delta over the first %u positions (prefix hash %016llx), but sequence %d "
                                 "holds %d positions (%d clean%s): restore its base first",
                                 a, (unsigned long long)h.base_hash, seq, s->n_tokens, s->n_clean,
-                                s->n_tokens >= (int)a && s->n_clean >= (int)a ? ", other tokens" : "");
+                                s->n_tokens >= (int)a && s->n_clean >= (int)a
+                                    ? (have != h.base_hash ? ", other tokens" : ", its window already freed")
+                                    : "");
         }
     }
     /* Fill a scratch sequence — sharing seq's first a positions (refcounts, no copy) — then hand
@@ -993,14 +1260,22 @@ int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t 
         return rc;
     }
     kv_seq *t = &c->seq[tmp];
+    if (c->n_win && dst_lo > a) t->swa_valid = (int)dst_lo; /* rows before it are not in the blob */
     const uint8_t *p = tp + 4 * (size_t)own;
-    for (int l = 0; l < c->n_layer; l++)
-        for (int kv = 0; kv < 2; kv++)
-            for (int bi = (int)a / BS; bi * BS < (int)n; bi++) {
-                int r = (int)n - bi * BS < BS ? (int)n - bi * BS : BS;
-                memcpy(row_ptr(c, t->blocks[bi], l, kv, 0), p, c->row_bytes * (size_t)r);
+    for (int i = 0; i < c->n_layer; i++) {
+        /* the blob's i-th stored layer: in layer order (versions 1, 2) or full ones first (3) */
+        int l = h.n_win ? blob_layer(c, i) : i;
+        uint32_t from = c->lwin[l] ? h.swa_lo : a, to = c->lwin[l] ? dst_lo : a;
+        for (int kv = 0; kv < 2; kv++) {
+            p += c->row_bytes * (size_t)(to - from); /* rows older than this cache's window */
+            for (int q = (int)to; q < (int)n;) {
+                int r = BS - q % BS < (int)n - q ? BS - q % BS : (int)n - q;
+                memcpy(row_ptr(c, t->blocks[q / BS], l, kv, q % BS), p, c->row_bytes * (size_t)r);
                 p += c->row_bytes * (size_t)r;
+                q += r;
             }
+        }
+    }
     if (own) commit(c, t, toks, (int)own, (int)n_clean);
     free(toks);
     s = &c->seq[seq];
@@ -1010,7 +1285,7 @@ int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t 
     *t = swap;            /* t keeps seq's old arrays (emptied) for reuse */
     s->live = 1;
     t->live = 0;
-    t->n_tokens = t->n_clean = t->n_blk = 0;
+    t->n_tokens = t->n_clean = t->n_blk = t->swa_from = t->swa_valid = 0;
     c->n_live--;
     c->active = seq;
     return KV_OK;
@@ -1020,7 +1295,7 @@ int kv_seq_restore(kv_cache *c, int seq, const void *blob, size_t len, uint64_t 
 
 int kv_cache_check(const kv_cache *c, kv_error *err)
 {
-    int *refs = calloc((size_t)c->n_blocks, sizeof *refs);
+    int *refs = calloc(2 * (size_t)c->n_blocks, sizeof *refs), *wrefs = refs + c->n_blocks;
     if (!refs) return kv_error_set(err, KV_ERR_NOMEM, "check: out of memory");
     int rc = KV_OK, live = 0;
     for (int i = 0; i < c->n_seq_cap && !rc; i++) {
@@ -1031,10 +1306,15 @@ int kv_cache_check(const kv_cache *c, kv_error *err)
             s->n_blk > c->max_blk)
             rc = kv_error_set(err, KV_ERR_INVALID, "check: sequence %d has n_tokens %d, n_clean %d, %d blocks", i,
                               s->n_tokens, s->n_clean, s->n_blk);
+        int want_from = win_lo(c, s->n_tokens) / BS > s->swa_valid / BS ? win_lo(c, s->n_tokens) / BS : s->swa_valid / BS;
+        if (c->n_win && !rc && s->n_blk && (s->swa_from != want_from || s->swa_valid < s->swa_from * BS))
+            rc = kv_error_set(err, KV_ERR_INVALID,
+                              "check: sequence %d counts its window from block %d, not %d (rows valid from %d)", i,
+                              s->swa_from, want_from, s->swa_valid);
         for (int bi = 0; bi < s->n_blk && !rc; bi++) {
             int b = s->blocks[bi];
             if (b < 0 || b >= c->n_alloc) rc = kv_error_set(err, KV_ERR_INVALID, "check: sequence %d block %d is %d", i, bi, b);
-            else refs[b]++;
+            else refs[b]++, wrefs[b] += c->n_win && bi >= s->swa_from;
         }
         /* clean full blocks carry the chained hash of their tokens */
         uint64_t h = KV_HASH_ROOT;
@@ -1046,11 +1326,17 @@ int kv_cache_check(const kv_cache *c, kv_error *err)
                                   k->has_hash ? "differs from its tokens' chain" : "missing");
         }
     }
-    int used = 0, shared = 0, cached = 0, nfree = 0;
+    int used = 0, shared = 0, cached = 0, nfree = 0, n_held = 0;
     for (int b = 0; b < c->n_blocks && !rc; b++) {
         const kv_block *k = &c->blk[b];
         if (k->ref != refs[b])
             rc = kv_error_set(err, KV_ERR_INVALID, "check: block %d has refcount %d but %d table entries", b, k->ref, refs[b]);
+        if (!rc && c->n_win &&
+            (k->swa_ref != wrefs[b] || (k->ref > 0 && !k->swa != !k->swa_ref) || (k->ref == 0 && k->swa && !k->in_table)))
+            rc = kv_error_set(err, KV_ERR_INVALID,
+                              "check: block %d (ref %d%s) has window refcount %d, %d windows cover it, window part %s", b,
+                              k->ref, k->in_table ? ", hashed" : "", k->swa_ref, wrefs[b], k->swa ? "held" : "freed");
+        n_held += k->swa != NULL;
         used += k->ref > 0;
         shared += k->ref > 1;
         cached += k->ref == 0 && k->in_table;
@@ -1073,6 +1359,9 @@ int kv_cache_check(const kv_cache *c, kv_error *err)
                           "%d allocated, %d live",
                           used, shared, cached, n_lru, nfree, live, c->n_used, c->n_shared, c->n_cached, c->n_alloc,
                           c->n_live);
+    if (!rc && (n_held != c->n_swa_held || c->n_swa_held + c->n_swa_pool != c->n_swa_alloc))
+        rc = kv_error_set(err, KV_ERR_INVALID, "check: %d blocks hold a window part, counters say %d held + %d pooled of %d",
+                          n_held, c->n_swa_held, c->n_swa_pool, c->n_swa_alloc);
     free(refs);
     return rc;
 }

@@ -27,6 +27,19 @@
  *   least recently released first (LRU).
  * - Memory: a budget of n_blocks blocks, reserved up front or allocated block by block as
  *   needed (never returned before kv_cache_free).
+ * - Sliding-window layers (gemma2, gemma3, gpt-oss; kv_cache_params.swa_layers): a block's rows
+ *   are two parts, one for the full-attention layers and one for the window layers. A query at
+ *   position p of a window layer reads positions p - n_swa + 1 .. p only, so once every sequence
+ *   holding a block has moved past it (all its positions < n_tokens - n_swa + 1 - swa_slack),
+ *   the block's window part goes back to a pool of window parts, which new blocks take first:
+ *   the memory of the window layers is bounded by the window (+ slack + one block) per sequence
+ *   however long the sequence grows. The full part (and the block's tokens and hash) stays. A
+ *   freed sequence's hashed blocks keep their window parts while cached (prefix reuse of the
+ *   exact continuation). Consequences, all explicit: kv_seq_truncate, kv_seq_fork and
+ *   kv_seq_adopt keep only a prefix whose window the window layers still hold (a rewind further
+ *   back than the slack keeps fewer positions: callers read kv_seq_n_tokens afterwards, and
+ *   prefill the rest); kv_seq_save_range cannot save a prefix whose window was freed; a blob
+ *   stores the window layers' rows of the window only (format version 3).
  *
  * Sequence ids are small integers; KV_SEQ_DEFAULT (0) always exists (kv_seq_free on it empties
  * it). Not thread-safe: one thread (the generator) uses a cache at a time.
@@ -70,6 +83,19 @@ typedef struct kv_cache_stats {
     size_t layer_bytes_used;        /* bytes_used / n_layer */
     size_t layer_bytes_reserved;    /* bytes_reserved / n_layer */
     size_t layer_bytes_allocated;   /* bytes_allocated / n_layer */
+    /* ---- sliding-window layers (0 when the cache has none): bytes_used, bytes_reserved,
+     * bytes_allocated, bytes_blocks_used, bytes_per_block and bytes_limit above count the real
+     * memory (window parts included, freed window parts not) ---- */
+    int n_swa_layers;        /* layers whose blocks keep only the window */
+    int n_swa;               /* their window in positions */
+    int swa_keep;            /* positions behind the newest one they keep: n_swa - 1 + slack */
+    size_t swa_bytes_per_token;   /* K + V of the window layers, one position */
+    size_t swa_bytes_per_block;   /* one window part */
+    int n_swa_parts;         /* blocks holding a window part now */
+    int n_swa_parts_alloc;   /* window parts with memory (held + in the pool) */
+    size_t bytes_swa_allocated;   /* n_swa_parts_alloc * swa_bytes_per_block */
+    size_t bytes_full_history;    /* what the active sequence would take if the window layers kept
+                                     every position (n_tokens * bytes_per_token) */
     /* prefix reuse of the last request (kv_cache_note_request) */
     int last_n_prompt;       /* prompt tokens */
     int last_n_reused;       /* taken from the cache (no computation) */
@@ -89,8 +115,16 @@ typedef struct kv_cache_params {
     int n_ctx;       /* positions one sequence may hold */
     int type;        /* GGML_TYPE_F32, GGML_TYPE_F16 or GGML_TYPE_Q8_0 (n_embd_kv % 32 == 0) */
     int n_blocks;    /* budget over all sequences and cached prefixes; 0: 2 * ceil(n_ctx / BS) */
-    int reserve;     /* 1: allocate every block now; 0: grow block by block */
+    int reserve;     /* 1: allocate every block now (window parts still grow on demand); 0: grow
+                        block by block */
+    /* sliding-window layers; all zero / NULL: every layer keeps every position */
+    const uint8_t *swa_layers; /* NULL or n_layer flags: 1 = a window layer */
+    int n_swa;       /* their window: a query at p reads positions p - n_swa + 1 .. p */
+    int swa_slack;   /* extra positions kept behind the window (rewinds: speculative drafts, beams'
+                        last prompt token); 0: KV_SWA_SLACK; < 0: keep every position (as before) */
 } kv_cache_params;
+
+#define KV_SWA_SLACK 64
 
 /* Create a cache. Errors: KV_ERR_INVALID (sizes), KV_ERR_UNSUPPORTED (type, or q8_0 with
  * n_embd_kv not a multiple of 32), KV_ERR_NOMEM. */
@@ -115,7 +149,8 @@ void kv_cache_truncate(kv_cache *c, int n); /* = kv_seq_truncate(c, KV_SEQ_DEFAU
 /* ---- sequences ---- */
 /* New empty sequence; *seq = its id. KV_ERR_NOMEM. */
 int kv_seq_new(kv_cache *c, int *seq, kv_error *err);
-/* New sequence sharing the first n positions of src (n < 0 or > its length: all of them):
+/* New sequence sharing the first n positions of src (n < 0 or > its length: all of them;
+ * fewer when the window layers no longer hold the window of n, as kv_seq_truncate):
  * refcounts only, no copy, no computation. KV_ERR_INVALID (src), KV_ERR_NOMEM. */
 int kv_seq_fork(kv_cache *c, int src, int n, int *seq, kv_error *err);
 /* Release a sequence's blocks (hashed ones stay cached for reuse) and its id. The default
@@ -129,8 +164,13 @@ int kv_seq_n_clean(const kv_cache *c, int seq);
 /* The tokens whose K/V the sequence holds, in position order (kv_seq_n_tokens of them);
  * valid until the sequence changes. NULL for an unknown id. */
 const int32_t *kv_seq_tokens(const kv_cache *c, int seq);
-/* Forget positions >= n (n < n_tokens); the next write continues at n. */
+/* Forget positions >= n (n < n_tokens); the next write continues at n — or, with window
+ * layers, at the largest m <= n whose window they still hold (see the top of this file): read
+ * kv_seq_n_tokens afterwards. */
 void kv_seq_truncate(kv_cache *c, int seq, int n);
+/* 1 when the window layers of seq still hold the window of its first n positions (always 1
+ * without window layers): what kv_seq_save_range(.., n) and a truncation to n need. */
+int kv_seq_window_ok(const kv_cache *c, int seq, int n);
 /* Prefix reuse across sequences: seq must hold exactly tokens[0..n_tokens). While seq's
  * length is at a block boundary or inside a block, look up the chained hash of the next full
  * block of `tokens` (only blocks ending at or before n_max) and, when a block with that hash,
@@ -177,8 +217,11 @@ typedef struct kv_rope {
  * Attention Sinks"; as llama.cpp's context shift): keep positions [0, n_keep), drop
  * [n_keep, n_keep + n_discard), move the rest down by n_discard and rotate their keys by
  * -n_discard so they are valid at their new positions. Written blocks are copied first when
- * shared or hashed; the sequence is clean only up to n_keep afterwards. KV_ERR_INVALID for a
- * bad range, KV_ERR_CONTEXT when no block is free for a copy. */
+ * shared or hashed; the sequence is clean only up to n_keep afterwards. Window layers move only
+ * the rows of the new window. KV_ERR_INVALID for a bad range, KV_ERR_CONTEXT when no block is
+ * free for a copy, or when the new window would reach kept positions [0, n_keep) whose
+ * window-layer rows were already freed (drop less: keep the tail at least swa_keep long); the
+ * sequence is unchanged then. */
 int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope *rope, kv_error *err);
 
 /* ---- hashing (the key of the SQLite prefix store) ---- */
@@ -216,9 +259,17 @@ uint64_t kv_checksum64(const void *data, size_t n);
  *   64 i32 tokens[n - a] (positions a .. n-1)
  *      per layer: K rows [n - a][row bytes], then V rows [n - a][row bytes]
  *   end-8 u64 kv_checksum64 of every byte before it
- * Version 1 blobs (no fields 48..63, tokens from offset 48, always a = 0) still restore.
+ * A cache with window layers writes version 3: after field 56,
+ *   64 u32 number of window layers   68 u32 swa_lo (first position whose window-layer rows the
+ *                                       blob holds: max(a, window start of n rounded down to a
+ *                                       block))
+ *   72 i32 tokens[n - a], then per layer K then V rows: first the full layers in layer order,
+ *      rows [a, n), then the window layers in layer order, rows [swa_lo, n); then the checksum.
+ * Version 1 blobs (no fields 48..63, tokens from offset 48, always a = 0) and version 2 blobs
+ * (every row) still restore; a window cache keeps only the rows its window needs.
  * Errors: KV_ERR_INVALID (seq; a not a multiple of KV_BLOCK_SIZE within [0, n]; a past the
- * clean part — after a context shift the first a positions are no base), KV_ERR_NOMEM. */
+ * clean part — after a context shift the first a positions are no base; the window of n already
+ * freed, see kv_seq_window_ok), KV_ERR_NOMEM. */
 int kv_seq_save_range(const kv_cache *c, int seq, int a, int n, uint64_t fingerprint, void **blob, size_t *len,
                       kv_error *err);
 /* kv_seq_save_range from 0: a whole blob of positions [0, n). */

@@ -535,6 +535,19 @@ uint64_t model_weight_bytes(const model *m)
 
 /* ---- forward pass ---------------------------------------------------------------------- */
 
+uint8_t *model_swa_layers(const model *m, int *n_swa)
+{
+    *n_swa = 0;
+    int any = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) any |= m->layers[il].swa;
+    if (!any || m->hp.n_swa < 1) return NULL;
+    uint8_t *f = malloc((size_t)m->hp.n_layer);
+    if (!f) return NULL;
+    for (int il = 0; il < m->hp.n_layer; il++) f[il] = m->layers[il].swa != 0;
+    *n_swa = m->hp.n_swa;
+    return f;
+}
+
 const float *model_rope_factors(const model *m, int n_ctx)
 {
     if (m->rope_long && m->rope_short) return n_ctx > m->hp.n_ctx_orig ? m->rope_long : m->rope_short;

@@ -162,6 +162,10 @@ int model_forward_seq(const model *m, forward_ctx *fc, kv_cache *kv, int seq, tp
 /* The RoPE factors a context of n_ctx positions uses (phi3: long factors past
  * original_context_length, else short ones; others: rope_freqs), NULL for none. */
 const float *model_rope_factors(const model *m, int n_ctx);
+/* The sliding-window layers for kv_cache_params.swa_layers: a malloc'd [n_layer] array of flags
+ * (1: layer il attends to a window of *n_swa positions), or NULL (and *n_swa = 0) when the model
+ * has none or out of memory (then every layer keeps every position: correct, only larger). */
+uint8_t *model_swa_layers(const model *m, int *n_swa);
 
 /* Bytes of weights read per decoded token (every 2-D weight once; of each 3-D expert tensor the
  * n_expert_used / n_expert share a token selects), for bandwidth figures. */

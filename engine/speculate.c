@@ -189,6 +189,7 @@ static int draft_sync(spec_state *st, const int32_t *hist, int n, kv_error *err)
     int common = 0;
     while (common < have_n && common < n - 1 && have[common] == hist[common]) common++;
     engine_seq_truncate(d, seq, common);
+    engine_seq_tokens(d, seq, &common); /* fewer when sliding-window layers freed that window */
     if (n > engine_n_ctx(d)) return 1; /* cannot follow (the target shifted past it) */
     int nb = engine_n_batch(d);
     for (int i = common; i < n;) {

@@ -151,7 +151,14 @@ static void run_case(void **state)
         assert_non_null(toks);
         assert_non_null(logits);
         for (int i = 0; i < n; i++) toks[i] = cJSON_GetArrayItem(jt, i)->valueint;
-        kv_cache *kv = kv_cache_create(m->hp.n_layer, m->hp.n_embd_kv, n_ctx, GGML_TYPE_F32, &err);
+        /* as the engine makes it: sliding-window layers keep only their window (the long prompt
+         * is longer than the window and its slack, so blocks are freed on the way) */
+        kv_cache_params kp = {.n_layer = m->hp.n_layer, .n_embd_kv = m->hp.n_embd_kv, .n_ctx = n_ctx,
+                              .type = GGML_TYPE_F32};
+        uint8_t *swa = model_swa_layers(m, &kp.n_swa);
+        kp.swa_layers = swa;
+        kv_cache *kv = kv_cache_create_ex(&kp, &err);
+        free(swa);
         assert_non_null(kv);
         /* prefill in chunks, then the last 8 positions one token at a time (decode) */
         int n_pre = n > 16 ? n - 8 : n;

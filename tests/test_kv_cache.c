@@ -739,9 +739,9 @@ static void test_blob_delta(void **state)
         assert_int_equal(kv_blob_rebase(v1, l1, 32, &rb, &lrb, &err), KV_OK); /* and converts to a v2 delta */
         assert_memory_equal(rb, delta, ld);
         free(rb);
-        v1[4] = 3; /* a version this kvchat does not know */
+        v1[4] = 4; /* a version this kvchat does not know (3: caches with sliding-window layers) */
         assert_int_equal(kv_seq_restore(c, r1, v1, l1, 0xabcdef, 100, &err), KV_ERR_FORMAT);
-        assert_non_null(strstr(err.msg, "version 3"));
+        assert_non_null(strstr(err.msg, "version 4"));
         free(v1);
         check_ok(c);
         free(full);
@@ -1412,8 +1412,8 @@ static void test_engine_stats(void **state)
                   100.0 * b.bytes_per_token / f16.bytes_per_token);
     /* a TinyLlama-shaped cache (22 layers, 4 KV heads of 64) */
     kv_error err = {0};
-    kv_cache *t16 = kv_cache_create_ex(&(kv_cache_params){22, 256, 2048, GGML_TYPE_F16, 0, 0}, &err);
-    kv_cache *t8 = kv_cache_create_ex(&(kv_cache_params){22, 256, 2048, GGML_TYPE_Q8_0, 0, 0}, &err);
+    kv_cache *t16 = kv_cache_create_ex(&(kv_cache_params){.n_layer = 22, .n_embd_kv = 256, .n_ctx = 2048, .type = GGML_TYPE_F16}, &err);
+    kv_cache *t8 = kv_cache_create_ex(&(kv_cache_params){.n_layer = 22, .n_embd_kv = 256, .n_ctx = 2048, .type = GGML_TYPE_Q8_0}, &err);
     kv_cache_stats s16, s8;
     kv_cache_get_stats(t16, &s16);
     kv_cache_get_stats(t8, &s8);
