@@ -88,17 +88,20 @@ static void summarize(result *r, int reps)
     free(tmp);
 }
 
-/* llama.cpp's general.file_type names (enum llama_ftype), for the type column. */
+/* llama.cpp's general.file_type names (enum llama_ftype in llama.h), for the type column. */
+static const char *const FTYPE_NAMES[] = {
+    [0] = "F32",      [1] = "F16",      [2] = "Q4_0",     [3] = "Q4_1",     [7] = "Q8_0",
+    [8] = "Q5_0",     [9] = "Q5_1",     [10] = "Q2_K",    [11] = "Q3_K_S",  [12] = "Q3_K_M",
+    [13] = "Q3_K_L",  [14] = "Q4_K_S",  [15] = "Q4_K_M",  [16] = "Q5_K_S",  [17] = "Q5_K_M",
+    [18] = "Q6_K",    [19] = "IQ2_XXS", [20] = "IQ2_XS",  [21] = "Q2_K_S",  [22] = "IQ3_XS",
+    [23] = "IQ3_XXS", [24] = "IQ1_S",   [25] = "IQ4_NL",  [26] = "IQ3_S",   [27] = "IQ3_M",
+    [28] = "IQ2_S",   [29] = "IQ2_M",   [30] = "IQ4_XS",  [31] = "IQ1_M",   [32] = "BF16",
+    [36] = "TQ1_0",   [37] = "TQ2_0",   [38] = "MXFP4_MOE",
+};
+
 static const char *ftype_name(int ft)
 {
-    switch (ft) {
-    case 0: return "F32";    case 1: return "F16";    case 2: return "Q4_0";   case 3: return "Q4_1";
-    case 7: return "Q8_0";   case 8: return "Q5_0";   case 9: return "Q5_1";   case 10: return "Q2_K";
-    case 11: return "Q3_K_S"; case 12: return "Q3_K_M"; case 13: return "Q3_K_L"; case 14: return "Q4_K_S";
-    case 15: return "Q4_K_M"; case 16: return "Q5_K_S"; case 17: return "Q5_K_M"; case 18: return "Q6_K";
-    case 32: return "BF16";
-    default: return NULL;
-    }
+    return ft >= 0 && (size_t)ft < sizeof FTYPE_NAMES / sizeof FTYPE_NAMES[0] ? FTYPE_NAMES[ft] : NULL;
 }
 
 static void human_params(uint64_t n, char *buf, size_t len)
