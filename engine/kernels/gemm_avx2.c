@@ -304,7 +304,8 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
     const quant_traits *qt = quant_traits_of(wtype);
     const int64_t bs = qt->block_size, nb = n / bs;
     const size_t bb = qt->type_size, pb = pblock(wtype);
-    memset(dst, 0, (size_t)nb * pb);
+    /* a whole panel writes every byte below; only a partial one leaves the missing rows' lanes */
+    if (nrows < PR) memset(dst, 0, (size_t)nb * pb);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = dst + (size_t)b * pb;
         /* quants: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K steps are the GGUF bytes themselves (a Q4_0 byte
