@@ -2,6 +2,8 @@
 #include "ops.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +326,91 @@ static int getenv_flag(const char *name)
 
 enum { HUGE_NEVER, HUGE_AT_LOAD, HUGE_AFTER };
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+#define HUGE_BYTES ((size_t)2 << 20)
+
+/* Moving a packed arena onto 2 MiB pages after the load: MADV_COLLAPSE, one 2 MiB piece at a
+ * time, on a SCHED_IDLE thread (it runs only on an otherwise idle core: while the user types, not
+ * while the matmul threads run), or all at once by op_weights_settle. Faulting 2 MiB pages at
+ * load time instead (KVCHAT_HUGEPAGES=1) costs each of them a fresh, zeroed huge page in the
+ * critical path; here the load faults 4 KiB pages and the collapse copies them later. */
+typedef struct collapse_job {
+    uint8_t *p;
+    size_t n;            /* 2 MiB pieces */
+    atomic_size_t next;  /* next piece to collapse */
+    atomic_int stop;
+    pthread_t th;
+    int started;
+    struct collapse_job *link;
+} collapse_job;
+
+static pthread_mutex_t collapse_mu = PTHREAD_MUTEX_INITIALIZER;
+static collapse_job *collapse_list;
+
+/* Collapse the next piece; 0 when none is left (or the kernel has no MADV_COLLAPSE). */
+static int collapse_next(collapse_job *c)
+{
+    if (atomic_load(&c->stop)) return 0;
+    size_t i = atomic_fetch_add(&c->next, 1);
+    if (i >= c->n) return 0;
+    if (madvise(c->p + i * HUGE_BYTES, HUGE_BYTES, MADV_COLLAPSE) && (errno == EINVAL || errno == ENOSYS)) {
+        atomic_store(&c->stop, 1);
+        return 0;
+    }
+    return 1;
+}
+
+static void *collapse_main(void *arg)
+{
+    struct sched_param sp = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    while (collapse_next(arg)) {}
+    return NULL;
+}
+
+static void collapse_start(uint8_t *p, size_t bytes)
+{
+    collapse_job *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->p = p;
+    c->n = bytes / HUGE_BYTES;
+    atomic_init(&c->next, 0);
+    atomic_init(&c->stop, 0);
+    c->started = pthread_create(&c->th, NULL, collapse_main, c) == 0;
+    pthread_mutex_lock(&collapse_mu);
+    c->link = collapse_list;
+    collapse_list = c;
+    pthread_mutex_unlock(&collapse_mu);
+}
+
+/* The job of arena, unlinked (NULL when none). */
+static collapse_job *collapse_take(const void *arena)
+{
+    pthread_mutex_lock(&collapse_mu);
+    collapse_job **pp = &collapse_list, *c;
+    while ((c = *pp) && c->p != arena) pp = &c->link;
+    if (c) *pp = c->link;
+    pthread_mutex_unlock(&collapse_mu);
+    return c;
+}
+
+static void collapse_finish(collapse_job *c, int stop)
+{
+    if (!c) return;
+    if (stop) atomic_store(&c->stop, 1);
+    else
+        while (collapse_next(c)) {}
+    if (c->started) pthread_join(c->th, NULL);
+    free(c);
+}
+
+void op_weights_settle(void *arena)
+{
+    collapse_finish(collapse_take(arena), 0);
+}
+
 /* KVCHAT_HUGEPAGES: 0 never, 1 at load, after (default): ask for huge pages after packing. */
 static int huge_policy(void)
 {
@@ -389,13 +476,17 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
     tpool_free(pool);
     if (job.fd >= 0) close(job.fd);
     free(items);
-    if (hp == HUGE_AFTER) madvise(p, alloc, MADV_HUGEPAGE);
+    if (hp == HUGE_AFTER) {
+        madvise(p, alloc, MADV_HUGEPAGE);
+        collapse_start(p, alloc);
+    }
     *arena = p;
     return KV_OK;
 }
 
 void op_weights_free(gguf_file *f, void *arena)
 {
+    if (arena) collapse_finish(collapse_take(arena), 1);
     for (uint64_t i = 0; f && i < f->n_tensors; i++) f->tensors[i].packed = NULL;
     free(arena);
 }
