@@ -170,6 +170,6 @@ echo "llama.cpp ms / kvchat ms (>= 1 = no slower), beside the CPU time (user + s
 echo
 echo "| model | test | kvchat t/s | llama.cpp t/s | ratio | target | met | kvchat decode BW / prefill FLOP/s |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
-for s in $SHAPES; do for t in $TYPES; do summary "$s-$t" 1.25 1.25 1.0; load_summary "$s-$t"; done; done
+for s in $SHAPES; do for t in $TYPES; do lbl="$s-$t"; summary "$lbl" 1.25 1.25 1.0; load_summary "$lbl"; done; done
 [ -s "$TMP/stories260K-t1" ] && summary "stories260K-t1" 1.25 3 -
 exit 0
