@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +10,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -332,8 +333,9 @@ enum { HUGE_NEVER, HUGE_AT_LOAD, HUGE_AFTER };
 #define HUGE_BYTES ((size_t)2 << 20)
 
 /* Moving a packed arena onto 2 MiB pages after the load: MADV_COLLAPSE, one 2 MiB piece at a
- * time, on a SCHED_IDLE thread (it runs only on an otherwise idle core: while the user types, not
- * while the matmul threads run), or all at once by op_weights_settle. Faulting 2 MiB pages at
+ * time, on a thread of the lowest priority (nice 19: it runs on an otherwise idle core, while the
+ * user types, and gets ~1.5% of a core the matmul threads keep busy), or all at once by
+ * op_weights_settle. Faulting 2 MiB pages at
  * load time instead (KVCHAT_HUGEPAGES=1) costs each of them a fresh, zeroed huge page in the
  * critical path; here the load faults 4 KiB pages and the collapse copies them later. */
 typedef struct collapse_job {
@@ -364,8 +366,10 @@ static int collapse_next(collapse_job *c)
 
 static void *collapse_main(void *arg)
 {
-    struct sched_param sp = {0};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    /* nice 19 rather than SCHED_IDLE: a collapse holds the mmap lock while it copies a piece, and
+     * a thread that may be starved indefinitely must not hold what the matmul threads' page
+     * faults wait for */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     while (collapse_next(arg)) {}
     return NULL;
 }

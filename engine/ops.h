@@ -95,8 +95,8 @@ void op_weights_free(gguf_file *f, void *arena);
 
 /* Huge pages for the arena of op_weights_pack: by default (KVCHAT_HUGEPAGES unset or "after") the
  * load faults 4 KiB pages, then asks for transparent huge pages (MADV_HUGEPAGE) and collapses the
- * arena onto 2 MiB pages (MADV_COLLAPSE, Linux >= 6.1) on a SCHED_IDLE thread, which runs only on
- * an idle core; decode reads 2 MiB pages once it is done (fewer TLB misses). op_weights_settle
+ * arena onto 2 MiB pages (MADV_COLLAPSE, Linux >= 6.1) on a nice-19 thread, which runs on an idle
+ * core; decode reads 2 MiB pages once it is done (fewer TLB misses). op_weights_settle
  * collapses what is left now, on the calling thread, and returns when the arena is done (kvchat
  * bench, before it times anything). KVCHAT_HUGEPAGES=1 faults 2 MiB pages at load (the zeroing
  * of fresh huge pages then lies on the load's critical path); 0 never asks for them. */
