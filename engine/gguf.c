@@ -317,6 +317,8 @@ int gguf_open(const char *path, gguf_file **out, kv_error *err)
         goto fail;
     }
     f->size = (uint64_t)st.st_size;
+    f->dev = (uint64_t)st.st_dev;
+    f->ino = (uint64_t)st.st_ino;
     if (f->size < 8) {
         rc = kv_error_set(err, KV_ERR_FORMAT, "%s: file is %" PRIu64 " bytes, too short for a GGUF header",
                           path, f->size);

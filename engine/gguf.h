@@ -52,6 +52,7 @@ typedef struct gguf_file {
     char *path;
     const uint8_t *map;       /* whole file, read-only */
     uint64_t size;
+    uint64_t dev, ino;        /* the file's st_dev / st_ino (op_weights_pack reads it again by path) */
     uint32_t version;         /* 2 or 3 */
     uint64_t alignment;       /* general.alignment, default 32 */
     uint64_t data_offset;     /* start of the tensor data section */

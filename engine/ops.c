@@ -2,11 +2,17 @@
 #include "ops.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -226,7 +232,40 @@ typedef struct pack_job {
     long n_items;
     atomic_long next;
     long page;
+    int fd;          /* the model file opened again, or -1: the rows are read from the mapping */
+    uint64_t base;   /* file offset of the mapping's byte 0 (0) */
+    const uint8_t *map;
+    tpool *pool;     /* for per-thread read buffers (tpool_scratch) */
 } pack_job;
+
+/* Read n bytes at file offset off into dst; 0 when all were read. */
+static int read_at(int fd, void *dst, size_t n, uint64_t off)
+{
+    uint8_t *d = dst;
+    while (n) {
+        ssize_t k = pread(fd, d, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        d += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* The model file again, by path, for pread: -1 when it cannot be opened or is no longer the
+ * mapped file (another inode or size), so the rows are then read from the mapping. */
+static int reopen_model(const gguf_file *f)
+{
+    struct stat st;
+    int fd = f->path && f->ino ? open(f->path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd >= 0 && (fstat(fd, &st) || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino ||
+                    (uint64_t)st.st_size != f->size)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
 
 /* Release the whole pages of [p, p + n) from the process (the page cache keeps the file). */
 static void drop_pages(const void *p, size_t n, long page)
@@ -236,21 +275,32 @@ static void drop_pages(const void *p, size_t n, long page)
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* Rows are read with pread (the copied ones straight into the arena, the packed ones into a
+ * per-thread buffer that stays in the cache): mapping the file's pages just to read them once
+ * costs a page-table entry, a memory-cgroup charge and an unmap per 4 KiB page. */
 static void pack_worker(void *arg, int ith, int nth)
 {
     pack_job *j = arg;
-    (void)ith;
     (void)nth;
     for (long i; (i = atomic_fetch_add(&j->next, 1)) < j->n_items;) {
         const pack_item *it = &j->items[i];
         const gguf_tensor *w = it->t;
-        size_t rs = quant_row_size(w->type, w->ne[0]);
+        size_t rs = quant_row_size(w->type, w->ne[0]), n = (size_t)(it->r1 - it->r0) * rs;
         const uint8_t *src = (const uint8_t *)w->data + (size_t)it->r0 * rs;
+        if (j->fd >= 0) {
+            uint64_t off = (uint64_t)(src - j->map);
+            if (it->kind != 1 && !read_at(j->fd, it->dst, n, off)) continue;
+            uint8_t *buf = it->kind == 1 ? tpool_scratch(j->pool, ith, n) : NULL;
+            if (buf && !read_at(j->fd, buf, n, off)) {
+                quant_pack(w->type, w->ne[0], it->r1 - it->r0, buf, rs, it->dst);
+                continue;
+            }
+        }
         if (it->kind == 1) quant_pack(w->type, w->ne[0], it->r1 - it->r0, src, rs, it->dst);
-        else memcpy(it->dst, src, (size_t)(it->r1 - it->r0) * rs);
+        else memcpy(it->dst, src, n);
         /* the rows are not read from the mapping again (a tensor also read by rows, like tied
          * token embeddings, faults back just the rows op_get_row reads) */
-        drop_pages(src, (size_t)(it->r1 - it->r0) * rs, j->page);
+        drop_pages(src, n, j->page);
     }
 }
 
@@ -292,6 +342,111 @@ static int64_t pack_step(const gguf_tensor *w, int kind, size_t piece)
     return step < unit ? unit : step;
 }
 
+/* An environment variable set to something other than "" or "0". */
+static int getenv_flag(const char *name)
+{
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0");
+}
+
+enum { HUGE_NEVER, HUGE_AT_LOAD, HUGE_AFTER };
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+#define HUGE_BYTES ((size_t)2 << 20)
+
+/* Moving a packed arena onto 2 MiB pages after the load: MADV_COLLAPSE, one 2 MiB piece at a
+ * time, on a thread of the lowest priority (nice 19: it runs on an otherwise idle core, while the
+ * user types, and gets ~1.5% of a core the matmul threads keep busy), or all at once by
+ * op_weights_settle. Faulting 2 MiB pages at
+ * load time instead (KVCHAT_HUGEPAGES=1) costs each of them a fresh, zeroed huge page in the
+ * critical path; here the load faults 4 KiB pages and the collapse copies them later. */
+typedef struct collapse_job {
+    uint8_t *p;
+    size_t n;            /* 2 MiB pieces */
+    atomic_size_t next;  /* next piece to collapse */
+    atomic_int stop;
+    pthread_t th;
+    int started;
+    struct collapse_job *link;
+} collapse_job;
+
+static pthread_mutex_t collapse_mu = PTHREAD_MUTEX_INITIALIZER;
+static collapse_job *collapse_list;
+
+/* Collapse the next piece; 0 when none is left (or the kernel has no MADV_COLLAPSE). */
+static int collapse_next(collapse_job *c)
+{
+    if (atomic_load(&c->stop)) return 0;
+    size_t i = atomic_fetch_add(&c->next, 1);
+    if (i >= c->n) return 0;
+    if (madvise(c->p + i * HUGE_BYTES, HUGE_BYTES, MADV_COLLAPSE) && (errno == EINVAL || errno == ENOSYS)) {
+        atomic_store(&c->stop, 1);
+        return 0;
+    }
+    return 1;
+}
+
+static void *collapse_main(void *arg)
+{
+    /* nice 19 rather than SCHED_IDLE: a collapse holds the mmap lock while it copies a piece, and
+     * a thread that may be starved indefinitely must not hold what the matmul threads' page
+     * faults wait for */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    while (collapse_next(arg)) {}
+    return NULL;
+}
+
+static void collapse_start(uint8_t *p, size_t bytes)
+{
+    collapse_job *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->p = p;
+    c->n = bytes / HUGE_BYTES;
+    atomic_init(&c->next, 0);
+    atomic_init(&c->stop, 0);
+    c->started = pthread_create(&c->th, NULL, collapse_main, c) == 0;
+    pthread_mutex_lock(&collapse_mu);
+    c->link = collapse_list;
+    collapse_list = c;
+    pthread_mutex_unlock(&collapse_mu);
+}
+
+/* The job of arena, unlinked (NULL when none). */
+static collapse_job *collapse_take(const void *arena)
+{
+    pthread_mutex_lock(&collapse_mu);
+    collapse_job **pp = &collapse_list, *c;
+    while ((c = *pp) && c->p != arena) pp = &c->link;
+    if (c) *pp = c->link;
+    pthread_mutex_unlock(&collapse_mu);
+    return c;
+}
+
+static void collapse_finish(collapse_job *c, int stop)
+{
+    if (!c) return;
+    if (stop) atomic_store(&c->stop, 1);
+    else
+        while (collapse_next(c)) {}
+    if (c->started) pthread_join(c->th, NULL);
+    free(c);
+}
+
+void op_weights_settle(void *arena)
+{
+    collapse_finish(collapse_take(arena), 0);
+}
+
+/* KVCHAT_HUGEPAGES: 0 never, 1 at load, after (default): ask for huge pages after packing. */
+static int huge_policy(void)
+{
+    const char *e = getenv("KVCHAT_HUGEPAGES");
+    if (!e || !*e || !strcmp(e, "after")) return HUGE_AFTER;
+    return strcmp(e, "0") ? HUGE_AT_LOAD : HUGE_NEVER;
+}
+
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err)
 {
     *arena = NULL;
@@ -317,7 +472,9 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
         return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory for %zu MiB of repacked weights", f->path,
                             total >> 20);
     }
-    madvise(p, alloc, MADV_HUGEPAGE);
+    int hp = huge_policy();
+    if (hp == HUGE_AT_LOAD) madvise(p, alloc, MADV_HUGEPAGE);
+    else madvise(p, alloc, MADV_NOHUGEPAGE);
     /* cut every tensor into pieces of whole panels (packed) or rows (copied) */
     size_t off = 0;
     long k = 0;
@@ -339,17 +496,25 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
     /* a pool of all CPUs for the load (zeroing the new pages and reading the file are the cost) */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     tpool *pool = tpool_create(ncpu > 1 ? (int)ncpu : 1);
-    pack_job job = {.items = items, .n_items = k, .page = sysconf(_SC_PAGESIZE)};
+    pack_job job = {.items = items, .n_items = k, .page = sysconf(_SC_PAGESIZE), .fd = -1, .map = f->map,
+                    .pool = pool};
+    if (pool && !getenv_flag("KVCHAT_PACK_MMAP")) job.fd = reopen_model(f);
     atomic_init(&job.next, 0);
     tpool_run(pool, pack_worker, &job);
     tpool_free(pool);
+    if (job.fd >= 0) close(job.fd);
     free(items);
+    if (hp == HUGE_AFTER) {
+        madvise(p, alloc, MADV_HUGEPAGE);
+        collapse_start(p, alloc);
+    }
     *arena = p;
     return KV_OK;
 }
 
 void op_weights_free(gguf_file *f, void *arena)
 {
+    if (arena) collapse_finish(collapse_take(arena), 1);
     for (uint64_t i = 0; f && i < f->n_tensors; i++) f->tensors[i].packed = NULL;
     free(arena);
 }

@@ -16,7 +16,9 @@
 # BENCH_DEPTHS ("2048 4096": tg at these depths, for BENCH_DEPTH_TYPES, default "q4_0"),
 # BENCH_STORIES (1: also stories260K on 1 thread, pp128 / tg256), BENCH_LLAMA (1: run llama.cpp),
 # BENCH_LAYERS (the shapes' own layer count; N: gen-model --layers N, files named SHAPE-TYPE-NL.gguf —
-# e.g. BENCH_SHAPES=qwen3-30b-a3b BENCH_LAYERS=8 for the MoE shape with its real experts).
+# e.g. BENCH_SHAPES=qwen3-30b-a3b BENCH_LAYERS=8 for the MoE shape with its real experts),
+# BENCH_LOAD (1: a `load` row per model: wall and CPU time of `kvchat -m F -p Hello -n 1` against
+# llama.cpp's llama-simple on the same file, from a warm page cache; BENCH_LLAMA_SIMPLE names it).
 set -eu
 KVCHAT=${KVCHAT:-./kvchat}
 SHARED=${SHARED:-../shared}
@@ -43,6 +45,11 @@ if [ "$LLAMA" = 1 ]; then
     LB="$(sh "$SHARED/bench/build-llamacpp.sh" llama-bench | tail -n 1)/llama-bench"
   fi
   [ -x "$LB" ] || { echo "bench.sh: no llama-bench at $LB" >&2; exit 1; }
+  LS=${BENCH_LLAMA_SIMPLE:-$(dirname "$LB")/llama-simple}
+  [ -x "$LS" ] || LS=${KVCHAT_REF_DIR:-/tmp/kvchat-ref}/llama.cpp/build/bin/llama-simple
+  if [ "${BENCH_LOAD:-1}" = 1 ] && [ ! -x "$LS" ] && [ -z "${BENCH_LLAMA_BIN:-}${BENCH_LLAMA_SIMPLE:-}" ]; then
+    LS="$(sh "$SHARED/bench/build-llamacpp.sh" llama-simple | tail -n 1)/llama-simple"
+  fi
 fi
 
 mkdir -p "$DIR"
@@ -92,6 +99,33 @@ run_model() { # label model threads pp-list tg depth-list
   done
 }
 
+# Load to first token, one round: "load kvchat_ms llama_ms kvchat_cpu_ms llama_cpu_ms" appended to
+# $TMP/$label.load (CPU = user + sys, "-" without GNU time).
+timed() { # command... → "wall_ms cpu_ms"
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f '%e %U %S' -o "$TMP/time" "$@" >/dev/null 2>&1 || true
+    awk '{ printf "%.0f %.0f\n", $1 * 1000, ($2 + $3) * 1000 }' "$TMP/time"
+  else
+    t0=$(date +%s%N); "$@" >/dev/null 2>&1 || true; t1=$(date +%s%N)
+    echo "$(( (t1 - t0) / 1000000 )) -"
+  fi
+}
+load_round() { # label model
+  o=$(timed "$KVCHAT" -m "$2" -t "$TH" -p Hello -n 1)
+  l="- -"
+  [ "$LLAMA" = 1 ] && [ -x "${LS:-}" ] && l=$(timed "$LS" -m "$2" -n 1 Hello)
+  echo "$o $l" | awk '{ print "load", $1, $3, $2, $4 }' >> "$TMP/$1.load"
+}
+load_summary() { # label
+  f="$TMP/$1.load"
+  [ -s "$f" ] || return 0
+  k=$(awk '{ print $2 }' "$f" | median); l=$(awk '$3 != "-" { print $3 }' "$f" | median)
+  r=$(awk '$3 != "-" && $2 > 0 { print $3 / $2 }' "$f" | median)
+  kc=$(awk '$4 != "-" { print $4 }' "$f" | median); lc=$(awk '$5 != "-" { print $5 }' "$f" | median)
+  met=$(echo "$r" | awk '$1 == "-" { print "?"; exit } { print ($1 >= 1.0 ? "yes" : "NO") }')
+  printf '| %s | load ms (-p Hello -n 1) | %s | %s | %s | >= 1.0 | %s | CPU ms %s vs %s |\n' "$1" "$k" "$l" "$r" "$met" "$kc" "$lc"
+}
+
 summary() { # label target_pp target_tg target_depth
   label=$1 tpp=$2 ttg=$3 tdp=$4 f="$TMP/$label"
   for t in $(awk '{ print $1 }' "$f" | awk '!s[$0]++'); do
@@ -115,6 +149,10 @@ echo "kvchat bench ($isa kernels) vs llama.cpp's llama-bench (${LB:-not run}), $
 for s in $SHAPES; do
   for t in $TYPES; do
     run_model "$s-$t" "$(mfile "$s" "$t")" "$TH" "$(comma $PPS)" "$TG" 0
+    if [ "${BENCH_LOAD:-1}" = 1 ]; then
+      r=1; while [ "$r" -le "$ROUNDS" ]; do load_round "$s-$t" "$(mfile "$s" "$t")"; r=$((r + 1)); done
+      echo "  $s-$t load: $(awk '{ printf "%s/%s ms  ", $2, $3 }' "$TMP/$s-$t.load")" >&2
+    fi
     case " $DEPTH_TYPES " in *" $t "*) run_model "$s-$t" "$(mfile "$s" "$t")" "$TH" 0 "$TG" "$(comma $DEPTHS)" ;; esac
   done
 done
@@ -128,9 +166,11 @@ echo "kvchat kernels: $isa. Medians of $ROUNDS rounds; ratio = median of the per
 echo "targets from the portable-speed issue. Decode bandwidth = weight bytes per token x t/s, and its share of the"
 echo "read bandwidth kvchat bench measured here with the same threads; prefill GFLOP/s = the forward pass's"
 echo "floating-point operations per token x t/s, and its share of the FP32 FMA peak kvchat bench measured likewise."
+echo "load = wall time of the one-shot \`kvchat -m F -p Hello -n 1\` vs llama-simple (warm page cache); its ratio is"
+echo "llama.cpp ms / kvchat ms (>= 1 = no slower), beside the CPU time (user + sys) of each."
 echo
 echo "| model | test | kvchat t/s | llama.cpp t/s | ratio | target | met | kvchat decode BW / prefill FLOP/s |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
-for s in $SHAPES; do for t in $TYPES; do summary "$s-$t" 1.25 1.25 1.0; done; done
+for s in $SHAPES; do for t in $TYPES; do lbl="$s-$t"; summary "$lbl" 1.25 1.25 1.0; load_summary "$lbl"; done; done
 [ -s "$TMP/stories260K-t1" ] && summary "stories260K-t1" 1.25 3 -
 exit 0

@@ -188,7 +188,7 @@ enum { ROWS = 33, TOK = 17 };
 
 typedef struct sweep {
     const kern_ops *o;
-    int type, bitwise, split_one; /* split_one: decode (1 token) has its own float order (F32, F16) */
+    int type, bitwise, split_one; /* split_one: decode (1 token) has its own float order (F32, F16, BF16) */
     int64_t n;
     size_t rs, as;
     uint8_t *w, *act;
@@ -336,7 +336,7 @@ static void test_level(kern_isa isa, void (*fill_dots)(kern_ops *), void (*fill)
             assert_true(s.as > 0 && s.as % 64 == 0);
             /* bit-equal results across entries, batches and row ranges: every type with a kernel
              * of its own here (the rest go through quant_vec_dot_rows) */
-            s.split_one = s.type == GGML_TYPE_F32 || s.type == GGML_TYPE_F16;
+            s.split_one = s.type == GGML_TYPE_F32 || s.type == GGML_TYPE_F16 || s.type == GGML_TYPE_BF16;
             s.bitwise = s.split_one || o.pack_size(s.type, s.n, 1) > 0;
             s.w = malloc(s.rs * ROWS);
             s.act = aligned_alloc(64, s.as * TOK);

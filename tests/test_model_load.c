@@ -13,8 +13,10 @@
 
 #include <cmocka.h>
 
+#include "app/tools.h"
 #include "engine/gguf_writer.h"
 #include "engine/model.h"
+#include "engine/ops.h"
 #include "engine/kernels/quant.h"
 #include "tests/support/testcheck.h"
 #include "tests/support/testutil.h"
@@ -582,6 +584,73 @@ static void test_byte_flips(void **state)
     unlink(src);
 }
 
+/* ---- weights repacked at load ------------------------------------------------------------- */
+
+/* Every tensor op_weights_pack packed or copied holds what quant_pack (or a copy) makes of its
+ * mapped GGUF rows; returns how many were checked. */
+static int check_packed(const gguf_file *f)
+{
+    int n = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (!t->packed) continue;
+        int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+        size_t ps = quant_pack_size(t->type, t->ne[0], rows), rs = quant_row_size(t->type, t->ne[0]);
+        if (ps) {
+            uint8_t *want = malloc(ps);
+            assert_non_null(want);
+            quant_pack(t->type, t->ne[0], rows, t->data, rs, want);
+            if (memcmp(want, t->packed, ps)) fail_msg("%s: packed panels differ from quant_pack of its rows", t->name);
+            free(want);
+        } else if (memcmp(t->data, t->packed, t->nbytes)) {
+            fail_msg("%s: the copy differs from its rows", t->name);
+        }
+        n++;
+    }
+    return n;
+}
+
+/* op_weights_pack reads the rows with pread (or, KVCHAT_PACK_MMAP=1, from the mapping): the
+ * arena is the same either way, for whole and partial panels (1003 vocabulary rows), tensors cut
+ * into several work items (4096-row FFN matrices) and matrices copied rather than packed. */
+static void test_pack_pread(void **state)
+{
+    (void)state;
+    static const char *const types[] = {"q4_0", "q8_0", "q4_k_m", "q5_k_m", "q6_k", "f16"};
+    gen_model_opts o = {.n_layer = 1, .n_vocab = 1003, .n_ff = 4096, .seed = 5};
+    const char *p = tu_tmp_path("pack.gguf");
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        kv_error err = {0};
+        if (gen_model_write_ex(p, "tiny", types[i], &o, &err)) fail_msg("%s", err.msg);
+        for (int mm = 0; mm < 2; mm++) {
+            if (mm) setenv("KVCHAT_PACK_MMAP", "1", 1);
+            model *m = load_ok(p);
+            unsetenv("KVCHAT_PACK_MMAP");
+            op_weights_settle(m->packed); /* moved onto huge pages where the kernel can: same bytes */
+            int n = check_packed(m->gguf);
+            /* the 256 x 4096 FFN matrices have panels at every level with a panel layout */
+            const gguf_tensor *up = gguf_find_tensor(m->gguf, "blk.0.ffn_up.weight");
+            if (up && quant_pack_size(up->type, up->ne[0], up->ne[1])) assert_true(n >= 3);
+            model_free(m);
+        }
+    }
+    /* the file replaced after it was mapped: the rows come from the mapping, not the new file */
+    const char *q = tu_tmp_path("other.gguf");
+    kv_error err = {0};
+    if (gen_model_write_ex(p, "tiny", "q8_0", &o, &err)) fail_msg("%s", err.msg);
+    o.seed = 6;
+    if (gen_model_write_ex(q, "tiny", "q8_0", &o, &err)) fail_msg("%s", err.msg);
+    gguf_file *f = NULL;
+    assert_int_equal(gguf_open(p, &f, &err), KV_OK);
+    assert_int_equal(rename(q, p), 0);
+    void *arena = NULL;
+    assert_int_equal(op_weights_pack(f, NULL, &arena, &err), KV_OK);
+    if (quant_pack_size(GGML_TYPE_Q8_0, 256, 8)) assert_true(check_packed(f) > 0);
+    op_weights_free(f, arena);
+    gguf_close(f);
+    unlink(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -601,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_non_finite_norm),
         cmocka_unit_test(test_q8_0_fixture),
         cmocka_unit_test(test_byte_flips),
+        cmocka_unit_test(test_pack_pread),
     };
     return cmocka_run_group_tests(tests, group_setup, tu_tmpdir_teardown);
 }

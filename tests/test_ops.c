@@ -18,6 +18,8 @@
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "engine/kernels/quant.h"
+#include "engine/kernels/threadpool.h"
+#include <stdatomic.h>
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
 static uint64_t rng_u64(void) {
@@ -332,6 +334,34 @@ static void test_gen_model(void **state) {
     assert_non_null(strstr(err.msg, "no-such-shape"));
 }
 
+/* A worker slower than tpool_run's spin (so the caller sleeps until the last worker signals):
+ * tpool_run returns only after every thread ran the job, job after job. */
+typedef struct slow_job {
+    atomic_int done[3];
+    int round;
+} slow_job;
+
+static void slow_fn(void *arg, int ith, int nth)
+{
+    slow_job *j = arg;
+    (void)nth;
+    if (ith == nth - 1 && j->round % 2 == 0) usleep(3000);
+    atomic_fetch_add(&j->done[ith], 1);
+}
+
+static void test_pool_slow_worker(void **state)
+{
+    (void)state;
+    tpool *p = tpool_create(3);
+    assert_non_null(p);
+    slow_job j = {0};
+    for (j.round = 0; j.round < 40; j.round++) {
+        tpool_run(p, slow_fn, &j);
+        for (int t = 0; t < 3; t++) assert_int_equal(atomic_load(&j.done[t]), j.round + 1);
+    }
+    tpool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
@@ -340,6 +370,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_threads),
         cmocka_unit_test(test_matmul_cancel),
         cmocka_unit_test(test_gen_model),
+        cmocka_unit_test(test_pool_slow_worker),
     };
     return tu_run_every_isa("ops", tests, sizeof tests / sizeof *tests, NULL, NULL);
 }

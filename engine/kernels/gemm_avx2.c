@@ -31,7 +31,8 @@
  *                       signed weights go through the vpsignb form |w|·sign(x, w))
  *   Q4_K / Q5_K / Q6_K  per super-block (320 B): the Q8_K values x[256], f32 d @256, i16 Σq per 32
  *                       [8] @260, i16 Σq per 16 [16] @276
- *   F32 / F16           f32 x (F16: rounded to fp16 values, GGML's F16·F16 product)
+ *   F32 / F16 / BF16    f32 x (F16 / BF16: rounded to fp16 / bf16 values, GGML's F16·F16 and
+ *                       BF16·BF16 products)
  *   others              the vec_dot_type row of quant_quantize_row (quant_vec_dot_rows does the work)
  *
  * Decode (1 token) streams each panel from memory once (prefetching ahead); prefill runs up to
@@ -44,7 +45,7 @@
  * Q8_0 acc = fma(d_w·d_x, Σ_block, acc) block after block; Q4_K acc = fma(d_x, fma(d_w, Σ,
  * −dmin_w·Σm), acc); Q5_K acc += d_x·(d_w·Σ − dmin_w·Σm) (each operation rounded: the scalar
  * reference); Q6_K acc = fma(d_w·d_x, Σ, acc) — whatever the number of tokens or threads.
- * F32 / F16: a batch runs a blocked GEMM (rows converted to F32 panels of 16 per k-block of 256,
+ * F32 / F16 / BF16: a batch runs a blocked GEMM (rows converted to F32 panels of 16 per k-block of 256,
  * tiles of 16 rows × 6 tokens, a sequential FMA chain per k-block, the blocks' sums added in
  * order); decode streams one row at a time with 4 accumulators (another float order).
  */
@@ -137,13 +138,14 @@ static int hsum_epi32(__m256i v)
 
 /* ---- activation preparation ------------------------------------------------------------------ */
 
-enum act_kind { ACT_STD, ACT_F32, ACT_F16, ACT_Q8B, ACT_K };
+enum act_kind { ACT_STD, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8B, ACT_K };
 
 static int act_kind(int wtype)
 {
     switch (wtype) {
     case GGML_TYPE_F32: return ACT_F32;
     case GGML_TYPE_F16: return ACT_F16;
+    case GGML_TYPE_BF16: return ACT_BF16;
     case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: case GGML_TYPE_MXFP4: return ACT_Q8B;
     case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return ACT_K;
     default: return ACT_STD;
@@ -159,7 +161,7 @@ static size_t act_row_size(int wtype, int64_t n)
     const quant_traits *qt = quant_traits_of(wtype);
     if (!qt || n < 0 || n % qt->block_size) return 0;
     switch (act_kind(wtype)) {
-    case ACT_F32: case ACT_F16: return ROUND64((size_t)n * 4);
+    case ACT_F32: case ACT_F16: case ACT_BF16: return ROUND64((size_t)n * 4);
     case ACT_Q8B: return (size_t)((n / 32 + 3) / 4) * XG;
     case ACT_K: return (size_t)(n / 256) * KG;
     default: return ROUND64(quant_row_size(qt->vec_dot_type, n));
@@ -229,6 +231,22 @@ static void prep_f16(const float *x, int64_t n, float *out)
     for (; i < n; i++) out[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
 }
 
+/* x rounded to bf16 values (fp32_to_bf16: to nearest even, NaN kept quiet), as f32. */
+static void prep_bf16(const float *x, int64_t n, float *out)
+{
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff), hi = _mm256_set1_epi32((int)0xffff0000u);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256i u = _mm256_castps_si256(v);
+        __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, half), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), hi);
+        __m256i q = _mm256_or_si256(_mm256_and_si256(u, hi), _mm256_set1_epi32(0x400000));
+        __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        _mm256_storeu_ps(out + i, _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q), nan));
+    }
+    for (; i < n; i++) out[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
+}
+
 static void act_prepare(int wtype, const float *x, int64_t n, void *act)
 {
     const quant_traits *qt = quant_traits_of(wtype);
@@ -236,6 +254,7 @@ static void act_prepare(int wtype, const float *x, int64_t n, void *act)
     switch (act_kind(wtype)) {
     case ACT_F32: memcpy(act, x, (size_t)n * 4); return;
     case ACT_F16: prep_f16(x, n, act); return;
+    case ACT_BF16: prep_bf16(x, n, act); return;
     case ACT_Q8B:
         prep_q8b(x, n, act, wtype == GGML_TYPE_Q4_0 ? 8 : wtype == GGML_TYPE_Q5_0 ? 16 : wtype == GGML_TYPE_MXFP4 ? MX_BIAS : 128);
         return;
@@ -310,7 +329,8 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
     const quant_traits *qt = quant_traits_of(wtype);
     const int64_t bs = qt->block_size, nb = n / bs;
     const size_t bb = qt->type_size, pb = pblock(wtype);
-    memset(dst, 0, (size_t)nb * pb);
+    /* a whole panel writes every byte below; only a partial one leaves the missing rows' lanes */
+    if (nrows < PR) memset(dst, 0, (size_t)nb * pb);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *p = dst + (size_t)b * pb;
         /* quants: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K steps are the GGUF bytes themselves (a Q4_0 byte
@@ -787,11 +807,11 @@ static void gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const
     }
 }
 
-/* ---- F32 / F16 rows: decode by inner products, batches by a blocked GEMM ----------------------
+/* ---- F32 / F16 / BF16 rows: decode by inner products, batches by a blocked GEMM -----------------
  * Decode (1 token) streams each row once: 4 accumulators of 8 partial sums, reduced at the end.
  * A batch is a GEMM in the register-blocked form of BLIS (Van Zee & van de Geijn 2015; Goto & van
  * de Geijn 2008): for each k-block of GK elements and each block of GR = 16 rows, the rows are
- * converted (F16 → F32) and transposed once into a panel wp[k][16] (16 KiB, in L1), then every
+ * converted (F16 / BF16 → F32) and transposed once into a panel wp[k][16] (16 KiB, in L1), then every
  * tile of up to GT = 6 tokens runs over it: 2 ymm of 8 rows × 6 tokens = 12 accumulators, each
  * step 2 panel loads, 6 broadcast activations and 12 FMAs. The activations of a k-block (all
  * tokens) stay in L2 while the row blocks pass; rows are taken GS = 128 at a time so that their
@@ -803,18 +823,25 @@ static void gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, const
 #define GK 256
 #define GS 128
 
-AI __m256 ldw(int f16, const uint8_t *row, int64_t k)
+/* wk: the weight type, WK_F32, WK_F16 or WK_BF16 (a constant in every call, so each is compiled
+ * on its own); bf16 → f32 is the 16-bit left shift of the bit pattern (exact). */
+enum { WK_F32, WK_F16, WK_BF16 };
+
+AI __m256 ldw(int wk, const uint8_t *row, int64_t k)
 {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)))
-               : _mm256_loadu_ps((const float *)row + k);
+    if (wk == WK_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k))), 16));
+    return wk == WK_F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)))
+                        : _mm256_loadu_ps((const float *)row + k);
 }
 
-AI float wval(int f16, const uint8_t *row, int64_t k)
+AI float wval(int wk, const uint8_t *row, int64_t k)
 {
-    if (f16) {
+    if (wk != WK_F32) {
         uint16_t h;
         memcpy(&h, row + 2 * k, 2);
-        return fp16_to_fp32(h);
+        return wk == WK_BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
     }
     float f;
     memcpy(&f, row + 4 * k, 4);
@@ -822,19 +849,19 @@ AI float wval(int f16, const uint8_t *row, int64_t k)
 }
 
 /* One row · one token (decode): one sequential stream, 4 accumulators of 8 partial sums. */
-AI float dot_row1(int f16, const uint8_t *row, const float *x, int64_t n)
+AI float dot_row1(int wk, const uint8_t *row, const float *x, int64_t n)
 {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t k = 0;
     for (; k + 32 <= n; k += 32) {
-        a0 = _mm256_fmadd_ps(ldw(f16, row, k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(ldw(f16, row, k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(ldw(f16, row, k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(ldw(f16, row, k + 24), _mm256_loadu_ps(x + k + 24), a3);
+        a0 = _mm256_fmadd_ps(ldw(wk, row, k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(ldw(wk, row, k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(ldw(wk, row, k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(ldw(wk, row, k + 24), _mm256_loadu_ps(x + k + 24), a3);
     }
-    for (; k + 8 <= n; k += 8) a0 = _mm256_fmadd_ps(ldw(f16, row, k), _mm256_loadu_ps(x + k), a0);
+    for (; k + 8 <= n; k += 8) a0 = _mm256_fmadd_ps(ldw(wk, row, k), _mm256_loadu_ps(x + k), a0);
     float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; k < n; k++) s += wval(f16, row, k) * x[k];
+    for (; k < n; k++) s += wval(wk, row, k) * x[k];
     return s;
 }
 
@@ -860,21 +887,21 @@ AI void transpose8(__m256 v[8])
 }
 
 /* wp[k][16] = row r (< R, else 0) element k0 + k, for k < kc. */
-AI void pack_rows(int f16, const uint8_t *w, size_t ws, int R, int64_t k0, int kc, float *wp)
+AI void pack_rows(int wk, const uint8_t *w, size_t ws, int R, int64_t k0, int kc, float *wp)
 {
     for (int g = 0; g < GR; g += 8) {
         int k = 0;
         if (R - g >= 8) {
             for (; k + 8 <= kc; k += 8) {
                 __m256 v[8];
-                for (int i = 0; i < 8; i++) v[i] = ldw(f16, w + (size_t)(g + i) * ws, k0 + k);
+                for (int i = 0; i < 8; i++) v[i] = ldw(wk, w + (size_t)(g + i) * ws, k0 + k);
                 transpose8(v);
                 for (int i = 0; i < 8; i++) _mm256_store_ps(wp + (size_t)(k + i) * GR + g, v[i]);
             }
         }
         for (; k < kc; k++)
             for (int i = 0; i < 8; i++)
-                wp[(size_t)k * GR + g + i] = g + i < R ? wval(f16, w + (size_t)(g + i) * ws, k0 + k) : 0.0f;
+                wp[(size_t)k * GR + g + i] = g + i < R ? wval(wk, w + (size_t)(g + i) * ws, k0 + k) : 0.0f;
     }
 }
 
@@ -937,14 +964,18 @@ static void gemm_tile_any(const float *wp, int kc, const float *x, size_t xs, in
 }
 
 /* out[t·os + r] for rows [0, nrows), tokens [0, n_tokens) (see the comment above). */
-static void gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as, int n_tokens,
+static void gemm_float(int wk, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as, int n_tokens,
                        int64_t n, float *out, size_t os)
 {
     if (n_tokens == 1) { /* decode: another summation order than the tiles' (as x86_avx512.c's) */
+        const float *x1 = (const float *)act;
         for (int64_t r = 0; r < nrows; r++)
-            out[r] = f16 ? dot_row1(1, w + (size_t)r * ws, (const float *)act, n) : dot_row1(0, w + (size_t)r * ws, (const float *)act, n);
+            out[r] = wk == WK_BF16  ? dot_row1(WK_BF16, w + (size_t)r * ws, x1, n)
+                     : wk == WK_F16 ? dot_row1(WK_F16, w + (size_t)r * ws, x1, n)
+                                    : dot_row1(WK_F32, w + (size_t)r * ws, x1, n);
         return;
     }
+    const int eb = wk == WK_F32 ? 4 : 2; /* bytes per weight */
     float wp[GK * GR] __attribute__((aligned(64)));
     const float *x = (const float *)act;
     size_t xs = as / 4;
@@ -954,16 +985,17 @@ static void gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, cons
             int kc = n - k0 < GK ? (int)(n - k0) : GK;
             for (int64_t r = s0; r < s1; r += GR) {
                 int R = s1 - r < GR ? (int)(s1 - r) : GR;
-                if (f16) pack_rows(1, w + (size_t)r * ws, ws, R, k0, kc, wp);
-                else pack_rows(0, w + (size_t)r * ws, ws, R, k0, kc, wp);
+                if (wk == WK_BF16) pack_rows(WK_BF16, w + (size_t)r * ws, ws, R, k0, kc, wp);
+                else if (wk == WK_F16) pack_rows(WK_F16, w + (size_t)r * ws, ws, R, k0, kc, wp);
+                else pack_rows(WK_F32, w + (size_t)r * ws, ws, R, k0, kc, wp);
                 /* the next block's rows into L1 while this one computes (16 short streams are
                  * too many for the hardware prefetcher to have them in time) */
                 {
                     int64_t rn = r + GR < s1 ? r + GR : s0, kn = r + GR < s1 ? k0 : k0 + GK;
                     if (kn < n)
                         for (int i = 0; i < GR && rn + i < s1; i++) {
-                            const char *pr = (const char *)(w + (size_t)(rn + i) * ws) + (f16 ? 2 : 4) * kn;
-                            for (int b = 0; b < (f16 ? 2 : 4) * kc; b += 64) _mm_prefetch(pr + b, _MM_HINT_T0);
+                            const char *pr = (const char *)(w + (size_t)(rn + i) * ws) + eb * kn;
+                            for (int b = 0; b < eb * kc; b += 64) _mm_prefetch(pr + b, _MM_HINT_T0);
                         }
                 }
                 /* the fewest tiles of at most GT tokens, of sizes differing by one at most (no
@@ -1018,7 +1050,9 @@ static void gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
     switch (act_kind(wtype)) {
     case ACT_F32:
     case ACT_F16:
-        gemm_float(wtype == GGML_TYPE_F16, w, w_stride, nrows, act, act_stride, n_tokens, n, out, out_stride);
+    case ACT_BF16:
+        gemm_float(wtype == GGML_TYPE_BF16 ? WK_BF16 : wtype == GGML_TYPE_F16 ? WK_F16 : WK_F32, w, w_stride, nrows, act,
+                   act_stride, n_tokens, n, out, out_stride);
         return;
     case ACT_Q8B:
     case ACT_K:

@@ -24,6 +24,8 @@ struct tpool {
     atomic_int pending;       /* workers still running the current job */
     atomic_int stop;
     atomic_int sleepers;
+    atomic_int waiting;       /* tpool_run's caller sleeps on done until pending is 0 */
+    pthread_cond_t done;
     tpool_fn fn;
     void *arg;
     void **scratch;           /* per thread, grown on demand (tpool_scratch) */
@@ -65,7 +67,13 @@ static void *worker_main(void *vp)
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
         p->fn(p->arg, ith, p->n_threads);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        /* seq_cst, paired with the caller's store to waiting then load of pending: either it sees
+         * 0 or this sees it waiting */
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiting)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
 }
 
@@ -77,6 +85,7 @@ tpool *tpool_create(int n_threads)
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->done, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
     p->scratch_size = calloc((size_t)n_threads, sizeof *p->scratch_size);
@@ -109,6 +118,7 @@ void tpool_free(tpool *p)
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->done);
     free(p->threads);
     for (int i = 0; i < p->n_threads && p->scratch; i++) free(p->scratch[i]);
     free(p->scratch);
@@ -167,12 +177,20 @@ void tpool_run(tpool *p, tpool_fn fn, void *arg)
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n_threads);
-    /* Spin briefly (workers finish within microseconds when they have cores), then yield so
-     * an oversubscribed machine (more threads than free cores) does not burn whole time
-     * slices waiting for a preempted worker. */
+    /* Spin briefly (workers finish within microseconds when they have cores), then sleep until
+     * the last worker signals: on an oversubscribed machine (more threads than free cores) a
+     * yield loop would burn CPU time, and the core, that a preempted worker needs. */
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
-        if (spins < SPIN_ITERS) cpu_relax();
-        else sched_yield();
+        if (spins < SPIN_ITERS) {
+            cpu_relax();
+            continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->waiting, 1);
+        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->waiting, 0);
+        pthread_mutex_unlock(&p->mu);
+        break;
     }
 }
 
