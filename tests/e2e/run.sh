@@ -20,10 +20,10 @@ bad() { fail=$((fail + 1)); echo "FAIL - $1"; [ $# -gt 1 ] && echo "       $2"; 
 
 for t in "$here"/t_${E2E:-*}.sh; do
     [ -e "$t" ] || { bad "no e2e file matches t_${E2E:-*}.sh"; continue; }
-    e2e_file_t0=$(date +%s)
+    e2e_file=$(basename "$t") e2e_file_t0=$(date +%s) # the files use t, s … themselves
     # shellcheck source=/dev/null
     . "$t"
-    echo "# $(basename "$t"): $(($(date +%s) - e2e_file_t0)) s"
+    echo "# $e2e_file: $(($(date +%s) - e2e_file_t0)) s"
 done
 
 echo "e2e: $pass passed, $fail failed"

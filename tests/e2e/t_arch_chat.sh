@@ -6,7 +6,7 @@
 # reference's: the template rendered by @huggingface/jinja (`make jinja-ref`), its leading BOS text
 # dropped, tokenized by llama.cpp (node-llama-cpp, special tokens parsed; tests/arch_ref.sh
 # installs it) after the model's BOS, as llama.cpp's chat does; and "reused 0 + new N" must count
-# exactly them (gpt-oss: its harmony template, the system header with today's date). OLMo 2 and Granite have no template in tests/templates (not covered here).
+# exactly them (gpt-oss: its harmony template, the system header with today's date). Granite: its 3.0 template; OLMo 2 has no template in tests/templates (not covered here).
 jr_dir=${HF_JINJA_DIR:-build/jinja-ref}
 nlc=$(sh tests/arch_ref.sh --install 2>/dev/null | tail -n 1)
 if ! command -v tmux >/dev/null 2>&1 || ! command -v sqlite3 >/dev/null 2>&1; then
@@ -27,6 +27,7 @@ gemma3-1b	tests/templates/google-gemma-3-4b-it.jinja	<start_of_turn>,<end_of_tur
 phi4-mini	tests/templates/microsoft-Phi-4-mini-instruct.jinja	<|system|>,<|user|>,<|assistant|>,<|end|>
 ministral3-3b	tests/templates/mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinja	[SYSTEM_PROMPT],[/SYSTEM_PROMPT],[INST],[/INST]
 gpt-oss-20b	tests/templates/openai-gpt-oss-120b.jinja	<|start|>,<|end|>,<|message|>,<|channel|>,<|return|>,<|constrain|>,<|call|>
+granite-3-2b	tests/templates/ibm-granite-granite-3.0-8b-instruct.jinja	<|start_of_role|>,<|end_of_role|>,<|end_of_text|>
 CASES
     : > "$ac/render.list"
     : > "$ac/tok.list"
@@ -91,7 +92,8 @@ gemma2 gemma2-2b
 gemma3 gemma3-1b
 phi3 phi4-mini
 mistral3 ministral3-3b
-gpt-oss gpt-oss-20b")
+gpt-oss gpt-oss-20b
+granite granite-3-2b")
         if [ "$new" = "$nwant" ] && [ "${got#"$want"}" != "$got" ]; then
             ok "arch chat: $a with its template ($(basename "$t" .jinja)): the chat feeds the model llama.cpp's $nwant prompt tokens of the reference rendering"
         else
