@@ -359,9 +359,9 @@ enum { HUGE_NEVER, HUGE_AT_LOAD, HUGE_AFTER };
 /* Moving a packed arena onto 2 MiB pages after the load: MADV_COLLAPSE, one 2 MiB piece at a
  * time, on a thread of the lowest priority (nice 19: it runs on an otherwise idle core, while the
  * user types, and gets ~1.5% of a core the matmul threads keep busy), or all at once by
- * op_weights_settle. Faulting 2 MiB pages at
- * load time instead (KVCHAT_HUGEPAGES=1) costs each of them a fresh, zeroed huge page in the
- * critical path; here the load faults 4 KiB pages and the collapse copies them later. */
+ * op_weights_settle (KVCHAT_HUGEPAGES=after). Faulting 2 MiB pages at load time (the default)
+ * costs each of them a fresh, zeroed huge page in the critical path; "after" faults 4 KiB pages
+ * and the collapse copies them later. */
 typedef struct collapse_job {
     uint8_t *p;
     size_t n;            /* 2 MiB pieces */
@@ -439,12 +439,15 @@ void op_weights_settle(void *arena)
     collapse_finish(collapse_take(arena), 0);
 }
 
-/* KVCHAT_HUGEPAGES: 0 never, 1 at load, after (default): ask for huge pages after packing. */
+/* KVCHAT_HUGEPAGES: 0 never, 1 at load (default), after: ask for huge pages after packing. On the
+ * idle 2-core VM the later collapse cost more than it saved: one-shot TinyLlama Q4_0 decoded 128
+ * tokens at 36-50 t/s while the collapse ran vs 60-75 t/s with 2 MiB pages from the load, whose
+ * load-to-first-token wall time was no longer (0.50-1.03 s vs 0.47-0.80 s; llama-simple 0.67-0.73). */
 static int huge_policy(void)
 {
     const char *e = getenv("KVCHAT_HUGEPAGES");
-    if (!e || !*e || !strcmp(e, "after")) return HUGE_AFTER;
-    return strcmp(e, "0") ? HUGE_AT_LOAD : HUGE_NEVER;
+    if (e && !strcmp(e, "after")) return HUGE_AFTER;
+    return e && !strcmp(e, "0") ? HUGE_NEVER : HUGE_AT_LOAD;
 }
 
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err)

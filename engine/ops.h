@@ -96,13 +96,12 @@ int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err);
 void op_weights_free(gguf_file *f, void *arena);
 
-/* Huge pages for the arena of op_weights_pack: by default (KVCHAT_HUGEPAGES unset or "after") the
- * load faults 4 KiB pages, then asks for transparent huge pages (MADV_HUGEPAGE) and collapses the
- * arena onto 2 MiB pages (MADV_COLLAPSE, Linux >= 6.1) on a nice-19 thread, which runs on an idle
- * core; decode reads 2 MiB pages once it is done (fewer TLB misses). op_weights_settle
- * collapses what is left now, on the calling thread, and returns when the arena is done (kvchat
- * bench, before it times anything). KVCHAT_HUGEPAGES=1 faults 2 MiB pages at load (the zeroing
- * of fresh huge pages then lies on the load's critical path); 0 never asks for them. */
+/* Huge pages for the arena of op_weights_pack: by default (KVCHAT_HUGEPAGES unset or 1) the load
+ * faults 2 MiB transparent huge pages (MADV_HUGEPAGE; decode takes fewer TLB misses, the zeroing of
+ * fresh huge pages lies on the load's critical path). KVCHAT_HUGEPAGES=after faults 4 KiB pages,
+ * then collapses the arena onto 2 MiB pages (MADV_COLLAPSE, Linux >= 6.1) on a nice-19 thread;
+ * op_weights_settle collapses what is left now, on the calling thread, and returns when the arena
+ * is done (kvchat bench, before it times anything; a no-op otherwise). 0 never asks for them. */
 void op_weights_settle(void *arena);
 
 /* Copy row `row` of a 2-D tensor (any supported type) into dst as f32 (ne[0] floats). */
