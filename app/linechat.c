@@ -471,6 +471,8 @@ static const line_cmd line_cmds[] = {
     {"/read", NULL, NULL, cmd_read, NULL},
     {"/copy", NULL, NULL, NULL, "a dumb terminal has no clipboard escape (OSC 52): select the text on screen, or "
                                 "/export it to a file"},
+    {"/best", NULL, NULL, NULL, "its other samples are branches; one-shot: kvchat -p TEXT --best-of N"},
+    {"/beams", NULL, NULL, NULL, "not in line mode yet; one-shot: kvchat -p TEXT --beams N"},
     {"/quit", "/exit", "/q", cmd_quit, NULL},
 };
 #define N_LINE_CMDS (sizeof line_cmds / sizeof line_cmds[0])

@@ -26,5 +26,7 @@ for t in "$here"/t_${E2E:-*}.sh; do
     echo "# $e2e_file: $(($(date +%s) - e2e_file_t0)) s"
 done
 
+# a file that needs another's helpers (t_chat*.sh use t_chat.sh's chat_start) checks nothing alone
+[ $((pass + fail)) -gt 0 ] || bad "no check ran for E2E='${E2E:-*}' (t_chat_*.sh need t_chat.sh: E2E='chat*')"
 echo "e2e: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -75,7 +75,7 @@ CASES
         for _ in $(seq 1 600); do
             $ATM capture-pane -p -t c > "$ac/screen" 2>/dev/null
             new=$(grep -oE 'reused 0 \+ new [0-9]+' "$ac/screen" | grep -oE '[0-9]+$' | head -1)
-            [ -n "$new" ] && grep -qE '(tok/s|t/s)' "$ac/screen" && ! grep -q '⠋\|prefill [0-9]' "$ac/screen" && break
+            [ -n "$new" ] && grep -qE '(tok/s|t/s)' "$ac/screen" && ! grep -qE '⠋|prefill [0-9]+ / [0-9]' "$ac/screen" && break
             sleep 0.1
         done
         sleep 1

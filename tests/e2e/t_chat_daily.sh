@@ -354,11 +354,12 @@ if wait_for 'Ctrl-C stops a reply' 20; then
     keys "/help" Enter
     wait_for '^\(empty line\)' 10
     missing=""
-    for cmd in /help /set /show /sessions /clear /regen /undo /edit /branch /theme /system /export /persona /model /read /copy /quit; do
+    for cmd in /help /set /show /sessions /clear /regen /undo /edit /branch /theme /system /export /persona /model /read /copy /best /beams /quit; do
         grep -qE "^$cmd( |$)" "$CH/screen" || missing="$missing $cmd"
     done
     n_na=$(grep -c '(not in line mode: ' "$CH/screen")
-    if [ -z "$missing" ] && [ "$n_na" = 4 ]; then ok "line mode: /help lists the full screen's 17 commands, 4 of them with why they do not apply"
+    if [ -z "$missing" ] && [ "$n_na" = 6 ]; then
+        ok "line mode: /help lists the full screen's 19 commands, 6 of them with why they do not apply"
     else bad "line mode: /help lists the full screen's commands" "missing:$missing; $n_na not applicable $(screen_dump)"; fi
     keys C-l
     keys "/system Be kind." Enter
