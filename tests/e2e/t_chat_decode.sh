@@ -2,42 +2,15 @@
 # /show probs) checked colour by colour against --json's log-probs, on wrapped text and after a
 # resize; /best N (the ranking said, equal to one-shot --best-of; the others kept as branches,
 # stored and there after a resume); /beams N (the score said, equal to one-shot --beams).
-# Runs alone (E2E=chat_decode) or after t_chat.sh.
+# Runs after t_chat.sh, whose session helpers it uses (E2E='chat*').
 
 if ! command -v tmux >/dev/null 2>&1; then
     bad "chat decode: tmux is installed (make deps)"
     return 0
 fi
-if ! type chat_start >/dev/null 2>&1; then # the session helpers of t_chat.sh
-    TMC="tmux -L kvchat-test-$$"
-    CH=$tmp/chat
-    mkdir -p "$CH/state" "$CH/config/kvchat/themes"
-    chat_stop() { $TMC kill-server >/dev/null 2>&1; sleep 0.2; }
-    chat_start() {
-        local w=$1 h=$2 envs=() args=()
-        shift 2
-        while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
-        [ "${1:-}" = "--" ] && shift
-        args=("$@")
-        chat_stop
-        printf 'exec %s 2>%q\n' "$(printf '%q ' env -u NO_COLOR LANG=C.UTF-8 TERM=tmux-256color XDG_STATE_HOME="$CH/state" \
-            XDG_CONFIG_HOME="$CH/config" "${envs[@]}" "$BIN" -m "$MODEL" "${args[@]}")" "$CH/err" >"$CH/run.sh"
-        $TMC -f /dev/null new-session -d -s c -x "$w" -y "$h" "bash '$CH/run.sh'"
-    }
-    cap() { $TMC capture-pane -p -t c "$@" 2>/dev/null; }
-    keys() { $TMC send-keys -t c "$@"; }
-    wait_for() {
-        local re=$1 t=${2:-30} end
-        end=$(($(date +%s) + t))
-        while [ "$(date +%s)" -le "$end" ]; do
-            cap >"$CH/screen"
-            grep -qE -- "$re" "$CH/screen" && return 0
-            sleep 0.1
-        done
-        return 1
-    }
-    wait_idle() { wait_for '│ ready( │|$)' "${1:-30}"; }
-    screen_dump() { sed 's/^/       | /' "$CH/screen" | head -40; }
+if ! type chat_start >/dev/null 2>&1; then # the session helpers are t_chat.sh's
+    bad "chat decode: needs t_chat.sh's helpers (run it with E2E='chat*')"
+    return 0
 fi
 
 DD=$tmp/chat_decode
