@@ -6,7 +6,10 @@
 # reference's: the template rendered by @huggingface/jinja (`make jinja-ref`), its leading BOS text
 # dropped, tokenized by llama.cpp (node-llama-cpp, special tokens parsed; tests/arch_ref.sh
 # installs it) after the model's BOS, as llama.cpp's chat does; and "reused 0 + new N" must count
-# exactly them (gpt-oss: its harmony template, the system header with today's date). Granite: its 3.0 template; OLMo 2 has no template in tests/templates (not covered here).
+# exactly them (gpt-oss: its harmony template, the system header with today's date). Granite: its 3.0
+# template; OLMo 2: OLMo-2-1124-13B-Instruct's (Tülu 3) template, whose <|user|> / <|assistant|>
+# markers are plain text in OLMo 2's tokenizer (not added tokens), so none is made a control token
+# here and they go through the ordinary tokenizer on both sides.
 jr_dir=${HF_JINJA_DIR:-build/jinja-ref}
 nlc=$(sh tests/arch_ref.sh --install 2>/dev/null | tail -n 1)
 if ! command -v tmux >/dev/null 2>&1 || ! command -v sqlite3 >/dev/null 2>&1; then
@@ -18,7 +21,8 @@ else
     mkdir -p "$ac"
     now=$(date +%s)
     printf '%s' '{"messages": [{"role": "user", "content": "hello"}], "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"}' > "$ac/ctx.json"
-    # shape, template, control tokens (the ones the template writes)
+    # shape, template, control tokens (the ones the template writes that the real tokenizer has as
+    # added tokens)
     cat > "$ac/cases" <<'CASES'
 qwen3-0.6b	tests/templates/Qwen-Qwen3-0.6B.jinja	<|im_start|>,<|im_end|>,<think>,</think>
 smollm3-3b	tests/templates/HuggingFaceTB-SmolLM3-3B.jinja	<|im_start|>,<|im_end|>,<think>,</think>
@@ -28,6 +32,7 @@ phi4-mini	tests/templates/microsoft-Phi-4-mini-instruct.jinja	<|system|>,<|user|
 ministral3-3b	tests/templates/mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinja	[SYSTEM_PROMPT],[/SYSTEM_PROMPT],[INST],[/INST]
 gpt-oss-20b	tests/templates/openai-gpt-oss-120b.jinja	<|start|>,<|end|>,<|message|>,<|channel|>,<|return|>,<|constrain|>,<|call|>
 granite-3-2b	tests/templates/ibm-granite-granite-3.0-8b-instruct.jinja	<|start_of_role|>,<|end_of_role|>,<|end_of_text|>
+olmo2-1b	tests/templates/allenai-OLMo-2-1124-13B-Instruct.jinja	
 CASES
     : > "$ac/render.list"
     : > "$ac/tok.list"
@@ -93,7 +98,8 @@ gemma3 gemma3-1b
 phi3 phi4-mini
 mistral3 ministral3-3b
 gpt-oss gpt-oss-20b
-granite granite-3-2b")
+granite granite-3-2b
+olmo2 olmo2-1b")
         if [ "$new" = "$nwant" ] && [ "${got#"$want"}" != "$got" ]; then
             ok "arch chat: $a with its template ($(basename "$t" .jinja)): the chat feeds the model llama.cpp's $nwant prompt tokens of the reference rendering"
         else
