@@ -10,6 +10,8 @@
 # template; OLMo 2: OLMo-2-1124-13B-Instruct's (Tülu 3) template, whose <|user|> / <|assistant|>
 # markers are plain text in OLMo 2's tokenizer (not added tokens), so none is made a control token
 # here and they go through the ordinary tokenizer on both sides.
+# Mistral models whose GGUF files say `llama` (Mistral 7B, Mistral Nemo, Mistral Small 2409/2501):
+# a llama-shaped file with Mistral Nemo's template ([INST] ... [/INST], its tool tokens as controls).
 jr_dir=${HF_JINJA_DIR:-build/jinja-ref}
 nlc=$(sh tests/arch_ref.sh --install 2>/dev/null | tail -n 1)
 if ! command -v tmux >/dev/null 2>&1 || ! command -v sqlite3 >/dev/null 2>&1; then
@@ -33,6 +35,7 @@ ministral3-3b	tests/templates/mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinj
 gpt-oss-20b	tests/templates/openai-gpt-oss-120b.jinja	<|start|>,<|end|>,<|message|>,<|channel|>,<|return|>,<|constrain|>,<|call|>
 granite-3-2b	tests/templates/ibm-granite-granite-3.0-8b-instruct.jinja	<|start_of_role|>,<|end_of_role|>,<|end_of_text|>
 olmo2-1b	tests/templates/allenai-OLMo-2-1124-13B-Instruct.jinja	
+tinyllama	SHARED/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja	[INST],[/INST],[AVAILABLE_TOOLS],[/AVAILABLE_TOOLS],[TOOL_CALLS],[TOOL_RESULTS],[/TOOL_RESULTS]
 CASES
     : > "$ac/render.list"
     : > "$ac/tok.list"
@@ -99,7 +102,8 @@ phi3 phi4-mini
 mistral3 ministral3-3b
 gpt-oss gpt-oss-20b
 granite granite-3-2b
-olmo2 olmo2-1b")
+olmo2 olmo2-1b
+llama-mistral tinyllama")
         if [ "$new" = "$nwant" ] && [ "${got#"$want"}" != "$got" ]; then
             ok "arch chat: $a with its template ($(basename "$t" .jinja)): the chat feeds the model llama.cpp's $nwant prompt tokens of the reference rendering"
         else
