@@ -151,7 +151,7 @@ bench: kvchat
 	@SHARED=$(SHARED) KVCHAT=./kvchat sh tests/bench.sh
 
 # Speculative decoding benchmark, not a test: plain vs --lookup / --draft on a repeated passage and
-# on a new story, stories260K and a TinyLlama-shaped model (tests/bench_spec.sh; N=, RUNS=, TINY=).
+# on a new story, stories260K and a TinyLlama-shaped model (tests/bench_spec.sh; N=, RUNS=, RUNS_SMALL=, TINY=).
 .PHONY: bench-spec
 bench-spec: kvchat
 	@SHARED=$(SHARED) KVCHAT=./kvchat sh tests/bench_spec.sh

@@ -490,6 +490,22 @@ static int deliver(dec_state *d, int32_t tok)
     return GEN_FINISH_NONE;
 }
 
+/* The weights a token streams through (the matrices of the layers and the output; not the
+ * embedding table, of which it reads one row). */
+static double token_weights(const model *m)
+{
+    double n = (double)m->n_params_active;
+    if (m->tok_embd && m->output != m->tok_embd) n -= (double)m->tok_embd->n_elements;
+    return n > 0 ? n : 1;
+}
+
+/* A draft model's cost per token relative to the target's: the ratio of the weights each token
+ * goes through (multiply-adds per token; Leviathan et al. 2023's c). */
+static double draft_cost(const engine *target, const engine *draft)
+{
+    return draft ? token_weights(draft->m) / token_weights(target->m) : 0;
+}
+
 /* One pass of speculative decoding (engine/speculate.h): the pending token *tok and up to k
  * drafts through the target at once, then each row decides a token until the first rejection;
  * the sequence is cut back to hold everything emitted but the last token, which becomes *tok. */
@@ -503,7 +519,8 @@ static int spec_step(dec_state *d, spec_state *sp, int32_t *tok, int *fin, kv_er
     int32_t batch[SPEC_MAX_DRAFT + 1];
     batch[0] = *tok;
     int k = 0;
-    if (max_k > 0) {
+    /* a paused drafter (the back-off) skips gathering the context: the step is plain decoding's */
+    if (max_k > 0 && !spec_paused(sp)) {
         /* the context: the sequence's tokens and the pending one */
         int n_hist = base + 1;
         int32_t *hist = malloc(sizeof(int32_t) * (size_t)n_hist);
@@ -590,6 +607,7 @@ int engine_generate_seq(engine *e, int seq, const int32_t *prompt, size_t n_prom
     if (o->spec && o->spec->mode != SPEC_OFF &&
         !(sp = spec_state_create(o->spec, e->m->hp.n_vocab, e->n_batch, sampler_seed(s))))
         rc = kv_error_set(err, KV_ERR_NOMEM, "out of memory for speculative decoding");
+    if (sp && o->spec->mode == SPEC_DRAFT) spec_set_cost(sp, draft_cost(e, o->spec->draft));
     /* a draft model reads the prompt now: part of the prefill (TTFT), not of the first draft */
     if (sp && !rc) rc = spec_prefill(sp, kv_seq_tokens(e->kv, seq), kv_seq_n_tokens(e->kv, seq), err);
     double t_prefill = now_ms();

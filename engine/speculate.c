@@ -22,6 +22,9 @@ struct spec_state {
     int skip;            /* passes left without drafting (back-off) */
     int fails;           /* consecutive passes whose first draft was rejected */
     int declined;        /* the draft model ran but drafted nothing (its top probability < draft_min_p) */
+    int pause_scale;     /* pauses are (4^f - 1) * this: 1 + the draft model's relative cost, rounded up */
+    int off;             /* the draft model's sequence holds hist[off..): a window after a resync */
+    long n_draft_read;   /* tokens the draft model has read (its forward passes' rows) */
 };
 
 void spec_params_default(spec_params *p)
@@ -86,6 +89,7 @@ spec_state *spec_state_create(const spec_params *p, int n_vocab, int n_batch, ui
     st->n_vocab = n_vocab;
     st->n_batch = n_batch;
     st->kcap = st->p.no_backoff ? st->p.draft_max : 2;
+    st->pause_scale = 1;
     if (st->kcap > st->p.draft_max) st->kcap = st->p.draft_max;
     size_t nv = (size_t)n_vocab;
     st->rows = malloc(sizeof(float) * nv * (SPEC_MAX_DRAFT + 1));
@@ -178,32 +182,56 @@ static int32_t draw(spec_state *st, const float *w, const int32_t *ids, int n, d
     return last;
 }
 
-/* The draft model's sequence made to hold hist[0..n): the common prefix kept, the rest fed in
- * batches (at least the last token, so st->dlogits is the row after hist[n-1]). 1 when the draft
- * model cannot follow (n past its context: no draft), 0, or -1 with err set. */
-static int draft_sync(spec_state *st, const int32_t *hist, int n, kv_error *err)
+/* The draft model's sequence made to hold hist[off..n): the common prefix kept, the rest fed in
+ * batches (at least the last token, so st->dlogits is the row after hist[n-1]). Unless full (the
+ * prefill), a sequence more than SPEC_RESYNC_MAX tokens behind (a pause of the back-off, a context
+ * shift) restarts on the last SPEC_RESYNC_MAX tokens (off moves up): what the draft model reads
+ * stays bounded per pass, not one read of every token of every pause. 1 when the draft model
+ * cannot follow (its context too small: no draft), 0, or -1 with err set. */
+static int draft_sync(spec_state *st, const int32_t *hist, int n, int full, kv_error *err)
 {
     engine *d = st->p.draft;
     int seq = ENGINE_SEQ_DEFAULT, have_n;
+    if (st->off > n - 1) st->off = 0;
     const int32_t *have = engine_seq_tokens(d, seq, &have_n);
     int common = 0;
-    while (common < have_n && common < n - 1 && have[common] == hist[common]) common++;
+    while (common < have_n && st->off + common < n - 1 && have[common] == hist[st->off + common]) common++;
+    if (!full && (n - st->off - common > SPEC_RESYNC_MAX || n - st->off > engine_n_ctx(d))) {
+        st->off = n - SPEC_RESYNC_MAX > 0 ? n - SPEC_RESYNC_MAX : 0;
+        common = 0;
+    }
     engine_seq_truncate(d, seq, common);
     engine_seq_tokens(d, seq, &common); /* fewer when sliding-window layers freed that window */
-    if (n > engine_n_ctx(d)) return 1; /* cannot follow (the target shifted past it) */
+    if (n - st->off > engine_n_ctx(d)) return 1; /* cannot follow */
     int nb = engine_n_batch(d);
-    for (int i = common; i < n;) {
+    for (int i = st->off + common; i < n;) {
         int k = n - i < nb ? n - i : nb;
         if (engine_forward(d, seq, hist + i, k, st->dlogits, 0, err)) return -1;
+        st->n_draft_read += k;
         i += k;
     }
     return 0;
 }
 
+void spec_set_cost(spec_state *st, double c)
+{
+    st->pause_scale = c > 0 ? 1 + (int)ceil(c) : 1;
+}
+
+long spec_draft_read(const spec_state *st) { return st->n_draft_read; }
+
+int spec_paused(spec_state *st)
+{
+    if (st->p.no_backoff || st->skip <= 0) return 0;
+    st->skip--;
+    return 1;
+}
+
 int spec_prefill(spec_state *st, const int32_t *toks, int n, kv_error *err)
 {
     if (st->p.mode != SPEC_DRAFT || n <= 0) return KV_OK;
-    int rc = draft_sync(st, toks, n, err);
+    st->off = 0;
+    int rc = draft_sync(st, toks, n, 1, err);
     return rc < 0 ? (err && err->code ? err->code : KV_ERR_INVALID) : KV_OK;
 }
 
@@ -214,7 +242,7 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
 {
     engine *d = st->p.draft;
     int seq = ENGINE_SEQ_DEFAULT;
-    int sr = draft_sync(st, hist, n, err);
+    int sr = draft_sync(st, hist, n, 0, err);
     if (sr) return sr < 0 ? -1 : 0;
     sampler_params dp = *sampler_get_params(s);
     dp.repeat_penalty = 1.0f;
@@ -246,11 +274,12 @@ static int propose_draft(spec_state *st, const int32_t *hist, int n, int max_k, 
             k++;
             break;
         }
-        if (n + k + 1 >= engine_n_ctx(d)) {
+        if (n - st->off + k + 1 >= engine_n_ctx(d)) {
             k++;
             break;
         }
         if (engine_forward(d, seq, &tok, 1, st->dlogits, 0, err)) return -1;
+        st->n_draft_read++;
     }
     st->declined = k == 0;
     return k;
@@ -260,13 +289,8 @@ int spec_propose(spec_state *st, const int32_t *hist, int n_hist, int max_k, con
                  kv_error *err)
 {
     if (max_k > st->p.draft_max) max_k = st->p.draft_max;
-    if (!st->p.no_backoff) {
-        if (st->skip > 0) {
-            st->skip--;
-            return 0;
-        }
-        if (max_k > st->kcap) max_k = st->kcap;
-    }
+    if (spec_paused(st)) return 0;
+    if (!st->p.no_backoff && max_k > st->kcap) max_k = st->kcap;
     if (max_k > st->n_batch - 1) max_k = st->n_batch - 1;
     if (max_k <= 0) return 0;
     if (st->p.mode == SPEC_LOOKUP) return propose_lookup(hist, n_hist, max_k, drafts);
@@ -338,7 +362,7 @@ void spec_feedback(spec_state *st, int k, int j)
     if (j == 0) {
         st->fails++;
         int f = st->fails < SPEC_BACKOFF_MAX ? st->fails : SPEC_BACKOFF_MAX;
-        st->skip = (1 << (2 * f)) - 1; /* 4^f - 1 */
+        st->skip = ((1 << (2 * f)) - 1) * st->pause_scale; /* (4^f - 1) (1 + c) */
     } else {
         st->fails = 0;
     }

@@ -33,7 +33,16 @@
  * 4^f pauses keep to 4 passes in the first 100 tokens (2^f ones took 7), and the draft model
  * reads the prompt during the prefill (spec_prefill), not on its first draft. A draft model that
  * runs and declines (its first token's probability below draft_min_p) backs off the same way
- * (it used to run a step at every token for nothing); no lookup match costs nothing and does not. */
+ * (it used to run a step at every token for nothing); no lookup match costs nothing and does not.
+ * A paused step is plain decoding's step (one row; the drafter is not asked, the context not
+ * gathered). The draft model does not read the tokens of a pause one by one nor all of them
+ * after it: a pass more than SPEC_RESYNC_MAX tokens behind restarts the draft model's sequence on
+ * the last SPEC_RESYNC_MAX tokens (its context is that window from then on), so it reads a
+ * bounded amount per pass — it used to catch up on every token of every pause, which made a
+ * rejected draft model cost on every step (1.5 steps of a TinyLlama for its 2-layer draft after a
+ * 63-step pause; more than the decoding itself for a draft model costlier than stories260K).
+ * And the pauses grow with the draft model's relative cost c (spec_set_cost): (4^f - 1)(1 +
+ * ceil(c)). */
 
 enum spec_mode { SPEC_OFF = 0, SPEC_LOOKUP, SPEC_DRAFT };
 
@@ -43,6 +52,7 @@ enum spec_mode { SPEC_OFF = 0, SPEC_LOOKUP, SPEC_DRAFT };
 #define SPEC_NGRAM_MAX 4           /* lookup: longest n-gram matched (then shorter, down to 2) */
 #define SPEC_NGRAM_MIN 2
 #define SPEC_BACKOFF_MAX 4         /* the longest pause: 4^4 - 1 = 255 steps without drafting */
+#define SPEC_RESYNC_MAX 16         /* a draft model further behind re-reads only this many last tokens */
 
 struct engine;
 
@@ -100,5 +110,17 @@ int spec_verify(spec_state *st, sampler *s, const float *row, int i, int32_t dra
 
 /* After a pass of k drafts of which j were accepted: adapt the length, back off. */
 void spec_feedback(spec_state *st, int k, int j);
+
+/* A paused step of the back-off (consumes it: the drafter drafts nothing this step): 1, else 0
+ * (the step may draft). Lets the decode loop skip gathering the context for spec_propose. */
+int spec_paused(spec_state *st);
+
+/* The draft model's cost per token relative to the target's, c >= 0 (Leviathan et al. 2023's c):
+ * pauses become (4^f - 1) * (1 + ceil(c)) steps, so the draft steps of failed passes stay a small
+ * share of decoding however costly the draft model (0, the default: lookup, unknown). */
+void spec_set_cost(spec_state *st, double c);
+
+/* Tokens the draft model has read (prompt, catch-ups, draft steps): tests count them. */
+long spec_draft_read(const spec_state *st);
 
 #endif

@@ -124,9 +124,73 @@ static void test_declining_draft_backs_off(void **state)
     engine_close(d);
 }
 
+/* A draft model whose drafts are all rejected, over 400 decode steps after a 40-token prompt:
+ * paused steps read nothing, and a pass after a long pause re-reads at most SPEC_RESYNC_MAX
+ * tokens — the draft model reads the prompt and a bounded amount per pass, not every token of
+ * every pause (it used to catch up on all of them: 40 + 400 tokens and more). With its relative
+ * cost set (spec_set_cost), the pauses stretch by 1 + ceil(c). */
+static void test_rejected_draft_reads_little(void **state)
+{
+    (void)state;
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 512;
+    ep.n_threads = 1;
+    engine *d = NULL;
+    kv_error err = {0};
+    assert_int_equal(engine_open(&ep, &d, &err), KV_OK);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sampler *s = sampler_create(512, &sp, &err);
+    static int32_t hist[480];
+    for (int i = 0; i < 480; i++) hist[i] = 1 + (i * 37) % 500;
+    for (int costly = 0; costly < 2; costly++) {
+        spec_params p;
+        spec_params_default(&p);
+        p.mode = SPEC_DRAFT;
+        p.draft = d;
+        p.draft_min_p = 0; /* always drafts */
+        spec_state *st = spec_state_create(&p, 512, 64, 1);
+        assert_non_null(st);
+        engine_seq_truncate(d, ENGINE_SEQ_DEFAULT, 0);
+        if (costly) spec_set_cost(st, 4.2); /* pauses x 6 */
+        assert_int_equal(spec_prefill(st, hist, 40, &err), KV_OK);
+        assert_int_equal(spec_draft_read(st), 40); /* the prompt, whole */
+        int32_t drafts[SPEC_MAX_DRAFT];
+        int passes = 0, paused = 0;
+        long read = 40;
+        for (int step = 0; step < 400; step++) {
+            int n = 41 + step; /* the prompt, the tokens so far and the pending one */
+            int k = spec_propose(st, hist, n, 8, s, drafts, &err);
+            assert_true(k >= 0);
+            long now = spec_draft_read(st);
+            if (k == 0) {
+                paused++;
+                assert_int_equal(now, read); /* a paused step: the draft model did not run */
+            } else {
+                passes++;
+                /* the catch-up (at most SPEC_RESYNC_MAX) and k - 1 draft steps */
+                assert_true(now - read <= SPEC_RESYNC_MAX + k);
+                spec_feedback(st, k, 0);
+            }
+            read = now;
+        }
+        /* at steps 0, 4, 20, 84, 340; with c = 4.2: 0, 19, 110 */
+        assert_int_equal(passes, costly ? 3 : 5);
+        assert_int_equal(paused, 400 - passes);
+        assert_true(read <= 40 + passes * (SPEC_RESYNC_MAX + 2));
+        spec_state_free(st);
+    }
+    sampler_free(s);
+    engine_close(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_pauses), cmocka_unit_test(test_passes_in_400_steps),
-                                       cmocka_unit_test(test_declining_draft_backs_off)};
+                                       cmocka_unit_test(test_declining_draft_backs_off),
+                                       cmocka_unit_test(test_rejected_draft_reads_little)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
