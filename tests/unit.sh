@@ -8,7 +8,8 @@
 # `time` of the binary (user + sys are its CPU seconds, wall is longer when it waited for a core).
 # The tests named in UNIT_ALONE (timing-sensitive: they slice work by the clock or kill a writer
 # at chosen moments) run after the others, one at a time, with nothing beside them. The last line
-# is "unit: N passed, N failed" (and the CPU seconds of all); the exit status is 1 when one failed.
+# is "unit: N passed, N failed" (the one before it: wall and CPU seconds of all); the exit status
+# is 1 when one failed.
 set -u
 logs=$1
 shift
@@ -65,5 +66,6 @@ for t in "${serial[@]}"; do
     flush
 done
 
-echo "unit: $pass passed, $fail failed ($(($(date +%s) - start)) s wall, $cpu s CPU; $jobs at a time)"
+echo "unit: $(($(date +%s) - start)) s wall, $cpu s CPU (user + sys), $jobs at a time"
+echo "unit: $pass passed, $fail failed"
 [ "$fail" -eq 0 ] && [ "$printed" -eq $# ]
