@@ -147,11 +147,14 @@ unit: $(TESTS)
 	  UNIT_JOBS=$(UNIT_JOBS) UNIT_ALONE="$(UNIT_ALONE)" bash tests/unit.sh $(BUILD)/asan/logs $(UNIT_ORDER)
 
 # the e2e files, E2E_JOBS at a time (each in its own run.sh process: temp dir, XDG dirs, tmux
-# sockets, servers on --port 0), the longest first; each file's log printed whole, in order
+# sockets, servers on --port 0), the longest first; each file's log printed whole, in order;
+# E2E_ALONE after them with nothing beside them (t_store: kill -9 at chosen moments of a write)
 E2E_JOBS  ?= 2
-E2E_FIRST := t_arch_chat t_arch t_chat_daily t_chat t_serve t_chat_models t_store t_serve_batch t_chat_branch
+E2E_FIRST := t_arch_chat t_arch t_chat_daily t_chat t_serve t_chat_models t_serve_batch t_chat_branch
+E2E_ALONE := t_store
 e2e: kvchat
-	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat E2E_JOBS=$(E2E_JOBS) E2E_FIRST="$(E2E_FIRST)" bash tests/e2e/run.sh
+	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat E2E_JOBS=$(E2E_JOBS) E2E_FIRST="$(E2E_FIRST)" \
+	  E2E_ALONE="$(E2E_ALONE)" bash tests/e2e/run.sh
 
 # Speed against llama.cpp, not a test: writes TinyLlama-shaped synthetic models to
 # /tmp/kvchat-models when missing (kvchat gen-model), builds llama.cpp's llama-bench natively

@@ -6,8 +6,9 @@
 #
 # With E2E_JOBS > 1 each file runs in its own run.sh process (its own temp dir, XDG dirs, tmux
 # sockets — named after the process — and servers on --port 0), E2E_JOBS at a time, the longest
-# first (E2E_FIRST); each file's output goes to a log that is printed whole, in the files' order,
-# once it and every one before it are done, so the output reads as a serial run's.
+# first (E2E_FIRST), the ones in E2E_ALONE after them one at a time; each file's output goes to a
+# log that is printed whole, in the files' order, once it and every one before it are done, so the
+# output reads as a serial run's.
 set -u
 BIN=${KVCHAT_BIN:-./kvchat}
 SHARED=${KVCHAT_SHARED:-../shared}
@@ -37,6 +38,12 @@ if [ -z "${E2E_ONE:-}" ] && [ "$jobs" -gt 1 ] && [ ${#files[@]} -gt 1 ]; then
     order=()
     for f in ${E2E_FIRST:-}; do for t in "${files[@]}"; do [ "$(basename "$t" .sh)" = "$f" ] && order+=("$t"); done; done
     for t in "${files[@]}"; do case " ${E2E_FIRST:-} " in *" $(basename "$t" .sh) "*) ;; *) order+=("$t") ;; esac; done
+    # E2E_ALONE (timing-sensitive: kill -9 at chosen moments of a write) last, one at a time
+    pooled=() serial=()
+    for t in "${order[@]}"; do
+        case " ${E2E_ALONE:-} " in *" $(basename "$t" .sh) "*) serial+=("$t") ;; *) pooled+=("$t") ;; esac
+    done
+    order=("${pooled[@]}" "${serial[@]}")
     logs=$tmp/logs
     mkdir -p "$logs"
     printed=0
@@ -55,7 +62,7 @@ if [ -z "${E2E_ONE:-}" ] && [ "$jobs" -gt 1 ] && [ ${#files[@]} -gt 1 ]; then
             printed=$((printed + 1))
         done
     }
-    for t in "${order[@]}"; do
+    for t in "${pooled[@]}"; do
         while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
             wait -n
             flush
@@ -65,6 +72,12 @@ if [ -z "${E2E_ONE:-}" ] && [ "$jobs" -gt 1 ] && [ ${#files[@]} -gt 1 ]; then
     done
     wait
     flush
+    for t in "${serial[@]}"; do
+        n=$(basename "$t" .sh)
+        E2E_ONE=$t bash "$0" >"$logs/$n.log" 2>&1
+        touch "$logs/$n.done"
+        flush
+    done
     echo "e2e: $(($(date +%s) - start)) s, $jobs files at a time"
     echo "e2e: $pass passed, $fail failed"
     [ "$fail" -eq 0 ]
