@@ -104,6 +104,9 @@ $(BUILD)/asan/%.o: %.c | $(DEPS_OK)
 kvchat: $(OBJ) $(BUILD)/rel/app/main.o
 	$(CC) $(OPT) $(CFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
+# kept: as intermediates of the pattern rule below, make deleted tests/support's objects after
+# `make test-build`, so `make unit` compiled them again and relinked every test binary
+.SECONDARY: $(ASAN_OBJ)
 $(BUILD)/asan/tests/%: tests/%.c $(ASAN_OBJ) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) -O1 -g $(SAN) -o $@ $< $(ASAN_OBJ) $(LDLIBS_ALL) $(TEST_LIBS)
@@ -115,8 +118,9 @@ run: kvchat
 # Unit and golden tests (cmocka), all under AddressSanitizer + UBSan, then end-to-end tests
 # that drive the real binary. `make test` first installs what is missing (one apt-get / npm at a
 # time), then builds every binary the suites need in parallel (TEST_JOBS, default the CPU count),
-# then runs the suites one after another (timing tests are not run beside each other), each
-# suite's wall time printed as it ends.
+# then runs the suites one after another, each suite's wall time printed as it ends; inside unit
+# and e2e two binaries / files run at a time (UNIT_JOBS, E2E_JOBS; the timing-sensitive unit tests
+# alone), their logs printed whole and in order.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 .PHONY: test-deps test-build test-run
 test:
@@ -129,18 +133,28 @@ test:
 	echo "make test: all suites passed; tests $$(( $$(date +%s) - t2 )) s, total $$(( $$(date +%s) - t0 )) s"
 test-run: unit e2e lint-man test-aarch64
 
+# the unit binaries, UNIT_JOBS at a time (default 2: most are one thread under ASan), the longest
+# first so the short ones fill the other slot at the end; UNIT_ALONE (timing-sensitive: work sliced
+# by the clock, a writer killed at chosen moments) run after them with nothing beside them. Each
+# binary's output goes to build/asan/logs/NAME.log and is printed whole, in order (tests/unit.sh).
+UNIT_JOBS  ?= 2
+UNIT_FIRST := test_arch test_kv_swa test_golden test_speculate test_batch
+UNIT_ALONE := test_worker test_store_crash
+UNIT_ORDER  = $(foreach t,$(UNIT_FIRST),$(filter %/$(t),$(TESTS))) \
+              $(filter-out $(UNIT_FIRST:%=$(BUILD)/asan/tests/%),$(TESTS))
 unit: $(TESTS)
-	@export KVCHAT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1; \
-	pass=0; fail=0; \
-	for t in $(TESTS); do \
-	  echo "== $$t"; s=$$(date +%s); \
-	  if $$t; then pass=$$((pass+1)); else fail=$$((fail+1)); echo "FAILED: $$t"; fi; \
-	  echo "== $$t: $$(( $$(date +%s) - s )) s"; \
-	done; \
-	echo "unit: $$pass passed, $$fail failed"; [ $$fail -eq 0 ]
+	@KVCHAT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  UNIT_JOBS=$(UNIT_JOBS) UNIT_ALONE="$(UNIT_ALONE)" bash tests/unit.sh $(BUILD)/asan/logs $(UNIT_ORDER)
 
+# the e2e files, E2E_JOBS at a time (each in its own run.sh process: temp dir, XDG dirs, tmux
+# sockets, servers on --port 0), the longest first; each file's log printed whole, in order;
+# E2E_ALONE after them with nothing beside them (t_store: kill -9 at chosen moments of a write)
+E2E_JOBS  ?= 2
+E2E_FIRST := t_arch_chat t_arch t_chat_daily t_chat t_serve t_chat_models t_serve_batch t_chat_branch
+E2E_ALONE := t_store
 e2e: kvchat
-	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat bash tests/e2e/run.sh
+	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat E2E_JOBS=$(E2E_JOBS) E2E_FIRST="$(E2E_FIRST)" \
+	  E2E_ALONE="$(E2E_ALONE)" bash tests/e2e/run.sh
 
 # Speed against llama.cpp, not a test: writes TinyLlama-shaped synthetic models to
 # /tmp/kvchat-models when missing (kvchat gen-model), builds llama.cpp's llama-bench natively

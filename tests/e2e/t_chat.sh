@@ -8,69 +8,8 @@ if ! command -v tmux >/dev/null 2>&1; then
     return 0
 fi
 
-TMC="tmux -L kvchat-test-$$"
-CH=$tmp/chat
-mkdir -p "$CH/state" "$CH/config/kvchat/themes"
-
-chat_stop() { $TMC kill-server >/dev/null 2>&1; sleep 0.2; }
-
-# chat_start W H [ENV=VAL ...] -- [kvchat args...]: a fresh session "c" running kvchat in bash;
-# bash records the terminal settings before and after, and kvchat's exit status.
-chat_start() {
-    local w=$1 h=$2 envs=() args=()
-    shift 2
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
-    [ "${1:-}" = "--" ] && shift
-    args=("$@")
-    chat_stop
-    rm -f "$CH/stty.before" "$CH/stty.after" "$CH/pid" "$CH/err"
-    {
-        echo "stty -g > '$CH/stty.before'"
-        printf 'bash -c %q' "echo \$\$ > '$CH/pid'; exec $(printf '%q ' env -u NO_COLOR LANG=C.UTF-8 TERM=tmux-256color XDG_STATE_HOME="$CH/state" XDG_CONFIG_HOME="$CH/config" "${envs[@]}" "$BIN" -m "$MODEL" "${args[@]}") 2>'$CH/err'"
-        echo
-        echo "echo \"EXIT=\$?\""
-        echo "stty -g > '$CH/stty.after'"
-        echo "sleep 600"
-    } >"$CH/run.sh"
-    $TMC -f /dev/null new-session -d -s c -x "$w" -y "$h" "bash '$CH/run.sh'"
-}
-
-cap() { $TMC capture-pane -p -t c "$@" 2>/dev/null; }
-keys() { $TMC send-keys -t c "$@"; }
-
-# wait_for REGEX [SECONDS]: 0 once the screen matches (the screen is left in $CH/screen).
-wait_for() {
-    local re=$1 t=${2:-30} end
-    end=$(($(date +%s) + t))
-    while [ "$(date +%s)" -le "$end" ]; do
-        cap >"$CH/screen"
-        grep -qE -- "$re" "$CH/screen" && return 0
-        sleep 0.1
-    done
-    return 1
-}
-# wait_gone REGEX [SECONDS]: 0 once the screen no longer matches.
-wait_gone() {
-    local re=$1 t=${2:-30} end
-    end=$(($(date +%s) + t))
-    while [ "$(date +%s)" -le "$end" ]; do
-        cap >"$CH/screen"
-        grep -qE -- "$re" "$CH/screen" || return 0
-        sleep 0.1
-    done
-    return 1
-}
-# The status bar says no request runs.
-wait_idle() { wait_for '│ ready( │|$)' "${1:-30}"; }
-# The "N tokens" of the stats line (0 if none).
-tokens_shown() { cap | sed -nE 's/.* ([0-9]+) tok(ens)?( ·.*|$)/\1/p' | tail -1 | grep -E '^[0-9]+$' || echo 0; }
-screen_dump() { sed 's/^/       | /' "$CH/screen" | head -40; }
-
-cut_panel() { sed -E 's/ *│.*$//'; }
-# The chat pane's text alone (no status bar, panel, gauge, stats or input).
-pane_text() { cut_panel | sed -n '2,$p' | sed '/^─/,$d'; }
-# The last non-empty line of the chat pane (above the border row), left of the panel.
-last_pane_line() { pane_text <"$CH/screen" | grep -v '^ *$' | tail -1; }
+# the session helpers (chat_start, wait_for, keys, cap …)
+. "$here/chat_lib.sh"
 
 # ---- 1. a reply streams: it grows between two captures; the stats line shows decode t/s ------
 chat_start 100 30 -- -t 1 -c 8192

@@ -1,10 +1,12 @@
 # /edit (and Up on an empty input) and /branch in the full-screen chat (issue 4), driven in tmux
-# like a person would. Uses t_chat.sh's helpers (sourced before this file by run.sh).
+# like a person would, with the session helpers of chat_lib.sh.
 
 if ! command -v tmux >/dev/null 2>&1; then
     bad "branch: tmux is installed (make deps)"
     return 0
 fi
+# the session helpers (chat_start, wait_for, keys, cap …), when t_chat.sh did not define them
+type chat_start >/dev/null 2>&1 || . "$here/chat_lib.sh"
 
 BDB=$tmp/branch.db
 # The reply the CLI gives to PROMPT (temp 0, 12 tokens): what a fresh run computes.

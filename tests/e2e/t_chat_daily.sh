@@ -1,7 +1,9 @@
 # The chat for daily use (issue 16) and the chat's context shift (issue 18 #2, #6), in tmux like
-# t_chat.sh (whose helpers this uses: chat_start, wait_for, keys, cap …). Sourced by run.sh.
+# t_chat.sh (with chat_lib.sh's helpers: chat_start, wait_for, keys, cap …). Sourced by run.sh.
 
-[ -n "${TMC:-}" ] || return 0
+command -v tmux >/dev/null 2>&1 || return 0 # t_chat.sh says tmux is missing
+# the session helpers (chat_start, wait_for, keys, cap …), when t_chat.sh did not define them
+type chat_start >/dev/null 2>&1 || . "$here/chat_lib.sh"
 DM=$tmp/daily
 mkdir -p "$DM"
 
@@ -320,6 +322,19 @@ fi
 chat_stop
 
 # ---- issue 16 #4: TERM=dumb (the line-by-line session) has the slash commands and saves -----------
+# wait_prompt [SECONDS]: line mode is back at its prompt: the screen's last non-blank line is ">"
+# (capture-pane drops the prompt's trailing space, so a pattern '^> $' never matches: each wait sat
+# out its whole timeout, 140 s of this file)
+wait_prompt() {
+    local t=${1:-20} end
+    end=$(($(date +%s) + t))
+    while [ "$(date +%s)" -le "$end" ]; do
+        cap >"$CH/screen"
+        [ "$(grep -v '^ *$' "$CH/screen" | tail -1)" = ">" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 chat_start 100 30 TERM=dumb -- -t 1 -n 16 --db "$DM/dumb.db"
 if wait_for 'Ctrl-C stops a reply' 20; then
     keys "/set temp 0" Enter
@@ -329,7 +344,7 @@ if wait_for 'Ctrl-C stops a reply' 20; then
     keys "/set temp 7" Enter
     r_bad=0; wait_for "/set temp: '7' is not a number from 0 to 2" 10 && r_bad=1
     keys "Once upon a time" Enter
-    wait_for '^> $' 20
+    sleep 0.5; wait_prompt 20
     keys "/quit" Enter
     r_quit=0; wait_for 'EXIT=0' 15 && r_quit=1
     n_conv=$("$BIN" list --db "$DM/dumb.db" --ids 2>/dev/null | wc -l)
@@ -366,26 +381,26 @@ if wait_for 'Ctrl-C stops a reply' 20; then
     keys "/read $DM/note.txt" Enter
     r_read=0; wait_for 'attached note.txt \(12 bytes, [0-9]+ tokens\)' 10 && r_read=1
     keys "Once upon a time" Enter
-    sleep 0.5; wait_for '^> $' 20
+    sleep 0.5; wait_prompt 20
     keys "/regen" Enter
-    sleep 0.5; wait_for '^> $' 20
+    sleep 0.5; wait_prompt 20
     keys "/undo" Enter
     r_undo=0; wait_for 'dropped the last exchange' 10 && r_undo=1
     keys "Lily went out" Enter
-    sleep 0.5; wait_for '^> $' 20
+    sleep 0.5; wait_prompt 20
     keys "/edit Tom went out" Enter
-    sleep 0.5; wait_for '^> $' 20
+    sleep 0.5; wait_prompt 20
     keys "/model ../shared/models/llama-2-tiny-random.gguf" Enter
     r_model=0; wait_for 'model: stories260K → .*tokenized again' 30 && r_model=1
     keys "" Enter
-    sleep 0.5; wait_for '^> $' 20
+    sleep 0.5; wait_prompt 20
     keys "/export json $DM/dumb2.json" Enter
     r_exp=0; wait_for 'exported conversation 1 \(json' 10 && r_exp=1
     for cmd in /sessions /branch /theme /copy; do keys "$cmd" Enter; done
     wait_for '^/copy: not in line mode' 10
     n_refused=$(grep -cE '^/(sessions|branch|theme|copy): not in line mode: ' "$CH/screen")
     keys "/clear" Enter "After" Enter
-    sleep 0.5; wait_for '^> $' 20
+    sleep 0.5; wait_prompt 20
     keys "/quit" Enter
     wait_for 'EXIT=0' 15
     q() { sqlite3 "$DM/dumb2.db" "$1" 2>/dev/null; }

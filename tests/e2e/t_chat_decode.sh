@@ -2,16 +2,14 @@
 # /show probs) checked colour by colour against --json's log-probs, on wrapped text and after a
 # resize; /best N (the ranking said, equal to one-shot --best-of; the others kept as branches,
 # stored and there after a resume); /beams N (the score said, equal to one-shot --beams).
-# Runs after t_chat.sh, whose session helpers it uses (E2E='chat*').
+# With chat_lib.sh's session helpers.
 
 if ! command -v tmux >/dev/null 2>&1; then
     bad "chat decode: tmux is installed (make deps)"
     return 0
 fi
-if ! type chat_start >/dev/null 2>&1; then # the session helpers are t_chat.sh's
-    bad "chat decode: needs t_chat.sh's helpers (run it with E2E='chat*')"
-    return 0
-fi
+# the session helpers (chat_start, wait_for, keys, cap …), when t_chat.sh did not define them
+type chat_start >/dev/null 2>&1 || . "$here/chat_lib.sh"
 
 DD=$tmp/chat_decode
 mkdir -p "$DD"

@@ -1,8 +1,10 @@
 # The chat's model and conversation commands (issue 16 "Models", issue 13 reasoning): /export,
-# /system, personas, /model, F3 snippets, reasoning folded — in tmux with t_chat.sh's helpers
+# /system, personas, /model, F3 snippets, reasoning folded — in tmux with chat_lib.sh's helpers
 # (chat_start, wait_for, keys, cap …). Sourced by run.sh.
 
-[ -n "${TMC:-}" ] || return 0
+command -v tmux >/dev/null 2>&1 || return 0 # t_chat.sh says tmux is missing
+# the session helpers (chat_start, wait_for, keys, cap …), when t_chat.sh did not define them
+type chat_start >/dev/null 2>&1 || . "$here/chat_lib.sh"
 MM=$tmp/models_cmds
 mkdir -p "$MM"
 # the chat pane's lines (left of the panel) joined with spaces: a notice wrapped over lines reads whole
