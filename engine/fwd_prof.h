@@ -12,12 +12,19 @@ typedef enum fwd_prof_op {
     FP_WO,        /* output projection of attention */
     FP_FFN_UP,    /* gate and up projections */
     FP_FFN_ACT,   /* SwiGLU / GeGLU */
-    FP_FFN_DOWN,  /* down projection (or the mixture of experts) */
+    FP_FFN_DOWN,  /* down projection (a mixture of experts: FP_MOE_*) */
     FP_LOGITS,    /* final norm and the output matrix */
+    FP_MOE_ROUTE, /* mixture of experts: router matmul, top-k, grouping, input preparation */
+    FP_MOE_UP,    /* the selected (and shared) experts' gate and up matrices, one pool pass */
+    FP_MOE_ACT,   /* their SwiGLU and the down matrices' input preparation */
+    FP_MOE_DOWN,  /* their down matrices, one pool pass */
+    FP_MOE_SUM,   /* the weighted sum of the experts' outputs (+ the shared expert's) */
     FP_COUNT
 } fwd_prof_op;
 
-/* Nonzero when KVCHAT_PROF is set to something other than "" or "0" (read once). */
+/* Nonzero when KVCHAT_PROF is set to something other than "" or "0" (read once). KVCHAT_PROF=wall
+ * times with the monotonic clock instead (wall time of the calling thread's whole step, waits for
+ * the pool included: where a multi-threaded step's time goes). */
 int fwd_prof_on(void);
 
 /* Start timing (the clock of the calling thread, CLOCK_THREAD_CPUTIME_ID: time this thread ran,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fwd_prof.h"
 #include "ops.h"
 #include "ops_extra.h"
 #include "kernels/quant.h"
@@ -179,7 +180,7 @@ static void mm_run(mm_group *g, int n_groups, tpool *pool)
     mm_job j = {.g = g, .n_groups = n_groups, .n_items = items};
     atomic_init(&j.next, 0);
     if (nth == 1) mm_worker(&j, 0, 1);
-    else tpool_run(pool, mm_worker, &j);
+    else tpool_run_shared(pool, mm_worker, &j);
 }
 
 /* ---- scratch ------------------------------------------------------------------------------- */
@@ -434,6 +435,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
         else if (tsu == tu) xsu = s->act_x2;
         else prepare_rows(tsu, x, E, n_tokens, (uint8_t *)(xsu = s->act_sx2), asu, pool);
     }
+    FWD_PROF_MARK(FP_MOE_ROUTE);
     /* 4. gate and up of every selected expert (and of the shared expert) in one pass over the pool */
     int ng = 0;
     if (Ls) {
@@ -448,6 +450,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
         s->groups[ng++] = expert_group(L->up_exps, e, xu + r0 * au, au, n, s->hu + (size_t)s->off[e] * F, (size_t)F);
     }
     mm_run(s->groups, ng, pool);
+    FWD_PROF_MARK(FP_MOE_UP);
     /* 5. SwiGLU, then the down inputs */
     const int td = L->down_exps->type;
     const size_t ad = quant_act_row_size(td, F);
@@ -459,6 +462,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
             op_swiglu(s->sg + (size_t)t * S, s->su + (size_t)t * S, S);
             quant_act_prepare(Ls->down_shexp->type, s->sg + (size_t)t * S, S, s->act_sd + (size_t)t * asd);
         }
+    FWD_PROF_MARK(FP_MOE_ACT);
     /* 6. down of every selected expert (and of the shared expert) */
     ng = 0;
     if (Ls) s->groups[ng++] = matrix_group(Ls->down_shexp, s->act_sd, asd, n_tokens, s->sy, (size_t)E);
@@ -469,6 +473,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
                                            s->yd + (size_t)s->off[e] * E, (size_t)E);
     }
     mm_run(s->groups, ng, pool);
+    FWD_PROF_MARK(FP_MOE_DOWN);
     /* 7. the weighted sum in rank order (+ expert down biases) */
     for (int t = 0; t < n_tokens; t++) {
         float *o = out + (size_t)t * E;
@@ -497,4 +502,5 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
             for (int i = 0; i < E; i++) o[i] += y[i] * gate;
         }
     }
+    FWD_PROF_MARK(FP_MOE_SUM);
 }

@@ -191,7 +191,7 @@ void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, voi
     /* a few rows (decode, a batched decode step) are converted here: a pool dispatch would cost more */
     if (n_tokens > 8) tpool_run(pool, matmul_prepare, &j);
     else matmul_prepare(&j, 0, 1);
-    tpool_run(pool, matmul_rows, &j);
+    tpool_run_shared(pool, matmul_rows, &j);
 }
 
 void op_get_row(const gguf_tensor *w, int64_t row, float *dst)
@@ -528,6 +528,7 @@ typedef struct attn_job {
     kern_attn a;     /* the operands, as the tile kernels read them */
     int tq, n_tiles; /* queries per tile, tiles per kv head */
     tpool *pool;
+    atomic_int next; /* the next (kv head, tile) job to take */
 } attn_job;
 
 static size_t attn_scratch_floats(const attn_job *j)
@@ -539,7 +540,7 @@ static size_t attn_scratch_floats(const attn_job *j)
 
 static void attn_worker(void *arg, int ith, int nth)
 {
-    const attn_job *j = arg;
+    attn_job *j = arg;
     const kern_attn *a = &j->a;
     const kern_ops *k = kern();
     int n_jobs = a->n_head_kv * j->n_tiles;
@@ -548,9 +549,12 @@ static void attn_worker(void *arg, int ith, int nth)
     int ld = (a->pos0 + a->n_tokens + 15) & ~15, G = a->n_head / a->n_head_kv;
     float *KT = S + (size_t)G * j->tq * ld;
     KT = (float *)(((uintptr_t)KT + 63) & ~(uintptr_t)63);
-    /* interleaved so that the long (late) query tiles of the causal mask spread over threads */
-    for (int jb = ith; jb < n_jobs; jb += nth) {
-        if (jb > ith && tpool_cancelled(j->pool)) break; /* a stop: the caller drops out */
+    /* taken in turn from a shared counter (the long, late query tiles of the causal mask spread
+     * over the threads; a descheduled thread is not waited for: tpool_run_shared) */
+    (void)nth;
+    for (int jb, first = 1; (jb = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_jobs;
+         first = 0) {
+        if (!first && tpool_cancelled(j->pool)) break; /* a stop: the caller drops out */
         int g = jb % a->n_head_kv, tile = jb / a->n_head_kv;
         int t0 = tile * j->tq, t1 = t0 + j->tq < a->n_tokens ? t0 + j->tq : a->n_tokens;
         k->attn_tile(a, g, t0, t1, S, ld, KT);
@@ -582,7 +586,8 @@ void op_attention_paged(const float *q, const uint8_t *const *kb, const uint8_t 
     j.tq = tq < 1 ? 1 : tq > 32 ? 32 : (int)tq;
     if (j.tq > n_tokens) j.tq = n_tokens;
     j.n_tiles = (n_tokens + j.tq - 1) / j.tq;
-    tpool_run(pool, attn_worker, &j);
+    atomic_init(&j.next, 0);
+    tpool_run_shared(pool, attn_worker, &j);
 }
 
 /* Several sequences' paged attention in one pass over the pool: the jobs are (sequence, kv head,
@@ -595,16 +600,18 @@ typedef struct attn_multi {
     int n;
     size_t scratch;  /* floats: the largest of the sequences' */
     tpool *pool;
+    atomic_long next; /* the next job to take */
 } attn_multi;
 
 static void attn_multi_worker(void *arg, int ith, int nth)
 {
-    const attn_multi *m = arg;
+    attn_multi *m = arg;
     const kern_ops *k = kern();
     float *S = tpool_scratch(m->pool, ith, sizeof(float) * m->scratch), *own = NULL;
     if (!S && !(S = own = aligned_alloc(64, sizeof(float) * m->scratch + 64))) return;
     int s = 0;
-    for (long jb = ith; jb < m->first[m->n]; jb += nth) {
+    (void)nth;
+    for (long jb; (jb = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed)) < m->first[m->n];) {
         while (jb >= m->first[s + 1]) s++;
         const attn_job *j = &m->jobs[s];
         const kern_attn *a = &j->a;
@@ -649,7 +656,8 @@ int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t
         size_t sf = attn_scratch_floats(j);
         if (sf > m.scratch) m.scratch = sf;
     }
-    tpool_run(pool, attn_multi_worker, &m);
+    atomic_init(&m.next, 0);
+    tpool_run_shared(pool, attn_multi_worker, &m);
     free(jobs);
     free(first);
     return 0;

@@ -2,6 +2,7 @@
 #include "ops_extra.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@ typedef struct attn_ext_job {
     float scale, softcap;
     const float *sinks; /* [n_head] or NULL */
     tpool *pool;
+    atomic_long next; /* the next (query, head) job to take */
 } attn_ext_job;
 
 /* Softmax of x[0..n) with one more logit `sink` in the denominator only: x - m (m the max of
@@ -33,14 +35,16 @@ static void softmax_sink(float *x, int n, float sink)
 
 static void attn_ext_worker(void *arg, int ith, int nth)
 {
-    const attn_ext_job *j = arg;
+    attn_ext_job *j = arg;
     int n_kv = j->pos0 + j->n_tokens, G = j->n_head / j->n_head_kv;
     size_t EQ = (size_t)j->n_head * j->hd, EKV = (size_t)j->n_head_kv * j->hd;
     float *s = tpool_scratch(j->pool, ith, sizeof(float) * (size_t)n_kv), *own = NULL;
     if (!s && !(s = own = malloc(sizeof(float) * (size_t)n_kv))) return;
     long n_jobs = (long)j->n_tokens * j->n_head;
-    /* interleaved: late queries (long rows) spread over the threads */
-    for (long jb = ith; jb < n_jobs; jb += nth) {
+    /* taken in turn from a shared counter: late queries (long rows) spread over the threads, and a
+     * descheduled thread is not waited for (tpool_run_shared) */
+    (void)nth;
+    for (long jb; (jb = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n_jobs;) {
         int t = (int)(jb / j->n_head), h = (int)(jb % j->n_head), g = h / G;
         int p1 = j->pos0 + t, lo = j->n_swa > 0 && p1 - j->n_swa + 1 > 0 ? p1 - j->n_swa + 1 : 0;
         int len = p1 + 1 - lo;
@@ -81,7 +85,8 @@ void op_attention_sinks(const float *q, const float *K, const float *V, float *o
         .n_head_kv = n_head_kv, .hd = head_dim, .n_swa = n_swa, .scale = scale, .softcap = softcap,
         .sinks = sinks, .pool = pool,
     };
-    tpool_run(pool, attn_ext_worker, &j);
+    atomic_init(&j.next, 0);
+    tpool_run_shared(pool, attn_ext_worker, &j);
 }
 
 void op_attention_ext(const float *q, const float *K, const float *V, float *out, int n_tokens, int pos0,

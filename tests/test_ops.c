@@ -362,6 +362,47 @@ static void test_pool_slow_worker(void **state)
     tpool_free(p);
 }
 
+/* tpool_run_shared: every item of a job that threads take from a shared counter is done exactly
+ * once, and no thread is still inside fn when the call returns (a worker that entered late, here
+ * one that sleeps first on even rounds, is waited for; one that had not entered skips the job);
+ * plain tpool_run jobs in between still run on every thread. */
+typedef struct shared_job {
+    atomic_int next, in_fn, item[64];
+    int round;
+} shared_job;
+
+static void shared_fn(void *arg, int ith, int nth)
+{
+    shared_job *j = arg;
+    atomic_fetch_add(&j->in_fn, 1);
+    if (ith == nth - 1 && j->round % 2 == 0) usleep(2000);
+    for (int i; (i = atomic_fetch_add(&j->next, 1)) < 64;) {
+        if (i % 16 == 0) usleep(100);
+        atomic_fetch_add(&j->item[i], 1);
+    }
+    atomic_fetch_sub(&j->in_fn, 1);
+}
+
+static void test_pool_shared(void **state)
+{
+    (void)state;
+    tpool *p = tpool_create(3);
+    assert_non_null(p);
+    slow_job sj = {0};
+    for (int round = 0; round < 60; round++) {
+        shared_job j = {.round = round};
+        tpool_run_shared(p, shared_fn, &j);
+        assert_int_equal(atomic_load(&j.in_fn), 0);
+        for (int i = 0; i < 64; i++) assert_int_equal(atomic_load(&j.item[i]), 1);
+        if (round % 3 == 0) {
+            tpool_run(p, slow_fn, &sj);
+            sj.round++;
+            for (int t = 0; t < 3; t++) assert_int_equal(atomic_load(&sj.done[t]), sj.round);
+        }
+    }
+    tpool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
@@ -371,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_cancel),
         cmocka_unit_test(test_gen_model),
         cmocka_unit_test(test_pool_slow_worker),
+        cmocka_unit_test(test_pool_shared),
     };
     return tu_run_every_isa("ops", tests, sizeof tests / sizeof *tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -15,17 +16,25 @@
 
 #define SPIN_ITERS 20000
 
+/* The job word: generation << 32 | CLOSED | workers that entered the job. A worker runs a job
+ * only after a compare-and-swap on this word counted it in (the generation it saw still current,
+ * the job not closed): a shared job (tpool_run_shared) is closed by its caller once the work is
+ * gone, and workers that had not entered it by then skip it instead of being waited for. */
+#define JOB_CLOSED ((uint64_t)1 << 16)
+#define JOB_GEN(s) ((uint32_t)((s) >> 32))
+#define JOB_ENTERED(s) ((int)((s) & 0xffff))
+
 struct tpool {
     int n_threads;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint generation;   /* bumped for every job */
-    atomic_int pending;       /* workers still running the current job */
+    _Atomic uint64_t job;     /* the job word (above); the generation is bumped for every job */
+    atomic_int done;          /* workers that finished the current job */
     atomic_int stop;
     atomic_int sleepers;
-    atomic_int waiting;       /* tpool_run's caller sleeps on done until pending is 0 */
-    pthread_cond_t done;
+    atomic_int waiting;       /* the caller sleeps on done_cv until enough workers finished */
+    pthread_cond_t done_cv;
     tpool_fn fn;
     void *arg;
     void **scratch;           /* per thread, grown on demand (tpool_scratch) */
@@ -46,32 +55,42 @@ static void *worker_main(void *vp)
     int ith = wa->ith;
     free(wa);
     /* Jobs are numbered from 1: a job posted before this thread got here is still seen. */
-    unsigned seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        unsigned g;
+        uint64_t s;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
-               !atomic_load(&p->stop) && spins < SPIN_ITERS) {
+        while (JOB_GEN(s = atomic_load_explicit(&p->job, memory_order_acquire)) == seen && !atomic_load(&p->stop) &&
+               spins < SPIN_ITERS) {
             if (spins % 1024 == 1023) sched_yield();
             else cpu_relax();
             spins++;
         }
-        if (g == seen && !atomic_load(&p->stop)) {
+        if (JOB_GEN(s) == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+            while (JOB_GEN(s = atomic_load(&p->job)) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->stop)) return NULL;
-        seen = g;
+        /* enter the newest job unless its caller closed it (a failed swap reloads s: a newer job) */
+        int entered = 0;
+        while (!(s & JOB_CLOSED)) {
+            if (atomic_compare_exchange_weak(&p->job, &s, s + 1)) {
+                entered = 1;
+                break;
+            }
+        }
+        seen = JOB_GEN(s);
+        if (!entered) continue;
         p->fn(p->arg, ith, p->n_threads);
-        /* seq_cst, paired with the caller's store to waiting then load of pending: either it sees
-         * 0 or this sees it waiting */
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiting)) {
+        /* seq_cst, paired with the caller's store to waiting then load of done: either it sees
+         * this worker's count or this sees it waiting */
+        atomic_fetch_add(&p->done, 1);
+        if (atomic_load(&p->waiting)) {
             pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
+            pthread_cond_signal(&p->done_cv);
             pthread_mutex_unlock(&p->mu);
         }
     }
@@ -85,7 +104,7 @@ tpool *tpool_create(int n_threads)
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
-    pthread_cond_init(&p->done, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
     p->scratch_size = calloc((size_t)n_threads, sizeof *p->scratch_size);
@@ -118,7 +137,7 @@ void tpool_free(tpool *p)
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
-    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->done_cv);
     free(p->threads);
     for (int i = 0; i < p->n_threads && p->scratch; i++) free(p->scratch[i]);
     free(p->scratch);
@@ -160,7 +179,9 @@ int tpool_cancelled(const tpool *p)
     return p && p->cancel && p->cancel(p->cancel_ud);
 }
 
-void tpool_run(tpool *p, tpool_fn fn, void *arg)
+/* Post fn as the next job, run it on the calling thread, and wait until `need` workers (all of
+ * them), or for a shared job the workers that entered it before it was closed, have finished. */
+static void run_job(tpool *p, tpool_fn fn, void *arg, int shared)
 {
     if (tpool_cancelled(p)) return; /* a stop was asked for: the caller drops the result */
     if (!p || p->n_threads == 1) {
@@ -169,30 +190,39 @@ void tpool_run(tpool *p, tpool_fn fn, void *arg)
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store(&p->pending, p->n_threads - 1);
-    atomic_fetch_add(&p->generation, 1); /* seq_cst: pairs with the sleepers check */
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    /* every worker that entered the last job has finished it (we waited), so the word's count is
+     * stale; seq_cst: pairs with the sleepers check */
+    uint64_t s = atomic_load(&p->job);
+    atomic_store(&p->job, (uint64_t)(JOB_GEN(s) + 1u) << 32);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n_threads);
+    int need = p->n_threads - 1;
+    if (shared) need = JOB_ENTERED(atomic_fetch_or(&p->job, JOB_CLOSED));
     /* Spin briefly (workers finish within microseconds when they have cores), then sleep until
      * the last worker signals: on an oversubscribed machine (more threads than free cores) a
      * yield loop would burn CPU time, and the core, that a preempted worker needs. */
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < need; spins++) {
         if (spins < SPIN_ITERS) {
             cpu_relax();
             continue;
         }
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->waiting, 1);
-        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+        while (atomic_load(&p->done) < need) pthread_cond_wait(&p->done_cv, &p->mu);
         atomic_store(&p->waiting, 0);
         pthread_mutex_unlock(&p->mu);
         break;
     }
 }
+
+void tpool_run(tpool *p, tpool_fn fn, void *arg) { run_job(p, fn, arg, 0); }
+
+void tpool_run_shared(tpool *p, tpool_fn fn, void *arg) { run_job(p, fn, arg, 1); }
 
 void tpool_split(long n, int ith, int nth, long *lo, long *hi)
 {

@@ -21,6 +21,14 @@ int tpool_size(const tpool *p);
  * one job at a time, from one caller thread. A NULL pool runs fn(arg, 0, 1) inline. */
 void tpool_run(tpool *p, tpool_fn fn, void *arg);
 
+/* As tpool_run for a job whose threads take their work from a shared counter until it is gone
+ * (any thread may do any part; a thread that finds nothing left does nothing): the caller runs
+ * fn, then closes the job, and waits only for the workers that had entered it by then. A worker
+ * not yet scheduled (a loaded machine) is not waited for — it skips the closed job — so a step
+ * does not stall on a descheduled thread once the caller has done its part. fn must not depend
+ * on every ith running. */
+void tpool_run_shared(tpool *p, tpool_fn fn, void *arg);
+
 /* Cancellation of the running work: while cancel(ud) returns nonzero, tpool_run skips its job
  * (fn is not called) and a job that shares its work in chunks stops taking chunks (it polls
  * tpool_cancelled between them), so a stop waits for one chunk, not one whole operation. The
