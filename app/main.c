@@ -606,6 +606,9 @@ static void print_stats(const gen_stats *st, int finish, uint64_t seed)
         fprintf(stderr, "\nspeculative: %d drafted, %d accepted (%.1f%%), %d verification passes, %.2f tokens per pass",
                 st->n_drafted, st->n_accepted, st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0,
                 st->n_verify, (double)(st->n_generated - 1) / st->n_verify);
+    if (st->draft_stopped)
+        fprintf(stderr, "\nspeculative: the draft model took longer per token than a step of the target: drafting "
+                        "stopped (it cannot make decoding faster)");
     fprintf(stderr,
             "\nprompt: %d tokens (%d reused, %d prefilled) | TTFT %.1f ms | prefill %.1f t/s | "
             "decode %d tokens, %.1f t/s | ITL mean %.2f ms, max %.2f ms | finish: %s | seed %llu\n",

@@ -233,8 +233,8 @@ void json_out_done(json_out *j, const gen_stats *st, int finish, const char *err
         num(j->f, "itl_ms_mean", st->itl_ms_mean);
         num(j->f, "itl_ms_max", st->itl_ms_max);
         if (st->n_verify) /* speculative decoding */
-            fprintf(j->f, ", \"n_drafted\": %d, \"n_accepted\": %d, \"n_verify\": %d", st->n_drafted,
-                    st->n_accepted, st->n_verify);
+            fprintf(j->f, ", \"n_drafted\": %d, \"n_accepted\": %d, \"n_verify\": %d, \"draft_stopped\": %s",
+                    st->n_drafted, st->n_accepted, st->n_verify, st->draft_stopped ? "true" : "false");
     }
     if (j->has_seed) fprintf(j->f, ", \"seed\": \"%llu\"", (unsigned long long)j->seed);
     if (error) {

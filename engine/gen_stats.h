@@ -36,6 +36,8 @@ typedef struct gen_stats {
     int n_drafted;         /* speculative decoding: tokens drafted, */
     int n_accepted;        /* of which the target accepted, */
     int n_verify;          /* in this many verification passes (forward calls after the first token) */
+    int draft_stopped;     /* 1: the draft model cost at least a target step per token (measured): it
+                              stopped drafting (engine/speculate.h spec_time) */
 } gen_stats;
 
 #endif

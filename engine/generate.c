@@ -527,13 +527,18 @@ static int spec_step(dec_state *d, spec_state *sp, int32_t *tok, int *fin, kv_er
         if (!hist) return kv_error_set(err, KV_ERR_NOMEM, "out of memory drafting");
         memcpy(hist, kv_seq_tokens(e->kv, d->seq), sizeof(int32_t) * (size_t)base);
         hist[base] = *tok;
+        double t = now_ms();
         k = spec_propose(sp, hist, n_hist, max_k, d->s, batch + 1, err);
         free(hist);
         if (k < 0) return err && err->code ? err->code : KV_ERR_INVALID;
+        if (k > 0) spec_time(sp, k, now_ms() - t);
     }
     float *rows = spec_rows(sp);
+    double t_feed = now_ms();
     int rc = feed_rows(e, d->seq, batch, k + 1, rows, err);
     if (rc) return rc;
+    if (k == 0) spec_time(sp, 0, now_ms() - t_feed);
+    d->st->draft_stopped = spec_too_costly(sp);
     d->st->n_verify++;
     d->st->n_drafted += k;
     int m = 0, j = 0;

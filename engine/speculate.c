@@ -25,6 +25,10 @@ struct spec_state {
     int pause_scale;     /* pauses are (4^f - 1) * this: 1 + the draft model's relative cost, rounded up */
     int off;             /* the draft model's sequence holds hist[off..): a window after a resync */
     long n_draft_read;   /* tokens the draft model has read (its forward passes' rows) */
+    double plain_ms;     /* the target's steps without drafts: their time, */
+    int plain_n;         /* and their number */
+    double draft_ms_tok; /* the last pass's drafting time per drafted token */
+    int too_costly;      /* the draft model costs at least a target step per token: no more drafts */
 };
 
 void spec_params_default(spec_params *p)
@@ -220,8 +224,27 @@ void spec_set_cost(spec_state *st, double c)
 
 long spec_draft_read(const spec_state *st) { return st->n_draft_read; }
 
+void spec_time(spec_state *st, int k, double ms)
+{
+    if (ms <= 0) return;
+    if (k > 0) {
+        st->draft_ms_tok = ms / k;
+    } else {
+        st->plain_ms += ms;
+        st->plain_n++;
+    }
+    /* Leviathan et al. 2023 (section 3.4): the expected speed-up is (1 - a^(g+1)) / ((1 - a)(g c + 1))
+     * for acceptance a, g drafts and cost c; it is at most (g + 1) / (g c + 1) <= 1 once c >= 1 */
+    if (st->p.mode == SPEC_DRAFT && !st->p.no_backoff && st->plain_n > 0 && st->draft_ms_tok > 0 &&
+        st->draft_ms_tok >= st->plain_ms / st->plain_n)
+        st->too_costly = 1;
+}
+
+int spec_too_costly(const spec_state *st) { return st->too_costly; }
+
 int spec_paused(spec_state *st)
 {
+    if (st->too_costly) return 1;
     if (st->p.no_backoff || st->skip <= 0) return 0;
     st->skip--;
     return 1;

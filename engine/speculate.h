@@ -120,6 +120,16 @@ int spec_paused(spec_state *st);
  * share of decoding however costly the draft model (0, the default: lookup, unknown). */
 void spec_set_cost(spec_state *st, double c);
 
+/* Measured cost (speculative decoding's c, Leviathan et al. 2023, section 3.4): k > 0, drafting k
+ * tokens took ms (spec_propose: the catch-up and the draft steps); k == 0, a target step without
+ * drafts took ms. With back-off on, a draft model found to cost at least a target step per drafted
+ * token drafts no more (spec_paused stays 1): no acceptance rate can make it pay (its first pass
+ * is all it costs). The parameter count (spec_set_cost) misjudges small models, whose steps are
+ * not bandwidth-bound, and low-bit drafts of the target itself: time is what counts. */
+void spec_time(spec_state *st, int k, double ms);
+/* 1 when spec_time found the draft model too costly (drafting stopped). */
+int spec_too_costly(const spec_state *st);
+
 /* Tokens the draft model has read (prompt, catch-ups, draft steps): tests count them. */
 long spec_draft_read(const spec_state *st);
 

@@ -1,4 +1,4 @@
-/* test_spec_backoff: the speculative drafter's back-off schedule (engine/speculate.c) — pauses of 4^f - 1 steps after f rejected first drafts in a row, reset by an accepted one, the draft length following the acceptance. */
+/* test_spec_backoff: the speculative drafter's back-off schedule (engine/speculate.c) — pauses of 4^f - 1 steps after f rejected first drafts in a row, reset by an accepted one, the draft length following the acceptance; a draft model measured to cost a target step per token stops. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -187,10 +187,83 @@ static void test_rejected_draft_reads_little(void **state)
     engine_close(d);
 }
 
+/* The measured cost (spec_time): a draft model that took at least a target step per drafted token
+ * drafts no more (it never runs again: spec_propose returns 0 without reading a token); a cheaper
+ * one goes on; lookup drafting, and a drafter with back-off off, are never stopped. */
+static void test_costly_draft_stops(void **state)
+{
+    (void)state;
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = 256;
+    ep.n_threads = 1;
+    engine *d = NULL;
+    kv_error err = {0};
+    assert_int_equal(engine_open(&ep, &d, &err), KV_OK);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    sampler *s = sampler_create(512, &sp, &err);
+    static int32_t hist[200];
+    for (int i = 0; i < 200; i++) hist[i] = 1 + (i * 37) % 500;
+    /* draft ms per token vs a plain step of 1 ms; no_backoff; want stopped */
+    static const struct { double draft_ms_tok; int no_backoff; int want; } cases[] = {
+        {1.5, 0, 1}, {1.0, 0, 1}, {0.4, 0, 0}, {3.0, 1, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        spec_params p;
+        spec_params_default(&p);
+        p.mode = SPEC_DRAFT;
+        p.draft = d;
+        p.draft_min_p = 0;
+        p.no_backoff = cases[c].no_backoff;
+        spec_state *st = spec_state_create(&p, 512, 64, 1);
+        assert_non_null(st);
+        engine_seq_truncate(d, ENGINE_SEQ_DEFAULT, 0);
+        assert_int_equal(spec_prefill(st, hist, 20, &err), KV_OK);
+        int32_t drafts[SPEC_MAX_DRAFT];
+        int k = spec_propose(st, hist, 21, 8, s, drafts, &err);
+        assert_true(k > 0);
+        spec_time(st, k, cases[c].draft_ms_tok * k);
+        assert_int_equal(spec_too_costly(st), 0); /* no plain step timed yet: no verdict */
+        spec_time(st, 0, 1.0);
+        spec_time(st, 0, 1.0);
+        assert_int_equal(spec_too_costly(st), cases[c].want);
+        spec_feedback(st, k, k); /* accepted: no back-off pause */
+        long read = spec_draft_read(st);
+        int passes = 0;
+        for (int step = 0; step < 100; step++) {
+            int n = 22 + step;
+            int kk = spec_propose(st, hist, n, 8, s, drafts, &err);
+            assert_true(kk >= 0);
+            if (kk > 0) {
+                passes++;
+                spec_feedback(st, kk, kk);
+            }
+        }
+        if (cases[c].want) {
+            assert_int_equal(passes, 0);
+            assert_int_equal(spec_draft_read(st), read); /* the draft model never ran again */
+        } else {
+            assert_true(passes > 50);
+        }
+        spec_state_free(st);
+    }
+    /* lookup: never stopped however its passes are timed */
+    spec_state *st = lookup_state(8);
+    spec_time(st, 2, 10.0);
+    spec_time(st, 0, 1.0);
+    assert_int_equal(spec_too_costly(st), 0);
+    spec_state_free(st);
+    sampler_free(s);
+    engine_close(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_pauses), cmocka_unit_test(test_passes_in_400_steps),
                                        cmocka_unit_test(test_declining_draft_backs_off),
-                                       cmocka_unit_test(test_rejected_draft_reads_little)};
+                                       cmocka_unit_test(test_rejected_draft_reads_little),
+                                       cmocka_unit_test(test_costly_draft_stops)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
