@@ -36,6 +36,26 @@ static int pause_then_draft(spec_state *st, int *k)
     return -1;
 }
 
+/* stories260K opened as a draft model (n_ctx positions, 1 thread) and a greedy sampler over its
+ * 512 tokens; the draft history hist[0..n): tokens 1..500 in a fixed pseudo-random order. */
+static void open_draft(int n_ctx, engine **d, sampler **s, int32_t *hist, int n)
+{
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = tu_path("models/stories260K.gguf");
+    ep.n_ctx = n_ctx;
+    ep.n_threads = 1;
+    kv_error err = {0};
+    *d = NULL;
+    assert_int_equal(engine_open(&ep, d, &err), KV_OK);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    *s = sampler_create(512, &sp, &err);
+    assert_non_null(*s);
+    for (int i = 0; i < n; i++) hist[i] = 1 + (i * 37) % 500;
+}
+
 static void test_pauses(void **state)
 {
     (void)state;
@@ -87,14 +107,11 @@ static void test_passes_in_400_steps(void **state)
 static void test_declining_draft_backs_off(void **state)
 {
     (void)state;
-    engine_params ep;
-    engine_params_default(&ep);
-    ep.model_path = tu_path("models/stories260K.gguf");
-    ep.n_ctx = 256;
-    ep.n_threads = 1;
-    engine *d = NULL;
+    engine *d;
+    sampler *s;
     kv_error err = {0};
-    assert_int_equal(engine_open(&ep, &d, &err), KV_OK);
+    int32_t hist[160], drafts[SPEC_MAX_DRAFT];
+    open_draft(256, &d, &s, hist, 160);
     spec_params p;
     spec_params_default(&p);
     p.mode = SPEC_DRAFT;
@@ -102,12 +119,6 @@ static void test_declining_draft_backs_off(void **state)
     p.draft_min_p = 1.0f; /* above any softmax maximum of a real row: always declines */
     spec_state *st = spec_state_create(&p, 512, 64, 1);
     assert_non_null(st);
-    sampler_params sp;
-    sampler_params_default(&sp);
-    sp.temperature = 0;
-    sampler *s = sampler_create(512, &sp, &err);
-    int32_t hist[160], drafts[SPEC_MAX_DRAFT];
-    for (int i = 0; i < 160; i++) hist[i] = 1 + (i * 37) % 500;
     int runs = 0, have = 0;
     for (int step = 0; step < 100; step++) {
         int k = spec_propose(st, hist, 20 + step, 8, s, drafts, &err);
@@ -132,20 +143,11 @@ static void test_declining_draft_backs_off(void **state)
 static void test_rejected_draft_reads_little(void **state)
 {
     (void)state;
-    engine_params ep;
-    engine_params_default(&ep);
-    ep.model_path = tu_path("models/stories260K.gguf");
-    ep.n_ctx = 512;
-    ep.n_threads = 1;
-    engine *d = NULL;
+    engine *d;
+    sampler *s;
     kv_error err = {0};
-    assert_int_equal(engine_open(&ep, &d, &err), KV_OK);
-    sampler_params sp;
-    sampler_params_default(&sp);
-    sp.temperature = 0;
-    sampler *s = sampler_create(512, &sp, &err);
     static int32_t hist[480];
-    for (int i = 0; i < 480; i++) hist[i] = 1 + (i * 37) % 500;
+    open_draft(512, &d, &s, hist, 480);
     for (int costly = 0; costly < 2; costly++) {
         spec_params p;
         spec_params_default(&p);
@@ -193,20 +195,11 @@ static void test_rejected_draft_reads_little(void **state)
 static void test_costly_draft_stops(void **state)
 {
     (void)state;
-    engine_params ep;
-    engine_params_default(&ep);
-    ep.model_path = tu_path("models/stories260K.gguf");
-    ep.n_ctx = 256;
-    ep.n_threads = 1;
-    engine *d = NULL;
+    engine *d;
+    sampler *s;
     kv_error err = {0};
-    assert_int_equal(engine_open(&ep, &d, &err), KV_OK);
-    sampler_params sp;
-    sampler_params_default(&sp);
-    sp.temperature = 0;
-    sampler *s = sampler_create(512, &sp, &err);
     static int32_t hist[200];
-    for (int i = 0; i < 200; i++) hist[i] = 1 + (i * 37) % 500;
+    open_draft(256, &d, &s, hist, 200);
     /* draft ms per token vs a plain step of 1 ms; no_backoff; want stopped */
     static const struct { double draft_ms_tok; int no_backoff; int want; } cases[] = {
         {1.5, 0, 1}, {1.0, 0, 1}, {0.4, 0, 0}, {3.0, 1, 0}};
