@@ -1,7 +1,6 @@
 /* generate: owns an inference session (model, tokenizer, paged KV cache, threads), its sequences, and runs prefix reuse + prefill + decode with context shift, sampling and timing. */
 #include "generate.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,9 +136,9 @@ int engine_open(const engine_params *p, engine **out, kv_error *err)
     if (e->n_batch > e->n_ctx) e->n_batch = e->n_ctx;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     e->n_threads = p->n_threads > 0 ? p->n_threads : (ncpu > 0 ? (int)ncpu : 1);
-    /* Our pool parallelises around the BLAS calls; OpenBLAS gets the same thread count for
-     * its sgemm so the two never run at once and never oversubscribe the cores. */
-    openblas_set_num_threads(e->n_threads);
+    /* No BLAS call in the engine (every matmul is engine/kernels'), so no openblas_set_num_threads
+     * either: it woke OpenBLAS's idle thread, which then spun on sched_yield beside the decoding
+     * (perf: 15% of a stories260K reply's samples when a draft model was opened just before). */
     kv_cache_params kp = {
         .n_layer = e->m->hp.n_layer, .n_embd_kv = e->m->hp.n_embd_kv, .n_ctx = e->n_ctx, .type = p->kv_type,
         .n_blocks = p->kv_blocks, .reserve = p->kv_reserve,

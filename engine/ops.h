@@ -45,9 +45,9 @@ size_t op_matmul_scratch_size(const gguf_tensor *w, int n_tokens);
 
 /* y[t][o] = sum_i w[o][i] * x[t][i] for t < n_tokens, o < n_out, where w is a 2-D tensor
  * with ne[0] = n_in, ne[1] = n_out in any type quant.h supports. x is [n_tokens][n_in] f32,
- * y is [n_tokens][n_out] f32. F32 weights with n_tokens > 1 go through OpenBLAS sgemm;
- * otherwise the activations are converted once to the weight type's vec_dot_type (as the
- * reference does, e.g. Q8_0 for Q4_0) in `scratch` and rows are split over the pool. */
+ * y is [n_tokens][n_out] f32. The activations are converted once to the weight type's
+ * vec_dot_type (as the reference does, e.g. Q8_0 for Q4_0) in `scratch` and rows are split over
+ * the pool (engine/kernels: packed panels, F32 / F16 / BF16 through a blocked GEMM). */
 void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, void *scratch, tpool *pool);
 
 /* Causal grouped-query scaled dot-product attention (Vaswani et al. 2017; GQA, Ainslie et al.
