@@ -830,9 +830,45 @@ static void x_attn_tile(const kern_attn *a, int g, int t0, int t1, float *S, int
         for (int p = 0; p < len; p += 8) _mm256_storeu_ps(s + p, _mm256_mul_ps(_mm256_loadu_ps(s + p), inv));
         for (int p = (len + 7) & ~7; p < ((n_kv + 7) & ~7); p += 8) _mm256_storeu_ps(s + p, _mm256_setzero_ps());
     }
-    /* O = P V: up to 4 rows keep 4 vectors (32 dims) of outputs in registers while V rows pass */
+    /* O = P V: up to 4 rows keep 4 vectors (32 dims) of outputs in registers while V rows pass.
+     * A group of 4 whole rows with hd a multiple of 16 takes 16 dims at a time instead (8
+     * accumulators + 2 V vectors + the weight: the 16 of 4 × 4 with their V vectors do not fit
+     * the 16 ymm registers, and GCC kept them on the stack, a load and store per product). Each
+     * output's sum is the same sequence of products in either form. */
     for (int i = 0; i < nrows; i += 4) {
         int nr = nrows - i < 4 ? nrows - i : 4, len = LEN(i + nr - 1);
+        if (nr == 4 && hd % 16 == 0) {
+            const float *s0 = S + (size_t)i * ldS, *s1 = s0 + ldS, *s2 = s1 + ldS, *s3 = s2 + ldS;
+            for (int c0 = 0; c0 < hd; c0 += 16) {
+                const int off = g * hd + c0;
+                __m256 o00 = _mm256_setzero_ps(), o01 = o00, o10 = o00, o11 = o00, o20 = o00, o21 = o00, o30 = o00,
+                       o31 = o00;
+                for (int p = 0; p < len; p++) {
+                    __m256 v0 = kv_load8(a, a->vb, p, off), v1 = kv_load8(a, a->vb, p, off + 8), w;
+                    w = _mm256_set1_ps(s0[p]);
+                    o00 = _mm256_add_ps(o00, _mm256_mul_ps(w, v0));
+                    o01 = _mm256_add_ps(o01, _mm256_mul_ps(w, v1));
+                    w = _mm256_set1_ps(s1[p]);
+                    o10 = _mm256_add_ps(o10, _mm256_mul_ps(w, v0));
+                    o11 = _mm256_add_ps(o11, _mm256_mul_ps(w, v1));
+                    w = _mm256_set1_ps(s2[p]);
+                    o20 = _mm256_add_ps(o20, _mm256_mul_ps(w, v0));
+                    o21 = _mm256_add_ps(o21, _mm256_mul_ps(w, v1));
+                    w = _mm256_set1_ps(s3[p]);
+                    o30 = _mm256_add_ps(o30, _mm256_mul_ps(w, v0));
+                    o31 = _mm256_add_ps(o31, _mm256_mul_ps(w, v1));
+                }
+                _mm256_storeu_ps(OROW(i) + c0, o00);
+                _mm256_storeu_ps(OROW(i) + c0 + 8, o01);
+                _mm256_storeu_ps(OROW(i + 1) + c0, o10);
+                _mm256_storeu_ps(OROW(i + 1) + c0 + 8, o11);
+                _mm256_storeu_ps(OROW(i + 2) + c0, o20);
+                _mm256_storeu_ps(OROW(i + 2) + c0 + 8, o21);
+                _mm256_storeu_ps(OROW(i + 3) + c0, o30);
+                _mm256_storeu_ps(OROW(i + 3) + c0 + 8, o31);
+            }
+            continue;
+        }
         for (int c0 = 0; c0 < hd; c0 += 32) {
             int nc = (hd - c0 + 7) / 8 < 4 ? (hd - c0 + 7) / 8 : 4;
             if (hd % 8) { /* rows not a multiple of 8 values: the plain loop */
