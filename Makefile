@@ -189,6 +189,15 @@ $(BUILD)/rel/tests/bench_batch: tests/bench_batch.c $(ENGINE_SRC:%.c=$(BUILD)/re
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) $(LDLIBS_ALL)
 
+# Decode's weight stream in isolation, not a test: the read-bandwidth probe, the matmuls of one token
+# and whole decode steps, alternating (tests/bench_gemv.c). MODEL=… (default TinyLlama Q4_0).
+.PHONY: bench-gemv
+bench-gemv: $(BUILD)/rel/tests/bench_gemv
+	$(BUILD)/rel/tests/bench_gemv $(BATCH_MODEL) $$(nproc) 7 16
+$(BUILD)/rel/tests/bench_gemv: tests/bench_gemv.c $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(OPT) $(CFLAGS) -o $@ $< $(ENGINE_SRC:%.c=$(BUILD)/rel/%.o) $(BENCH_COMMON) $(LDLIBS_ALL)
+
 # Resume benchmark, not a test: TTFT of the first reply after resuming a 1,500-token chat whose KV
 # cache comes back from the SQLite prefix store vs a fresh prefill of it (tests/bench_resume.c).
 bench-resume: $(BUILD)/rel/tests/bench_resume

@@ -608,6 +608,19 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
     }
     size_t so = op_matmul_scratch_size(m->output, n_batch);
     act = so > act ? so : act;
+    for (int il = 0; il < hp->n_layer; il++) { /* decode's fused passes (op_matmul_multi) */
+        const model_layer *L = &m->layers[il];
+        if (L->wq && L->wk && L->wv) {
+            const gguf_tensor *qkv[] = {L->wq, L->wk, L->wv};
+            size_t s = op_matmul_multi_scratch_size(qkv, 3);
+            act = s > act ? s : act;
+        }
+        if (L->w_gate && L->w_up) {
+            const gguf_tensor *gu[] = {L->w_gate, L->w_up};
+            size_t s = op_matmul_multi_scratch_size(gu, 2);
+            act = s > act ? s : act;
+        }
+    }
     size_t ff2 = hp->fused ? 2 * (size_t)hp->n_ff : (size_t)hp->n_ff;
     if (!(fc->x = malloc(sizeof(float) * B * hp->n_embd)) || !(fc->xb = malloc(sizeof(float) * B * hp->n_embd)) ||
         !(fc->xb2 = malloc(sizeof(float) * B * hp->n_embd)) || !(fc->q = malloc(sizeof(float) * B * hp->n_embd_q)) ||
@@ -845,9 +858,14 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                 memcpy(fc->v + (size_t)t * EKV, r + EQ + EKV, sizeof(float) * EKV);
             }
         } else {
-            op_matmul(L->wq, in, n_tokens, fc->q, fc->act, pool);
-            op_matmul(L->wk, in, n_tokens, fc->k, fc->act, pool);
-            op_matmul(L->wv, in, n_tokens, fc->v, fc->act, pool);
+            /* decode: q, k and v in one pool pass */
+            const gguf_tensor *qkv[] = {L->wq, L->wk, L->wv};
+            float *ys[] = {fc->q, fc->k, fc->v};
+            if (n_tokens > 1 || op_matmul_multi(qkv, 3, in, ys, 0, fc->act, pool) != 0) {
+                op_matmul(L->wq, in, n_tokens, fc->q, fc->act, pool);
+                op_matmul(L->wk, in, n_tokens, fc->k, fc->act, pool);
+                op_matmul(L->wv, in, n_tokens, fc->v, fc->act, pool);
+            }
         }
         STOP_POINT();
         add_bias(fc->q, L->bq, n_tokens, EQ);
@@ -937,13 +955,21 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                 else op_swiglu(fc->hb + (size_t)t * FF, g + FF, FF);
             }
         } else {
-            op_matmul(L->w_gate, in, n_tokens, fc->hb, fc->act, pool);
-            STOP_POINT();
-            op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
-            FWD_PROF_MARK(FP_FFN_UP);
-            if (hp->ffn_act == FFN_GELU_TANH)
-                for (int t = 0; t < n_tokens; t++) op_geglu_tanh(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
-            else op_swiglu_pool(fc->hb, fc->hb2, (size_t)n_tokens * FF, pool);
+            const gguf_tensor *gu[] = {L->w_gate, L->w_up};
+            float *ys[] = {fc->hb, fc->hb2};
+            /* decode: gate, up and SwiGLU in one pool pass, chunk by chunk */
+            if (n_tokens == 1 && hp->ffn_act != FFN_GELU_TANH && op_matmul_multi(gu, 2, in, ys, 1, fc->act, pool) == 0) {
+                FWD_PROF_MARK(FP_FFN_UP);
+            } else {
+                op_matmul(L->w_gate, in, n_tokens, fc->hb, fc->act, pool);
+                STOP_POINT();
+                op_matmul(L->w_up, in, n_tokens, fc->hb2, fc->act, pool);
+                FWD_PROF_MARK(FP_FFN_UP);
+                if (hp->ffn_act == FFN_GELU_TANH)
+                    for (int t = 0; t < n_tokens; t++)
+                        op_geglu_tanh(fc->hb + (size_t)t * FF, fc->hb2 + (size_t)t * FF, FF);
+                else op_swiglu_pool(fc->hb, fc->hb2, (size_t)n_tokens * FF, pool);
+            }
         }
         FWD_PROF_MARK(FP_FFN_ACT);
         STOP_POINT();

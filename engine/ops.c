@@ -194,6 +194,98 @@ void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, voi
     tpool_run_shared(pool, matmul_rows, &j);
 }
 
+size_t op_matmul_multi_scratch_size(const gguf_tensor *const *ws, int n)
+{
+    size_t s = 64;
+    for (int i = 0; i < n; i++) s += (quant_act_row_size(ws[i]->type, ws[i]->ne[0]) + 63) & ~(size_t)63;
+    return s;
+}
+
+/* One decode pass over several matrices of one input: chunks numbered across the matrices (each
+ * matrix's chunking as op_matmul's), or, with swiglu, chunk c is the same rows of both matrices
+ * and then their SwiGLU. */
+typedef struct multi_job {
+    matmul_job m[OP_MULTI_MAX];
+    int n, swiglu;
+    long first[OP_MULTI_MAX + 1]; /* first global chunk of each matrix; first[n] = the total */
+    atomic_long next;
+} multi_job;
+
+static void multi_rows(matmul_job *j, long c)
+{
+    long lo = c * j->chunk_rows, hi = lo + j->chunk_rows < j->n_out ? lo + j->chunk_rows : j->n_out;
+    if (j->panels)
+        quant_gemm_packed(j->w->type, j->n_in, lo, hi - lo, j->panels, j->act, j->act_row_bytes, 1, j->y + lo,
+                          (size_t)j->n_out);
+    else
+        quant_gemv(j->w->type, j->n_in, hi - lo, j->rows + (size_t)lo * j->w_row_bytes, j->w_row_bytes, j->act,
+                   j->y + lo);
+}
+
+static void multi_worker(void *arg, int ith, int nth)
+{
+    multi_job *mj = arg;
+    (void)ith;
+    (void)nth;
+    for (long c; (c = atomic_fetch_add_explicit(&mj->next, 1, memory_order_relaxed)) < mj->first[mj->n];) {
+        if (c > 0 && tpool_cancelled(mj->m[0].pool)) break; /* a stop: the caller drops y */
+        if (mj->swiglu) {
+            matmul_job *g = &mj->m[0];
+            multi_rows(g, c);
+            multi_rows(&mj->m[1], c);
+            long lo = c * g->chunk_rows, hi = lo + g->chunk_rows < g->n_out ? lo + g->chunk_rows : g->n_out;
+            op_swiglu(g->y + lo, mj->m[1].y + lo, (int)(hi - lo));
+            continue;
+        }
+        int i = 0;
+        while (c >= mj->first[i + 1]) i++;
+        multi_rows(&mj->m[i], c - mj->first[i]);
+    }
+}
+
+int op_matmul_multi(const gguf_tensor *const *ws, int n, const float *x, float *const *ys, int swiglu, void *scratch,
+                    tpool *pool)
+{
+    if (n < 1 || n > OP_MULTI_MAX || (swiglu && (n != 2 || ws[0]->ne[1] != ws[1]->ne[1]))) return -1;
+    multi_job mj = {.n = n, .swiglu = swiglu};
+    uint8_t *a = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    int nth = tpool_size(pool);
+    mj.first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const gguf_tensor *w = ws[i];
+        int64_t n_in = w->ne[0], n_out = w->ne[1];
+        if (n_in != ws[0]->ne[0]) return -1;
+        matmul_job *j = &mj.m[i];
+        *j = (matmul_job){
+            .w = w, .x = x, .y = ys[i], .n_tokens = 1, .n_in = n_in, .n_out = n_out,
+            .w_row_bytes = quant_row_size(w->type, n_in),
+            .act_row_bytes = quant_act_row_size(w->type, n_in),
+            .rows = w->data, .pool = pool,
+        };
+        if (w->packed && quant_pack_size(w->type, n_in, n_out)) j->panels = w->packed;
+        else if (w->packed) j->rows = w->packed;
+        /* the activation row once per weight type */
+        for (int k = 0; k < i && !j->act; k++)
+            if (ws[k]->type == w->type) j->act = mj.m[k].act;
+        if (!j->act) {
+            j->act = a;
+            a += (j->act_row_bytes + 63) & ~(size_t)63;
+            quant_act_prepare(w->type, x, n_in, j->act);
+        }
+        /* op_matmul's chunks (with swiglu both matrices take the first one's) */
+        const matmul_job *c = swiglu && i == 1 ? &mj.m[0] : j;
+        long rows = (long)((65536 + c->w_row_bytes - 1) / c->w_row_bytes), by_count = (long)(c->n_out / (8 * nth));
+        rows = rows > by_count ? rows : by_count;
+        rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
+        j->chunk_rows = nth == 1 ? n_out : rows;
+        j->n_chunks = (n_out + j->chunk_rows - 1) / j->chunk_rows;
+        mj.first[i + 1] = swiglu ? j->n_chunks : mj.first[i] + j->n_chunks;
+    }
+    atomic_init(&mj.next, 0);
+    tpool_run_shared(pool, multi_worker, &mj);
+    return 0;
+}
+
 void op_get_row(const gguf_tensor *w, int64_t row, float *dst)
 {
     size_t rb = quant_row_size(w->type, w->ne[0]);

@@ -82,7 +82,7 @@ static kern_ops base;
 #define S_FINSC(s, sc32, sc16) _mm256_mullo_epi32((s), (sc32))
 #define S_SPLIT 0 /* VNNI sums never need splitting */
 #else
-#define S_STEP(s, u, x) pin(_mm256_add_epi16((s), _mm256_maddubs_epi16((u), (x))))
+#define S_STEP(s, u, x) pin_t(T, _mm256_add_epi16((s), _mm256_maddubs_epi16((u), (x))))
 #define S_FIN1(s) _mm256_madd_epi16((s), _mm256_set1_epi16(1))
 #define S_FINSC(s, sc32, sc16) _mm256_madd_epi16((s), (sc16))
 #define S_SPLIT 1
@@ -93,6 +93,13 @@ static kern_ops base;
 AI __m256i pin(__m256i v)
 {
     __asm__("" : "+x"(v));
+    return v;
+}
+/* pin for T tokens at a time: a single token's chain is left free (GCC's tree of vpaddw lets the
+ * out-of-order core overlap the steps; with one token nothing spills) */
+AI __m256i pin_t(int T, __m256i v)
+{
+    if (T > 1) __asm__("" : "+x"(v));
     return v;
 }
 

@@ -812,9 +812,16 @@ static void x_attn_tile(const kern_attn *a, int g, int t0, int t1, float *S, int
     for (int i = 0; i < nrows; i++) {
         float *s = S + (size_t)i * ldS;
         int len = LEN(i);
-        float mx = -INFINITY;
-        for (int p = 0; p < len; p++) mx = s[p] > mx ? s[p] : mx;
-        __m256 vmax = _mm256_set1_ps(mx);
+        /* the row's maximum 8 lanes at a time (as the AVX-512 tile; a maximum is exact, and the
+         * sign of a zero maximum does not change s − max) */
+        __m256 vm = _mm256_set1_ps(-INFINITY);
+        for (int p = 0; p < len; p += 8)
+            vm = _mm256_max_ps(vm, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_loadu_ps(s + p),
+                                                    _mm256_castsi256_ps(lanes8(len - p))));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        __m256 vmax = _mm256_set1_ps(_mm_cvtss_f32(m4));
         __m256d sum = _mm256_setzero_pd();
         for (int p = 0; p < len; p += 8) {
             __m256 m = _mm256_castsi256_ps(lanes8(len - p));
