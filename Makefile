@@ -150,7 +150,8 @@ unit: $(TESTS)
 # sockets, servers on --port 0), the longest first; each file's log printed whole, in order;
 # E2E_ALONE after them with nothing beside them (t_store: kill -9 at chosen moments of a write)
 E2E_JOBS  ?= 2
-E2E_FIRST := t_arch_chat t_arch t_chat_daily t_chat t_serve t_chat_models t_serve_batch t_chat_branch
+E2E_FIRST := t_arch_chat t_chat_daily t_chat_models t_jinja t_trust t_chat_branch t_arch t_arch_greedy t_decode \
+             t_serve t_remote t_chat_decode t_chat
 E2E_ALONE := t_store
 e2e: kvchat
 	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat E2E_JOBS=$(E2E_JOBS) E2E_FIRST="$(E2E_FIRST)" \
