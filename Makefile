@@ -150,7 +150,8 @@ unit: $(TESTS)
 # sockets, servers on --port 0), the longest first; each file's log printed whole, in order;
 # E2E_ALONE after them with nothing beside them (t_store: kill -9 at chosen moments of a write)
 E2E_JOBS  ?= 2
-E2E_FIRST := t_arch_chat t_arch t_chat_daily t_chat t_serve t_chat_models t_serve_batch t_chat_branch
+E2E_FIRST := t_arch_chat t_chat_daily t_chat_models t_jinja t_trust t_chat_branch t_arch t_arch_greedy t_decode \
+             t_serve t_remote t_chat_decode t_chat
 E2E_ALONE := t_store
 e2e: kvchat
 	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat E2E_JOBS=$(E2E_JOBS) E2E_FIRST="$(E2E_FIRST)" \
@@ -405,10 +406,14 @@ $(FUZZ)/%.o: %.c | $(DEPS_OK) $(FUZZ_DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(KFLAGS) $(FUZZ_COV) -MMD -MP -c $< -o $@
 FUZZ_COV := -fsanitize=fuzzer-no-link
-# clang takes over ten minutes on the AVX-512 kernels under ASan + UBSan: they are built plain
-# (-O2, their KFLAGS); no harness feeds them input
-$(FUZZ)/engine/kernels/x86_avx512.o: FUZZ_FLAGS = $(BASEFLAGS) -O2
-$(FUZZ)/engine/kernels/x86_avx512.o: FUZZ_COV :=
+# clang takes over ten minutes on the AVX-512 kernels under ASan + UBSan, and over three minutes
+# of CPU on each of the AVX2 / AVX-VNNI matmul groups (gemm_avx2.c, gemm_avxvnni.c: 11 s plain):
+# they are built plain (-O2, their KFLAGS). No harness feeds them input (fuzz_gguf's model_load
+# packs the weights through the best level's kernels, the AVX-512 ones here, plain already); the
+# unit tests run every one of them under gcc's ASan + UBSan at every level.
+FUZZ_PLAIN := $(addprefix $(FUZZ)/engine/kernels/,x86_avx512.o gemm_avx2.o gemm_avxvnni.o)
+$(FUZZ_PLAIN): FUZZ_FLAGS = $(BASEFLAGS) -O2
+$(FUZZ_PLAIN): FUZZ_COV :=
 
 # fuzz_import includes app/store_cli.c (its import is static), fuzz_serve app/serve.c (its state
 # is static), so those objects stay out of their links
@@ -434,18 +439,26 @@ fuzz: $(FUZZ_BINS)
 	  grep -E '^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|ERROR|SUMMARY' $(FUZZ)/$$n.log | tail -3; \
 	done; [ $$fail -eq 0 ]
 
+# the harnesses FUZZ_JOBS at a time (default 2: each is one process on one core), every one run
+# even when another fails (-k); each prints one line when it ends
+FUZZ_JOBS ?= 2
 fuzz-smoke: $(FUZZ_BINS)
-	@mkdir -p $(FUZZ)/artifacts; fail=0; \
-	for b in $(FUZZ_BINS); do n=$$(basename $$b); \
-	  reg=$$(ls tests/fuzz/regressions/$$n/* tests/fuzz/corpus/$$n/* 2>/dev/null); \
-	  if [ -n "$$reg" ] && ! $(FUZZ_RUN) $$b -close_fd_mask=3 $$reg > $(FUZZ)/$$n.replay.log 2>&1; then \
-	    fail=1; echo "FAILED: $$n replaying tests/fuzz/regressions/$$n (see $(FUZZ)/$$n.replay.log)"; fi; \
-	  mkdir -p $(FUZZ)/smoke/$$n; \
-	  if ! $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SMOKE_SECONDS) -close_fd_mask=3 -max_len=65536 \
-	      -timeout=20 -artifact_prefix=$(FUZZ)/artifacts/$$n- $(FUZZ)/smoke/$$n tests/fuzz/corpus/$$n \
-	      > $(FUZZ)/$$n.smoke.log 2>&1; then fail=1; echo "FAILED: $$n fuzzing (see $(FUZZ)/$$n.smoke.log)"; \
-	  else echo "fuzz-smoke: $$n ok ($$(grep -oE '^#[0-9]+' $(FUZZ)/$$n.smoke.log | tail -1 | tr -d '#') runs)"; fi; \
-	done; [ $$fail -eq 0 ]
+	@mkdir -p $(FUZZ)/artifacts; t0=$$(date +%s); \
+	$(MAKE) --no-print-directory -k -j$(FUZZ_JOBS) $(FUZZ_BINS:$(FUZZ)/%=fuzz-smoke-%) && \
+	echo "fuzz-smoke: $(words $(FUZZ_BINS)) harnesses in $$(( $$(date +%s) - t0 )) s, $(FUZZ_JOBS) at a time"
+
+.PHONY: $(FUZZ_BINS:$(FUZZ)/%=fuzz-smoke-%)
+$(FUZZ_BINS:$(FUZZ)/%=fuzz-smoke-%): fuzz-smoke-%: $(FUZZ)/%
+	@b=$<; n=$*; fail=0; \
+	reg=$$(ls tests/fuzz/regressions/$$n/* tests/fuzz/corpus/$$n/* 2>/dev/null); \
+	if [ -n "$$reg" ] && ! $(FUZZ_RUN) $$b -close_fd_mask=3 $$reg > $(FUZZ)/$$n.replay.log 2>&1; then \
+	  fail=1; echo "FAILED: $$n replaying tests/fuzz/regressions/$$n (see $(FUZZ)/$$n.replay.log)"; fi; \
+	mkdir -p $(FUZZ)/smoke/$$n; \
+	if ! $(FUZZ_RUN) $$b -max_total_time=$(FUZZ_SMOKE_SECONDS) -close_fd_mask=3 -max_len=65536 \
+	    -timeout=20 -artifact_prefix=$(FUZZ)/artifacts/$$n- $(FUZZ)/smoke/$$n tests/fuzz/corpus/$$n \
+	    > $(FUZZ)/$$n.smoke.log 2>&1; then fail=1; echo "FAILED: $$n fuzzing (see $(FUZZ)/$$n.smoke.log)"; \
+	else echo "fuzz-smoke: $$n ok ($$(grep -oE '^#[0-9]+' $(FUZZ)/$$n.smoke.log | tail -1 | tr -d '#') runs)"; fi; \
+	[ $$fail -eq 0 ]
 test-run: fuzz-smoke
 
 # what `make test` installs first, and builds before any suite runs

@@ -67,7 +67,7 @@ CASES
         ATM="tmux -L kvchat-archchat-$$-$s"
         $ATM -f /dev/null new-session -d -s c -x 200 -y 30 \
             "$(printf '%q ' env LANG=C.UTF-8 TERM=tmux-256color XDG_STATE_HOME="$ac/state" XDG_CONFIG_HOME="$ac/config" \
-                "$BIN" -m "$ac/$s.gguf" -t 1 -n 3 --temp 0 --db "$ac/$s.db") 2>'$ac/$s.err'; sleep 600"
+                "$BIN" -m "$ac/$s.gguf" -t 1 -n 3 --temp 0 --db "$ac/$s.db") 2>'$ac/$s.err'; : > '$ac/$s.exited'; sleep 600"
         got_screen=0
         for _ in $(seq 1 300); do
             $ATM capture-pane -p -t c > "$ac/screen" 2>/dev/null
@@ -88,8 +88,10 @@ CASES
         done
         sleep 1
         $ATM send-keys -t c C-d
+        # the pane's shell marks kvchat's exit (its store closed); `pgrep -f "--db …"` also matched
+        # the tmux server's own command line, so every case waited the whole 10 s
         for _ in $(seq 1 100); do
-            pgrep -f -- "--db $ac/$s.db" >/dev/null || break
+            [ -e "$ac/$s.exited" ] && break
             sleep 0.1
         done
         got=$(sqlite3 "$ac/$s.db" "SELECT hex(ctx_tokens) FROM conversations ORDER BY id DESC LIMIT 1" 2>/dev/null |
