@@ -461,8 +461,28 @@ $(FUZZ_BINS:$(FUZZ)/%=fuzz-smoke-%): fuzz-smoke-%: $(FUZZ)/%
 	[ $$fail -eq 0 ]
 test-run: fuzz-smoke
 
+# On a fresh machine every part below would run its own apt-get update and install (the host's
+# packages, Python's Jinja2, clang, the arm64 toolchain and libraries: four rounds, most of the
+# ~100 s the dependencies took there); deps-all installs all of them in one round first, when any
+# is missing. It is best effort: if that one round fails, each part still installs its own.
+DEPS_ALL_DEB = $(DEB_PKGS) python3 python3-jinja2 $(FUZZ_DEB) $(if $(filter aarch64,$(ARCH)),,$(A64_DEB))
+.PHONY: deps-all
+deps-all:
+	@missing=""; \
+	for c in tmux mandoc pkg-config zsh fish clang python3 $(if $(filter aarch64,$(ARCH)),,qemu-aarch64 $(A64_CC)); do \
+	  command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	for p in $(PKGS) $(TEST_PKGS); do pkg-config --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "kvchat: missing:$$missing — installing every Debian package make test needs in one round"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  { $(if $(filter aarch64,$(ARCH)),true,$$SUDO dpkg --add-architecture arm64) && $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(DEPS_ALL_DEB) \
+	      $$(command -v npm >/dev/null 2>&1 || echo nodejs npm) $$(command -v curl >/dev/null 2>&1 || echo curl); } || \
+	  echo "kvchat: the single install failed; each part installs what it needs next"; \
+	fi
+
 # what `make test` installs first, and builds before any suite runs
-test-deps: $(DEPS_OK) $(JINJA_REF) $(SERVE_NPM) $(FUZZ_DEPS_OK)
+test-deps: deps-all $(DEPS_OK) $(JINJA_REF) $(SERVE_NPM) $(FUZZ_DEPS_OK)
 test-build: kvchat $(TESTS) $(SERVE_ASAN_BIN) $(FUZZ_BINS)
 ifneq ($(ARCH),aarch64)
 test-deps: $(A64_DEPS_OK)
