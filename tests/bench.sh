@@ -13,7 +13,7 @@
 # Environment: KVCHAT (./kvchat), SHARED (../shared), BENCH_DIR (/tmp/kvchat-models),
 # BENCH_THREADS (2), BENCH_PP ("128 512"), BENCH_TG (32), BENCH_ROUNDS (5), BENCH_TYPES
 # ("q4_0 q8_0 q4_k_m q5_k_m q6_k f16"), BENCH_SHAPES ("tinyllama"; any gen-model shape, e.g. "qwen3-0.6b gemma3-1b ministral3-3b"),
-# BENCH_DEPTHS ("2048 4096": tg at these depths, for BENCH_DEPTH_TYPES, default "q4_0"),
+# BENCH_DEPTHS ("2048 4096": tg at these depths, for BENCH_DEPTH_TYPES, default "q4_0"; set and empty: none),
 # BENCH_STORIES (1: also stories260K on 1 thread, pp128 / tg256), BENCH_LLAMA (1: run llama.cpp),
 # BENCH_LAYERS (the shapes' own layer count; N: gen-model --layers N, files named SHAPE-TYPE-NL.gguf —
 # e.g. BENCH_SHAPES=qwen3-30b-a3b BENCH_LAYERS=8 for the MoE shape with its real experts),
@@ -29,7 +29,7 @@ TG=${BENCH_TG:-32}
 ROUNDS=${BENCH_ROUNDS:-5}
 TYPES=${BENCH_TYPES:-"q4_0 q8_0 q4_k_m q5_k_m q6_k f16"}
 SHAPES=${BENCH_SHAPES:-tinyllama}
-DEPTHS=${BENCH_DEPTHS:-"2048 4096"}
+DEPTHS=${BENCH_DEPTHS-"2048 4096"} # set and empty: no depth runs
 DEPTH_TYPES=${BENCH_DEPTH_TYPES:-q4_0}
 LLAMA=${BENCH_LLAMA:-1}
 LAYERS=${BENCH_LAYERS:-}
@@ -153,7 +153,9 @@ for s in $SHAPES; do
       r=1; while [ "$r" -le "$ROUNDS" ]; do load_round "$s-$t" "$(mfile "$s" "$t")"; r=$((r + 1)); done
       echo "  $s-$t load: $(awk '{ printf "%s/%s ms  ", $2, $3 }' "$TMP/$s-$t.load")" >&2
     fi
-    case " $DEPTH_TYPES " in *" $t "*) run_model "$s-$t" "$(mfile "$s" "$t")" "$TH" 0 "$TG" "$(comma $DEPTHS)" ;; esac
+    if [ -n "$DEPTHS" ]; then
+      case " $DEPTH_TYPES " in *" $t "*) run_model "$s-$t" "$(mfile "$s" "$t")" "$TH" 0 "$TG" "$(comma $DEPTHS)" ;; esac
+    fi
   done
 done
 STORIES="$(cd "$SHARED/models" 2>/dev/null && pwd)/stories260K.gguf"
