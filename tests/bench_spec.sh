@@ -7,7 +7,7 @@
 # Env: KVCHAT (./kvchat), SHARED (../shared), TINY (a TinyLlama-shaped GGUF; made with
 # `kvchat gen-model --shape tinyllama --type q4_0` when missing), N (tokens of the TinyLlama
 # rows, 96), N_SMALL (of the stories260K rows, 400: its steps take well under a millisecond), RUNS (5),
-# RUNS_SMALL (of the stories260K rows, 3 x RUNS: a run takes a fraction of a second and one
+# RUNS_SMALL (of the stories260K rows, 6 x RUNS: a run takes a fraction of a second and one
 # preemption by another process changes its decode t/s by tens of percent),
 # THREADS (1: on a loaded machine a second thread's wake-ups swamp a small model's step).
 set -u
@@ -16,7 +16,7 @@ SHARED=${SHARED:-../shared}
 N=${N:-96}
 N_SMALL=${N_SMALL:-400}
 RUNS=${RUNS:-5}
-RUNS_SMALL=${RUNS_SMALL:-$((3 * RUNS))}
+RUNS_SMALL=${RUNS_SMALL:-$((6 * RUNS))}
 THREADS=${THREADS:-1}
 TMPD=$(mktemp -d)
 trap 'rm -rf "$TMPD"' EXIT
@@ -50,7 +50,10 @@ run() {
     model=$1; prompt=$2; shift 2
     n=$N
     case $model in *stories260K*) n=$N_SMALL ;; esac
-    "$KVCHAT" -m "$model" -p "$prompt" -n "$n" --temp 0 -t "$THREADS" --json "$@" 2>/dev/null | tail -n 1 |
+    # into a file, not a pipe: a reader woken by every token's line shares the CPU with the decode
+    # it measures (stories260K's 400 lines in ~40 ms)
+    "$KVCHAT" -m "$model" -p "$prompt" -n "$n" --temp 0 -t "$THREADS" --json "$@" >"$TMPD/out" 2>/dev/null
+    tail -n 1 "$TMPD/out" |
         python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d.get("decode_tps",0), d.get("n_drafted",0), d.get("n_accepted",0))'
 }
 # the median of the runs (the middle one; the mean of the two middle ones)
