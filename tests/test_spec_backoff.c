@@ -56,6 +56,21 @@ static void open_draft(int n_ctx, engine **d, sampler **s, int32_t *hist, int n)
     for (int i = 0; i < n; i++) hist[i] = 1 + (i * 37) % 500;
 }
 
+/* A draft-model drafter over d: stops before a token of probability below min_p; no_backoff as
+ * spec_params. */
+static spec_state *draft_state(engine *d, float min_p, int no_backoff)
+{
+    spec_params p;
+    spec_params_default(&p);
+    p.mode = SPEC_DRAFT;
+    p.draft = d;
+    p.draft_min_p = min_p;
+    p.no_backoff = no_backoff;
+    spec_state *st = spec_state_create(&p, 512, 64, 1);
+    assert_non_null(st);
+    return st;
+}
+
 static void test_pauses(void **state)
 {
     (void)state;
@@ -112,13 +127,7 @@ static void test_declining_draft_backs_off(void **state)
     kv_error err = {0};
     int32_t hist[160], drafts[SPEC_MAX_DRAFT];
     open_draft(256, &d, &s, hist, 160);
-    spec_params p;
-    spec_params_default(&p);
-    p.mode = SPEC_DRAFT;
-    p.draft = d;
-    p.draft_min_p = 1.0f; /* above any softmax maximum of a real row: always declines */
-    spec_state *st = spec_state_create(&p, 512, 64, 1);
-    assert_non_null(st);
+    spec_state *st = draft_state(d, 1.0f, 0); /* above any softmax maximum of a real row: always declines */
     int runs = 0, have = 0;
     for (int step = 0; step < 100; step++) {
         int k = spec_propose(st, hist, 20 + step, 8, s, drafts, &err);
@@ -149,13 +158,7 @@ static void test_rejected_draft_reads_little(void **state)
     static int32_t hist[480];
     open_draft(512, &d, &s, hist, 480);
     for (int costly = 0; costly < 2; costly++) {
-        spec_params p;
-        spec_params_default(&p);
-        p.mode = SPEC_DRAFT;
-        p.draft = d;
-        p.draft_min_p = 0; /* always drafts */
-        spec_state *st = spec_state_create(&p, 512, 64, 1);
-        assert_non_null(st);
+        spec_state *st = draft_state(d, 0, 0); /* always drafts */
         engine_seq_truncate(d, ENGINE_SEQ_DEFAULT, 0);
         if (costly) spec_set_cost(st, 4.2); /* pauses x 6 */
         assert_int_equal(spec_prefill(st, hist, 40, &err), KV_OK);
@@ -204,14 +207,7 @@ static void test_costly_draft_stops(void **state)
     static const struct { double draft_ms_tok; int no_backoff; int want; } cases[] = {
         {1.5, 0, 1}, {1.0, 0, 1}, {0.4, 0, 0}, {3.0, 1, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        spec_params p;
-        spec_params_default(&p);
-        p.mode = SPEC_DRAFT;
-        p.draft = d;
-        p.draft_min_p = 0;
-        p.no_backoff = cases[c].no_backoff;
-        spec_state *st = spec_state_create(&p, 512, 64, 1);
-        assert_non_null(st);
+        spec_state *st = draft_state(d, 0, cases[c].no_backoff);
         engine_seq_truncate(d, ENGINE_SEQ_DEFAULT, 0);
         assert_int_equal(spec_prefill(st, hist, 20, &err), KV_OK);
         int32_t drafts[SPEC_MAX_DRAFT];
