@@ -175,34 +175,16 @@ static int argmax(const float *x, int n)
 /* Read bandwidth of this machine with nth threads: the best of 5 passes in which every thread sums
  * its share of a buffer much larger than the caches with the kernel level's vector loads
  * (kern_probe_read; bytes per second; 0 when the buffer cannot be had). */
-typedef struct bw_job {
-    const uint8_t *buf;
-    size_t bytes;
-    long fma_iters;
-    double flops[64];
-    uint64_t sink[64];
-} bw_job;
-
-static void bw_worker(void *arg, int ith, int nth)
-{
-    bw_job *j = arg;
-    long lo, hi;
-    tpool_split((long)(j->bytes / 4096), ith, nth, &lo, &hi);
-    j->sink[ith & 63] = kern_probe_read(j->buf + (size_t)lo * 4096, (size_t)(hi - lo) * 4096);
-}
-
 static double read_bandwidth(tpool *pool)
 {
     const size_t bytes = (size_t)512 << 20;
-    bw_job j = {.bytes = bytes};
     uint64_t *buf = aligned_alloc(4096, bytes);
     if (!buf) return 0;
     for (size_t i = 0; i < bytes / 8; i++) buf[i] = i; /* touched: real pages, not the zero page */
-    j.buf = (const uint8_t *)buf;
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = now_s();
-        tpool_run(pool, bw_worker, &j);
+        kern_probe_read_pool(pool, buf, bytes);
         double bps = bytes / (now_s() - t0);
         best = bps > best ? bps : best;
     }
@@ -212,9 +194,15 @@ static double read_bandwidth(tpool *pool)
 
 /* FP32 FMA peak with nth threads: every thread runs independent FMA chains of the level's widest
  * vectors (kern_probe_fma), the best of about 20 passes of ~5 ms (flops per second). */
+typedef struct fma_job {
+    long fma_iters;
+    double flops[64];
+    uint64_t sink[64];
+} fma_job;
+
 static void fma_worker(void *arg, int ith, int nth)
 {
-    bw_job *j = arg;
+    fma_job *j = arg;
     float s;
     j->flops[ith & 63] = kern_probe_fma(j->fma_iters, &s);
     j->sink[ith & 63] = (uint64_t)s;
@@ -233,7 +221,7 @@ static double fma_peak(tpool *pool, int nth)
         double dt = now_s() - t0;
         fastest = dt < fastest ? dt : fastest;
     }
-    bw_job j = {.fma_iters = fastest > 0 ? (long)(probe * 0.005 / fastest) : probe};
+    fma_job j = {.fma_iters = fastest > 0 ? (long)(probe * 0.005 / fastest) : probe};
     if (j.fma_iters < probe) j.fma_iters = probe;
     double best = 0;
     for (int rep = 0; rep < 20; rep++) {

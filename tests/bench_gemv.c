@@ -18,20 +18,6 @@ static double cpu_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-typedef struct bw_job {
-    const uint8_t *buf;
-    size_t bytes;
-    uint64_t sink[64];
-} bw_job;
-
-static void bw_worker(void *arg, int ith, int nth)
-{
-    bw_job *j = arg;
-    long lo, hi;
-    tpool_split((long)(j->bytes / 4096), ith, nth, &lo, &hi);
-    j->sink[ith & 63] = kern_probe_read(j->buf + (size_t)lo * 4096, (size_t)(hi - lo) * 4096);
-}
-
 static size_t tbytes(const gguf_tensor *w) { return quant_row_size(w->type, w->ne[0]) * (size_t)w->ne[1]; }
 
 /* usage: bench_gemv MODEL [THREADS=2] [ROUNDS=7] [TOKENS=16] */
@@ -75,7 +61,6 @@ int main(int argc, char **argv)
     const size_t bbytes = (size_t)512 << 20;
     uint64_t *buf = aligned_alloc(4096, bbytes);
     for (size_t i = 0; i < bbytes / 8; i++) buf[i] = i;
-    bw_job bj = {.buf = (const uint8_t *)buf, .bytes = bbytes};
 
     int n_ctx = ntok + 8;
     forward_ctx *fc = forward_ctx_create(m, 1, n_ctx, &err);
@@ -125,7 +110,7 @@ int main(int argc, char **argv)
         /* the probe: best of 3 */
         for (int k = 0; k < 3; k++) {
             double t0 = tu_now_ms();
-            tpool_run(pool, bw_worker, &bj);
+            kern_probe_read_pool(pool, buf, bbytes);
             double g = bbytes / ((tu_now_ms() - t0) * 1e6);
             probe[r] = g > probe[r] ? g : probe[r];
         }

@@ -2,6 +2,7 @@
 #include "engine/kernels/probe.h"
 
 #include "engine/kernels/kernels.h"
+#include "engine/kernels/threadpool.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -74,4 +75,27 @@ double kern_probe_fma(long iters, float *sink)
     case KERN_AVX512: return kern_probe_fma_avx512(iters, sink);
     default: return fma_portable(iters, sink);
     }
+}
+
+typedef struct read_job {
+    const uint8_t *buf;
+    size_t bytes;
+    uint64_t sink[64];
+} read_job;
+
+static void read_worker(void *arg, int ith, int nth)
+{
+    read_job *j = arg;
+    long lo, hi;
+    tpool_split((long)(j->bytes / 4096), ith, nth, &lo, &hi);
+    j->sink[ith & 63] = kern_probe_read(j->buf + (size_t)lo * 4096, (size_t)(hi - lo) * 4096);
+}
+
+uint64_t kern_probe_read_pool(struct tpool *pool, const void *buf, size_t bytes)
+{
+    read_job j = {.buf = buf, .bytes = bytes};
+    tpool_run(pool, read_worker, &j);
+    uint64_t s = 0;
+    for (int i = 0; i < 64; i++) s += j.sink[i];
+    return s;
 }

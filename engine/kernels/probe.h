@@ -11,6 +11,12 @@
  * accumulators so that only memory limits it). Returns the sum (so that the reads happen). */
 uint64_t kern_probe_read(const void *buf, size_t bytes);
 
+struct tpool;
+/* kern_probe_read of bytes (a multiple of 4096, buf 4096-byte aligned) split by 4 KiB pages over
+ * the threads of pool: one pass of the machine's read bandwidth with those threads (time it
+ * around the call). Returns the threads' sums added (so that the reads happen). */
+uint64_t kern_probe_read_pool(struct tpool *pool, const void *buf, size_t bytes);
+
 /* Runs iters steps of 12 independent chains of FP32 fused multiply-adds of the level's widest
  * vectors (enough chains to cover the FMA latency on every x86-64 and aarch64 core), and returns
  * the floating-point operations done (2 per lane per FMA); *sink receives a value of the chains so
