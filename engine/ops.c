@@ -148,6 +148,21 @@ static void matmul_prepare(void *arg, int ith, int nth)
  * thread that the OS preempts (a busy machine) delays the matmul by one chunk, not by half of it.
  * Packed weights run the panel kernels for decode and batches alike; GGUF rows stream through
  * quant_gemv (decode) or quant_gemm (batch). */
+/* Chunk c of j: its rows through the kernels. */
+static void matmul_chunk(matmul_job *j, long c)
+{
+    long lo = c * j->chunk_rows, hi = lo + j->chunk_rows < j->n_out ? lo + j->chunk_rows : j->n_out;
+    const uint8_t *w = j->rows + (size_t)lo * j->w_row_bytes;
+    if (j->panels)
+        quant_gemm_packed(j->w->type, j->n_in, lo, hi - lo, j->panels, j->act, j->act_row_bytes, j->n_tokens,
+                          j->y + lo, (size_t)j->n_out);
+    else if (j->n_tokens == 1)
+        quant_gemv(j->w->type, j->n_in, hi - lo, w, j->w_row_bytes, j->act, j->y + lo);
+    else
+        quant_gemm(j->w->type, j->n_in, hi - lo, w, j->w_row_bytes, j->act, j->act_row_bytes, j->n_tokens,
+                   j->y + lo, (size_t)j->n_out);
+}
+
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
@@ -155,38 +170,36 @@ static void matmul_rows(void *arg, int ith, int nth)
     (void)nth;
     for (long c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks;) {
         if (c > 0 && tpool_cancelled(j->pool)) break; /* a stop: the caller drops y */
-        long lo = c * j->chunk_rows, hi = lo + j->chunk_rows < j->n_out ? lo + j->chunk_rows : j->n_out;
-        const uint8_t *w = j->rows + (size_t)lo * j->w_row_bytes;
-        if (j->panels)
-            quant_gemm_packed(j->w->type, j->n_in, lo, hi - lo, j->panels, j->act, j->act_row_bytes, j->n_tokens,
-                              j->y + lo, (size_t)j->n_out);
-        else if (j->n_tokens == 1)
-            quant_gemv(j->w->type, j->n_in, hi - lo, w, j->w_row_bytes, j->act, j->y + lo);
-        else
-            quant_gemm(j->w->type, j->n_in, hi - lo, w, j->w_row_bytes, j->act, j->act_row_bytes, j->n_tokens,
-                       j->y + lo, (size_t)j->n_out);
+        matmul_chunk(j, c);
     }
+}
+
+/* The job of w · x (n_tokens rows) into y, act not yet set: row sizes, the packed panels or rows,
+ * and the chunks — about 8 per thread, each at least 64 KiB of weights (whole panels for a batch). */
+static void matmul_job_init(matmul_job *j, const gguf_tensor *w, const float *x, int n_tokens, float *y, tpool *pool)
+{
+    int64_t n_in = w->ne[0], n_out = w->ne[1];
+    *j = (matmul_job){
+        .w = w, .x = x, .y = y, .n_tokens = n_tokens, .n_in = n_in, .n_out = n_out,
+        .w_row_bytes = quant_row_size(w->type, n_in),
+        .act_row_bytes = quant_act_row_size(w->type, n_in),
+        .rows = w->data, .pool = pool,
+    };
+    if (w->packed && quant_pack_size(w->type, n_in, n_out)) j->panels = w->packed;
+    else if (w->packed) j->rows = w->packed; /* a plain copy of the rows */
+    int nth = tpool_size(pool);
+    long rows = (long)((65536 + j->w_row_bytes - 1) / j->w_row_bytes), by_count = (long)(n_out / (8 * nth));
+    rows = rows > by_count ? rows : by_count;
+    rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
+    j->chunk_rows = nth == 1 ? n_out : rows;
+    j->n_chunks = (n_out + j->chunk_rows - 1) / j->chunk_rows;
 }
 
 void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, void *scratch, tpool *pool)
 {
-    int64_t n_in = w->ne[0], n_out = w->ne[1];
-    matmul_job j = {
-        .w = w, .x = x, .y = y, .n_tokens = n_tokens, .n_in = n_in, .n_out = n_out,
-        .w_row_bytes = quant_row_size(w->type, n_in),
-        .act_row_bytes = quant_act_row_size(w->type, n_in),
-        .act = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63),
-        .rows = w->data, .pool = pool,
-    };
-    if (w->packed && quant_pack_size(w->type, n_in, n_out)) j.panels = w->packed;
-    else if (w->packed) j.rows = w->packed; /* a plain copy of the rows */
-    /* about 8 chunks per thread, each at least 64 KiB of weights (whole panels for a batch) */
-    int nth = tpool_size(pool);
-    long rows = (long)((65536 + j.w_row_bytes - 1) / j.w_row_bytes), by_count = (long)(n_out / (8 * nth));
-    rows = rows > by_count ? rows : by_count;
-    rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
-    j.chunk_rows = nth == 1 ? n_out : rows;
-    j.n_chunks = (n_out + j.chunk_rows - 1) / j.chunk_rows;
+    matmul_job j;
+    matmul_job_init(&j, w, x, n_tokens, y, pool);
+    j.act = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     atomic_init(&j.next, 0);
     /* a few rows (decode, a batched decode step) are converted here: a pool dispatch would cost more */
     if (n_tokens > 8) tpool_run(pool, matmul_prepare, &j);
@@ -211,17 +224,6 @@ typedef struct multi_job {
     atomic_long next;
 } multi_job;
 
-static void multi_rows(matmul_job *j, long c)
-{
-    long lo = c * j->chunk_rows, hi = lo + j->chunk_rows < j->n_out ? lo + j->chunk_rows : j->n_out;
-    if (j->panels)
-        quant_gemm_packed(j->w->type, j->n_in, lo, hi - lo, j->panels, j->act, j->act_row_bytes, 1, j->y + lo,
-                          (size_t)j->n_out);
-    else
-        quant_gemv(j->w->type, j->n_in, hi - lo, j->rows + (size_t)lo * j->w_row_bytes, j->w_row_bytes, j->act,
-                   j->y + lo);
-}
-
 static void multi_worker(void *arg, int ith, int nth)
 {
     multi_job *mj = arg;
@@ -231,15 +233,15 @@ static void multi_worker(void *arg, int ith, int nth)
         if (c > 0 && tpool_cancelled(mj->m[0].pool)) break; /* a stop: the caller drops y */
         if (mj->swiglu) {
             matmul_job *g = &mj->m[0];
-            multi_rows(g, c);
-            multi_rows(&mj->m[1], c);
+            matmul_chunk(g, c);
+            matmul_chunk(&mj->m[1], c);
             long lo = c * g->chunk_rows, hi = lo + g->chunk_rows < g->n_out ? lo + g->chunk_rows : g->n_out;
             op_swiglu(g->y + lo, mj->m[1].y + lo, (int)(hi - lo));
             continue;
         }
         int i = 0;
         while (c >= mj->first[i + 1]) i++;
-        multi_rows(&mj->m[i], c - mj->first[i]);
+        matmul_chunk(&mj->m[i], c - mj->first[i]);
     }
 }
 
@@ -249,36 +251,25 @@ int op_matmul_multi(const gguf_tensor *const *ws, int n, const float *x, float *
     if (n < 1 || n > OP_MULTI_MAX || (swiglu && (n != 2 || ws[0]->ne[1] != ws[1]->ne[1]))) return -1;
     multi_job mj = {.n = n, .swiglu = swiglu};
     uint8_t *a = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    int nth = tpool_size(pool);
     mj.first[0] = 0;
     for (int i = 0; i < n; i++) {
         const gguf_tensor *w = ws[i];
-        int64_t n_in = w->ne[0], n_out = w->ne[1];
-        if (n_in != ws[0]->ne[0]) return -1;
+        if (w->ne[0] != ws[0]->ne[0]) return -1;
         matmul_job *j = &mj.m[i];
-        *j = (matmul_job){
-            .w = w, .x = x, .y = ys[i], .n_tokens = 1, .n_in = n_in, .n_out = n_out,
-            .w_row_bytes = quant_row_size(w->type, n_in),
-            .act_row_bytes = quant_act_row_size(w->type, n_in),
-            .rows = w->data, .pool = pool,
-        };
-        if (w->packed && quant_pack_size(w->type, n_in, n_out)) j->panels = w->packed;
-        else if (w->packed) j->rows = w->packed;
+        matmul_job_init(j, w, x, 1, ys[i], pool);
         /* the activation row once per weight type */
         for (int k = 0; k < i && !j->act; k++)
             if (ws[k]->type == w->type) j->act = mj.m[k].act;
         if (!j->act) {
             j->act = a;
             a += (j->act_row_bytes + 63) & ~(size_t)63;
-            quant_act_prepare(w->type, x, n_in, j->act);
+            quant_act_prepare(w->type, x, j->n_in, j->act);
         }
         /* op_matmul's chunks (with swiglu both matrices take the first one's) */
-        const matmul_job *c = swiglu && i == 1 ? &mj.m[0] : j;
-        long rows = (long)((65536 + c->w_row_bytes - 1) / c->w_row_bytes), by_count = (long)(c->n_out / (8 * nth));
-        rows = rows > by_count ? rows : by_count;
-        rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
-        j->chunk_rows = nth == 1 ? n_out : rows;
-        j->n_chunks = (n_out + j->chunk_rows - 1) / j->chunk_rows;
+        if (swiglu && i == 1) {
+            j->chunk_rows = mj.m[0].chunk_rows;
+            j->n_chunks = mj.m[0].n_chunks;
+        }
         mj.first[i + 1] = swiglu ? j->n_chunks : mj.first[i] + j->n_chunks;
     }
     atomic_init(&mj.next, 0);
