@@ -608,16 +608,17 @@ forward_ctx *forward_ctx_create(const model *m, int n_batch, int n_ctx, kv_error
     }
     size_t so = op_matmul_scratch_size(m->output, n_batch);
     act = so > act ? so : act;
-    for (int il = 0; il < hp->n_layer; il++) { /* decode's fused passes (op_matmul_multi) */
+    int n_multi = n_batch < OP_MULTI_MAX_TOKENS ? n_batch : OP_MULTI_MAX_TOKENS;
+    for (int il = 0; il < hp->n_layer; il++) { /* decode steps' fused passes (op_matmul_multi) */
         const model_layer *L = &m->layers[il];
         if (L->wq && L->wk && L->wv) {
             const gguf_tensor *qkv[] = {L->wq, L->wk, L->wv};
-            size_t s = op_matmul_multi_scratch_size(qkv, 3);
+            size_t s = op_matmul_multi_scratch_size(qkv, 3, n_multi);
             act = s > act ? s : act;
         }
         if (L->w_gate && L->w_up) {
             const gguf_tensor *gu[] = {L->w_gate, L->w_up};
-            size_t s = op_matmul_multi_scratch_size(gu, 2);
+            size_t s = op_matmul_multi_scratch_size(gu, 2, n_multi);
             act = s > act ? s : act;
         }
     }
@@ -858,10 +859,10 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                 memcpy(fc->v + (size_t)t * EKV, r + EQ + EKV, sizeof(float) * EKV);
             }
         } else {
-            /* decode: q, k and v in one pool pass */
+            /* a decode step (one token per sequence): q, k and v in one pool pass */
             const gguf_tensor *qkv[] = {L->wq, L->wk, L->wv};
             float *ys[] = {fc->q, fc->k, fc->v};
-            if (n_tokens > 1 || op_matmul_multi(qkv, 3, in, ys, 0, fc->act, pool) != 0) {
+            if (n_tokens > OP_MULTI_MAX_TOKENS || op_matmul_multi(qkv, 3, in, n_tokens, ys, 0, fc->act, pool) != 0) {
                 op_matmul(L->wq, in, n_tokens, fc->q, fc->act, pool);
                 op_matmul(L->wk, in, n_tokens, fc->k, fc->act, pool);
                 op_matmul(L->wv, in, n_tokens, fc->v, fc->act, pool);
@@ -957,8 +958,9 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
         } else {
             const gguf_tensor *gu[] = {L->w_gate, L->w_up};
             float *ys[] = {fc->hb, fc->hb2};
-            /* decode: gate, up and SwiGLU in one pool pass, chunk by chunk */
-            if (n_tokens == 1 && hp->ffn_act != FFN_GELU_TANH && op_matmul_multi(gu, 2, in, ys, 1, fc->act, pool) == 0) {
+            /* a decode step: gate, up and SwiGLU in one pool pass, chunk by chunk */
+            if (n_tokens <= OP_MULTI_MAX_TOKENS && hp->ffn_act != FFN_GELU_TANH &&
+                op_matmul_multi(gu, 2, in, n_tokens, ys, 1, fc->act, pool) == 0) {
                 FWD_PROF_MARK(FP_FFN_UP);
             } else {
                 op_matmul(L->w_gate, in, n_tokens, fc->hb, fc->act, pool);

@@ -207,16 +207,17 @@ void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, voi
     tpool_run_shared(pool, matmul_rows, &j);
 }
 
-size_t op_matmul_multi_scratch_size(const gguf_tensor *const *ws, int n)
+size_t op_matmul_multi_scratch_size(const gguf_tensor *const *ws, int n, int n_tokens)
 {
     size_t s = 64;
-    for (int i = 0; i < n; i++) s += (quant_act_row_size(ws[i]->type, ws[i]->ne[0]) + 63) & ~(size_t)63;
+    for (int i = 0; i < n; i++)
+        s += ((size_t)n_tokens * quant_act_row_size(ws[i]->type, ws[i]->ne[0]) + 63) & ~(size_t)63;
     return s;
 }
 
-/* One decode pass over several matrices of one input: chunks numbered across the matrices (each
- * matrix's chunking as op_matmul's), or, with swiglu, chunk c is the same rows of both matrices
- * and then their SwiGLU. */
+/* One pass over several matrices of one input (a decode step: one token, or one per sequence of
+ * a batch): chunks numbered across the matrices (each matrix's chunking as op_matmul's), or, with
+ * swiglu, chunk c is the same rows of both matrices and then their SwiGLU, token by token. */
 typedef struct multi_job {
     matmul_job m[OP_MULTI_MAX];
     int n, swiglu;
@@ -236,7 +237,8 @@ static void multi_worker(void *arg, int ith, int nth)
             matmul_chunk(g, c);
             matmul_chunk(&mj->m[1], c);
             long lo = c * g->chunk_rows, hi = lo + g->chunk_rows < g->n_out ? lo + g->chunk_rows : g->n_out;
-            op_swiglu(g->y + lo, mj->m[1].y + lo, (int)(hi - lo));
+            for (int t = 0; t < g->n_tokens; t++)
+                op_swiglu(g->y + (size_t)t * g->n_out + lo, mj->m[1].y + (size_t)t * g->n_out + lo, (int)(hi - lo));
             continue;
         }
         int i = 0;
@@ -245,10 +247,12 @@ static void multi_worker(void *arg, int ith, int nth)
     }
 }
 
-int op_matmul_multi(const gguf_tensor *const *ws, int n, const float *x, float *const *ys, int swiglu, void *scratch,
-                    tpool *pool)
+int op_matmul_multi(const gguf_tensor *const *ws, int n, const float *x, int n_tokens, float *const *ys, int swiglu,
+                    void *scratch, tpool *pool)
 {
-    if (n < 1 || n > OP_MULTI_MAX || (swiglu && (n != 2 || ws[0]->ne[1] != ws[1]->ne[1]))) return -1;
+    if (n < 1 || n > OP_MULTI_MAX || n_tokens < 1 || n_tokens > OP_MULTI_MAX_TOKENS ||
+        (swiglu && (n != 2 || ws[0]->ne[1] != ws[1]->ne[1])))
+        return -1;
     multi_job mj = {.n = n, .swiglu = swiglu};
     uint8_t *a = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     mj.first[0] = 0;
@@ -256,14 +260,14 @@ int op_matmul_multi(const gguf_tensor *const *ws, int n, const float *x, float *
         const gguf_tensor *w = ws[i];
         if (w->ne[0] != ws[0]->ne[0]) return -1;
         matmul_job *j = &mj.m[i];
-        matmul_job_init(j, w, x, 1, ys[i], pool);
-        /* the activation row once per weight type */
+        matmul_job_init(j, w, x, n_tokens, ys[i], pool);
+        /* the activation rows once per weight type */
         for (int k = 0; k < i && !j->act; k++)
             if (ws[k]->type == w->type) j->act = mj.m[k].act;
         if (!j->act) {
             j->act = a;
-            a += (j->act_row_bytes + 63) & ~(size_t)63;
-            quant_act_prepare(w->type, x, j->n_in, j->act);
+            a += ((size_t)n_tokens * j->act_row_bytes + 63) & ~(size_t)63;
+            matmul_prepare(j, 0, 1);
         }
         /* op_matmul's chunks (with swiglu both matrices take the first one's) */
         if (swiglu && i == 1) {

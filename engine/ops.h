@@ -50,18 +50,21 @@ size_t op_matmul_scratch_size(const gguf_tensor *w, int n_tokens);
  * the pool (engine/kernels: packed panels, F32 / F16 / BF16 through a blocked GEMM). */
 void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, void *scratch, tpool *pool);
 
-/* Decode (one token) through up to OP_MULTI_MAX matrices that read the same input in one pool pass:
- * ys[i][o] = sum_k ws[i][o][k] * x[k] (every ws[i] has ne[0] = n_in), the results of op_matmul bit
- * for bit (the same kernels per row); the activation row is converted once per weight type, into
- * scratch (op_matmul_multi_scratch_size bytes). swiglu (n == 2, both of n_out rows): then
- * ys[0] = SwiGLU(ys[0], ys[1]) (op_swiglu), each chunk of rows as soon as both matrices' rows are
- * done — q/k/v, or gate/up and the activation, take one pass instead of three. Returns 0, or -1
- * (too many matrices, inputs of different widths, swiglu on matrices of different heights: nothing
+/* A decode step (1 to OP_MULTI_MAX_TOKENS tokens: one, or one per sequence of a batched step) through
+ * up to OP_MULTI_MAX matrices that read the same input in one pool pass: ys[i][t][o] = sum_k
+ * ws[i][o][k] * x[t][k] (x is [n_tokens][n_in] f32, every ws[i] has ne[0] = n_in, ys[i] is
+ * [n_tokens][ws[i]->ne[1]]), the results of op_matmul bit for bit (the same chunks and kernels per
+ * row); the activation rows are converted once per weight type, into scratch
+ * (op_matmul_multi_scratch_size bytes). swiglu (n == 2, both of n_out rows): then ys[0] =
+ * SwiGLU(ys[0], ys[1]) (op_swiglu), each chunk of rows as soon as both matrices' rows are done —
+ * q/k/v, or gate/up and the activation, take one pass instead of three. Returns 0, or -1 (too many
+ * matrices or tokens, inputs of different widths, swiglu on matrices of different heights: nothing
  * done). */
 #define OP_MULTI_MAX 3
-size_t op_matmul_multi_scratch_size(const gguf_tensor *const *ws, int n);
-int op_matmul_multi(const gguf_tensor *const *ws, int n, const float *x, float *const *ys, int swiglu, void *scratch,
-                    tpool *pool);
+#define OP_MULTI_MAX_TOKENS 8
+size_t op_matmul_multi_scratch_size(const gguf_tensor *const *ws, int n, int n_tokens);
+int op_matmul_multi(const gguf_tensor *const *ws, int n, const float *x, int n_tokens, float *const *ys, int swiglu,
+                    void *scratch, tpool *pool);
 
 /* Causal grouped-query scaled dot-product attention (Vaswani et al. 2017; GQA, Ainslie et al.
  * 2023) for n_tokens queries at positions pos0 .. pos0+n_tokens-1: query t of head h attends to

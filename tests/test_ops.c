@@ -201,6 +201,84 @@ static void test_matmul_threads(void **state) {
     free(scratch); free(x); free(y); free(y1); free(yt); free(packed); free(wf); free(data);
 }
 
+/* A matrix of n_out random rows of type `type` (n_in wide), packed in panels where the type has them. */
+static gguf_tensor rand_matrix(int type, int n_in, int n_out, uint8_t **data, void **packed)
+{
+    size_t rs = quant_row_size(type, n_in);
+    float *wf = malloc(sizeof(float) * n_in);
+    *data = malloc(rs * n_out);
+    for (int r = 0; r < n_out; r++) {
+        for (int i = 0; i < n_in; i++) wf[i] = rng_gauss() * 0.05f;
+        quant_quantize_row(type, wf, *data + (size_t)r * rs, n_in);
+    }
+    free(wf);
+    gguf_tensor w = {.name = "w", .n_dims = 2, .ne = {n_in, n_out, 1, 1}, .type = type, .data = *data,
+                     .nbytes = rs * n_out, .n_elements = (int64_t)n_in * n_out};
+    size_t ps = quant_pack_size(type, n_in, n_out);
+    *packed = ps ? aligned_alloc(64, (ps + 63) & ~(size_t)63) : NULL;
+    if (ps) {
+        quant_pack(type, n_in, n_out, *data, rs, *packed);
+        w.packed = *packed;
+    }
+    return w;
+}
+
+/* op_matmul_multi (a decode step's q/k/v and gate/up/SwiGLU passes, 1 to OP_MULTI_MAX_TOKENS
+ * tokens): every output bit for bit op_matmul's (and op_swiglu's) at 1 to 3 threads, with matrices
+ * of two weight types (activation rows converted once per type) and heights that are not whole
+ * panels; more tokens than OP_MULTI_MAX_TOKENS, or swiglu on matrices of different heights, are
+ * refused without writing. */
+static void test_matmul_multi(void **state) {
+    (void)state;
+    enum { N_IN = 512, TMAX = OP_MULTI_MAX_TOKENS + 1 };
+    static const int types[3] = {GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    static const int heights[3] = {16 * 9 + 5, 40, 16 * 9 + 5};
+    uint8_t *data[3];
+    void *packed[3];
+    gguf_tensor w[3];
+    for (int i = 0; i < 3; i++) w[i] = rand_matrix(types[i], N_IN, heights[i], &data[i], &packed[i]);
+    const gguf_tensor *ws[3] = {&w[0], &w[1], &w[2]};
+    float *x = malloc(sizeof(float) * N_IN * TMAX);
+    for (int i = 0; i < N_IN * TMAX; i++) x[i] = rng_gauss();
+    float *ref[3], *y[3];
+    for (int i = 0; i < 3; i++) {
+        ref[i] = malloc(sizeof(float) * heights[i] * TMAX);
+        y[i] = malloc(sizeof(float) * heights[i] * TMAX);
+    }
+    size_t ss = op_matmul_multi_scratch_size(ws, 3, OP_MULTI_MAX_TOKENS), s1 = op_matmul_scratch_size(&w[1], TMAX);
+    void *scratch = malloc(ss > s1 ? ss : s1);
+    static const int counts[] = {1, 3, OP_MULTI_MAX_TOKENS};
+    for (int th = 1; th <= 3; th++) {
+        tpool *pool = tpool_create(th);
+        for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+            int T = counts[c];
+            for (int i = 0; i < 3; i++) op_matmul(&w[i], x, T, ref[i], scratch, pool);
+            for (int i = 0; i < 3; i++) memset(y[i], 0xff, sizeof(float) * heights[i] * T);
+            assert_int_equal(op_matmul_multi(ws, 3, x, T, y, 0, scratch, pool), 0);
+            for (int i = 0; i < 3; i++) assert_memory_equal(ref[i], y[i], sizeof(float) * heights[i] * T);
+            /* gate (w[0]) and up (w[2]) with their SwiGLU */
+            for (int t = 0; t < T; t++)
+                op_swiglu(ref[0] + (size_t)t * heights[0], ref[2] + (size_t)t * heights[2], heights[0]);
+            const gguf_tensor *gu[2] = {&w[0], &w[2]};
+            float *ygu[2] = {y[0], y[2]};
+            assert_int_equal(op_matmul_multi(gu, 2, x, T, ygu, 1, scratch, pool), 0);
+            assert_memory_equal(ref[0], y[0], sizeof(float) * heights[0] * T);
+            assert_memory_equal(ref[2], y[2], sizeof(float) * heights[2] * T);
+        }
+        /* refused: too many tokens, swiglu over different heights */
+        memset(y[0], 0xff, sizeof(float) * heights[0]);
+        float first = y[0][0];
+        assert_int_equal(op_matmul_multi(ws, 3, x, TMAX, y, 0, scratch, pool), -1);
+        const gguf_tensor *bad[2] = {&w[0], &w[1]};
+        assert_int_equal(op_matmul_multi(bad, 2, x, 1, y, 1, scratch, pool), -1);
+        assert_memory_equal(&first, &y[0][0], sizeof first);
+        tpool_free(pool);
+    }
+    for (int i = 0; i < 3; i++) free(ref[i]), free(y[i]), free(data[i]), free(packed[i]);
+    free(scratch);
+    free(x);
+}
+
 /* tpool_set_cancel (issue 16: Esc stops a prefill within 100 ms): a matmul stops taking work
  * chunks once the callback says stop (the rows of later chunks are never written), tpool_run
  * skips a job while it says so, and without it the same matmul gives the reference bits. */
@@ -409,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_swiglu_pool),
         cmocka_unit_test(test_attention_paged_f16),
         cmocka_unit_test(test_matmul_threads),
+        cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_cancel),
         cmocka_unit_test(test_gen_model),
         cmocka_unit_test(test_pool_slow_worker),
