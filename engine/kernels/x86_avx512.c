@@ -1343,12 +1343,63 @@ static void g_attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int
         for (int p = 0; p < len; p += 16) _mm512_storeu_ps(s + p, _mm512_mul_ps(_mm512_loadu_ps(s + p), inv));
         for (int p = (len + 15) & ~15; p < n_kv; p += 16) _mm512_storeu_ps(s + p, _mm512_setzero_ps());
     }
-    /* O = P V: blocks of up to 4 rows keep their hd outputs in registers while the V rows pass */
+    /* O = P V: blocks of up to 4 rows keep 4 vectors (64 dims) of outputs each in registers while
+     * the V rows pass. Whole blocks (4 rows × 64 dims) take the unrolled form: with the row and
+     * vector counts not known to GCC it kept acc[][] and vv[] on the stack, a load and a store
+     * per product. Each output's sum is the same sequence of products in either form. */
     const __mmask16 mlast = mask16(hd - 16 * (nch - 1));
     for (int i = 0; i < nrows; i += 4) {
         int nr = nrows - i < 4 ? nrows - i : 4, len = LEN(i + nr - 1);
         for (int c0 = 0; c0 < nch; c0 += 4) {
             int nc = nch - c0 < 4 ? nch - c0 : 4;
+            if (nr == 4 && nc == 4 && hd % 16 == 0) {
+                const float *s0 = S + (size_t)i * ldS, *s1 = s0 + ldS, *s2 = s1 + ldS, *s3 = s2 + ldS;
+                const int off = g * hd + 16 * c0;
+                __m512 o00 = _mm512_setzero_ps(), o01 = o00, o02 = o00, o03 = o00, o10 = o00, o11 = o00, o12 = o00,
+                       o13 = o00, o20 = o00, o21 = o00, o22 = o00, o23 = o00, o30 = o00, o31 = o00, o32 = o00, o33 = o00;
+                const int f16 = j->kv_type == GGML_TYPE_F16, sh = __builtin_ctz((unsigned)j->bs);
+                for (int p = 0; p < len; p++) {
+                    const uint8_t *row = j->vb[p >> sh] + (size_t)(p & (j->bs - 1)) * j->row_bytes;
+                    __m512 v0, v1, v2, v3;
+                    if (f16) {
+                        const uint16_t *h = (const uint16_t *)row + off;
+                        v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+                        v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + 16)));
+                        v2 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + 32)));
+                        v3 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + 48)));
+                    } else {
+                        const float *f = (const float *)row + off;
+                        v0 = _mm512_loadu_ps(f), v1 = _mm512_loadu_ps(f + 16), v2 = _mm512_loadu_ps(f + 32), v3 = _mm512_loadu_ps(f + 48);
+                    }
+                    __m512 w = _mm512_set1_ps(s0[p]);
+                    o00 = _mm512_add_ps(o00, _mm512_mul_ps(w, v0));
+                    o01 = _mm512_add_ps(o01, _mm512_mul_ps(w, v1));
+                    o02 = _mm512_add_ps(o02, _mm512_mul_ps(w, v2));
+                    o03 = _mm512_add_ps(o03, _mm512_mul_ps(w, v3));
+                    w = _mm512_set1_ps(s1[p]);
+                    o10 = _mm512_add_ps(o10, _mm512_mul_ps(w, v0));
+                    o11 = _mm512_add_ps(o11, _mm512_mul_ps(w, v1));
+                    o12 = _mm512_add_ps(o12, _mm512_mul_ps(w, v2));
+                    o13 = _mm512_add_ps(o13, _mm512_mul_ps(w, v3));
+                    w = _mm512_set1_ps(s2[p]);
+                    o20 = _mm512_add_ps(o20, _mm512_mul_ps(w, v0));
+                    o21 = _mm512_add_ps(o21, _mm512_mul_ps(w, v1));
+                    o22 = _mm512_add_ps(o22, _mm512_mul_ps(w, v2));
+                    o23 = _mm512_add_ps(o23, _mm512_mul_ps(w, v3));
+                    w = _mm512_set1_ps(s3[p]);
+                    o30 = _mm512_add_ps(o30, _mm512_mul_ps(w, v0));
+                    o31 = _mm512_add_ps(o31, _mm512_mul_ps(w, v1));
+                    o32 = _mm512_add_ps(o32, _mm512_mul_ps(w, v2));
+                    o33 = _mm512_add_ps(o33, _mm512_mul_ps(w, v3));
+                }
+                float *r0 = OROW(i) + 16 * c0, *r1 = OROW(i + 1) + 16 * c0, *r2 = OROW(i + 2) + 16 * c0,
+                      *r3 = OROW(i + 3) + 16 * c0;
+                _mm512_storeu_ps(r0, o00), _mm512_storeu_ps(r0 + 16, o01), _mm512_storeu_ps(r0 + 32, o02), _mm512_storeu_ps(r0 + 48, o03);
+                _mm512_storeu_ps(r1, o10), _mm512_storeu_ps(r1 + 16, o11), _mm512_storeu_ps(r1 + 32, o12), _mm512_storeu_ps(r1 + 48, o13);
+                _mm512_storeu_ps(r2, o20), _mm512_storeu_ps(r2 + 16, o21), _mm512_storeu_ps(r2 + 32, o22), _mm512_storeu_ps(r2 + 48, o23);
+                _mm512_storeu_ps(r3, o30), _mm512_storeu_ps(r3 + 16, o31), _mm512_storeu_ps(r3 + 32, o32), _mm512_storeu_ps(r3 + 48, o33);
+                continue;
+            }
             __m512 acc[4][4];
             for (int r = 0; r < 4; r++)
                 for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
