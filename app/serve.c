@@ -28,6 +28,7 @@
 #include "engine/gen_batch.h"
 #include "engine/generate.h"
 #include "engine/gguf.h"
+#include "engine/kv_cache.h"
 #include "engine/logprob.h"
 #include "engine/stop.h"
 
@@ -217,6 +218,69 @@ static struct {
     gen_batch *b;
 } sch;
 
+/* ---- kept sequences: finished requests' KV as the next requests' prefixes -----------------
+ * The paged cache's prefix table (kv_cache.h) reuses whole KV_BLOCK_SIZE blocks only, so a short
+ * prompt sent again, or the tail of a longer one, would be prefilled again. So a finished
+ * request's sequence (choice 0's) is kept whole, up to --parallel of them, as llama-server's
+ * slots keep theirs: a new request forks the kept one with the longest common token prefix at
+ * that length (at most n_prompt - 1: one prompt token is always fed for its logits), and
+ * gen_stream_begin then adopts any further cached full blocks. Reusing it never gives less than
+ * the block table alone: the kept sequence is clean (its K/V what a fresh prefill computes), so
+ * its leading blocks are the hashed ones a lookup would find, and the lookup continues after
+ * them. Kept sequences are released least recently used first — when a new one is kept beyond
+ * the bound, when the cache needs their blocks for active work (engine_set_reclaim: a step never
+ * fails or waits for them), and at shutdown. The generator thread alone touches them. */
+static struct {
+    int seq[256];             /* [n], oldest use first */
+    int n;
+} kept;
+
+/* Release the least recently used kept sequence (its full blocks stay cached by hash); 0 when
+ * none is kept. Also the engine's reclaim callback. */
+static int kept_release_oldest(void *ud)
+{
+    (void)ud;
+    if (!kept.n) return 0;
+    engine_seq_free(g.e, kept.seq[0]);
+    memmove(kept.seq, kept.seq + 1, sizeof kept.seq[0] * (size_t)--kept.n);
+    return 1;
+}
+
+/* Keep a finished request's sequence (taking it over), as the most recently used. Only its
+ * clean part is kept: after a context shift the K/V past n_keep is not what a fresh prefill of
+ * those tokens computes. */
+static void kept_add(int seq)
+{
+    int n_clean = kv_seq_n_clean(engine_kv(g.e), seq);
+    engine_seq_truncate(g.e, seq, n_clean);
+    int n;
+    engine_seq_tokens(g.e, seq, &n);
+    if (n == 0) {
+        engine_seq_free(g.e, seq);
+        return;
+    }
+    while (kept.n >= g.parallel) kept_release_oldest(NULL);
+    kept.seq[kept.n++] = seq;
+}
+
+/* A sequence for prompt toks[0..n_toks): a fork of the kept sequence sharing the longest common
+ * prefix with it (cut at n_toks - 1; that one becomes the most recently used), else a new one. */
+static int seq_for_prompt(const int32_t *toks, size_t n_toks, int *seq, kv_error *err)
+{
+    int best = -1, best_n = 0, cap = n_toks > 1 ? (int)n_toks - 1 : 0;
+    for (int i = 0; i < kept.n; i++) {
+        int n, l = 0;
+        const int32_t *t = engine_seq_tokens(g.e, kept.seq[i], &n);
+        while (l < n && l < cap && t[l] == toks[l]) l++;
+        if (l > best_n || (l == best_n && l > 0)) best = i, best_n = l; /* ties: the more recent */
+    }
+    if (best < 0) return engine_seq_new(g.e, seq, err);
+    int src = kept.seq[best];
+    memmove(kept.seq + best, kept.seq + best + 1, sizeof kept.seq[0] * (size_t)(kept.n - best - 1));
+    kept.seq[kept.n - 1] = src;
+    return engine_seq_fork(g.e, src, best_n, seq, err);
+}
+
 /* g.mu held or the job not yet visible: the request failed before or during generation. */
 static void job_fail(job *j, int rc, const kv_error *err)
 {
@@ -282,10 +346,10 @@ static void job_start(job *j)
     kv_error err = {0};
     int rc = KV_OK, seq;
     if (j->n_choices > 1 && j->n_toks > 1) {
-        if (!(rc = engine_seq_new(g.e, &seq, &err))) rc = slot_start(j, -1, seq, &err);
+        if (!(rc = seq_for_prompt(j->toks, j->n_toks, &seq, &err))) rc = slot_start(j, -1, seq, &err);
     } else {
         for (int i = 0; i < j->n_choices && !rc; i++)
-            if (!(rc = engine_seq_new(g.e, &seq, &err))) rc = slot_start(j, i, seq, &err);
+            if (!(rc = seq_for_prompt(j->toks, j->n_toks, &seq, &err))) rc = slot_start(j, i, seq, &err);
     }
     pthread_mutex_lock(&g.mu);
     if (rc) {
@@ -332,7 +396,8 @@ static void slot_end(slot *sl, const kv_error *step_err)
     }
     gen_stream_free(sl->gs);
     sampler_free(sl->s);
-    engine_seq_free(g.e, sl->seq); /* its full blocks stay cached for the next request's prefix */
+    if (sl->c == 0 && fin != GEN_FINISH_ERROR) kept_add(sl->seq); /* the next requests' prefix */
+    else engine_seq_free(g.e, sl->seq); /* its full blocks stay cached by hash */
     pthread_mutex_lock(&g.mu);
     if (--j->n_slots == 0) job_finish_locked(j);
     job_unref_locked(j);
@@ -349,6 +414,7 @@ static void *generator_main(void *arg)
         while (!g.head && !sch.n && !atomic_load(&g.shutdown)) pthread_cond_wait(&g.cv_queue, &g.mu);
         if (atomic_load(&g.shutdown) && !sch.n) { /* queued jobs are freed by serve_main */
             pthread_mutex_unlock(&g.mu);
+            while (kept_release_oldest(NULL)) {}
             return NULL;
         }
         /* admit waiting requests while slots are free (requests join between steps) */
@@ -1526,6 +1592,7 @@ int serve_main(int argc, char **argv)
         }
         fprintf(stderr, "kvchat serve: storing finished requests in %s\n", db);
     }
+    engine_set_reclaim(g.e, kept_release_oldest, NULL); /* kept sequences make room for active work */
     pthread_t gen;
     if (pthread_create(&gen, NULL, generator_main, NULL)) {
         fprintf(stderr, "kvchat serve: cannot start the generator thread\n");

@@ -198,6 +198,7 @@ tpool *engine_pool(engine *e) { return e->pool; }
 const char *engine_notice(const engine *e) { return e->notice[0] ? e->notice : NULL; }
 uint64_t engine_model_fingerprint(const engine *e) { return e->fingerprint; }
 void engine_drop_prefix_cache(engine *e) { kv_cache_drop_cached(e->kv); }
+void engine_set_reclaim(engine *e, int (*fn)(void *ud), void *ud) { kv_cache_set_reclaim(e->kv, fn, ud); }
 
 const int32_t *engine_history(const engine *e, int *n)
 {

@@ -233,6 +233,13 @@ int engine_seq_restore(engine *e, int seq, const void *blob, size_t len, kv_erro
 uint64_t engine_model_fingerprint(const engine *e);
 /* Drop every cached, unreferenced prefix block (a cold cache, for benchmarks). */
 void engine_drop_prefix_cache(engine *e);
+/* Sequences the caller keeps only while memory allows (e.g. a server's finished requests kept
+ * whole for the next requests' prefixes): when a forward pass or a context shift needs KV blocks
+ * the budget no longer has (cached prefix blocks are evicted first), fn(ud) is called until it
+ * has them — fn releases one such sequence (engine_seq_free; never one being generated on) and
+ * returns nonzero, or returns 0 when none is left (kv_cache_set_reclaim). Called on the engine's
+ * thread, from inside engine_generate_seq / gen_batch_step. fn NULL: none (the default). */
+void engine_set_reclaim(engine *e, int (*fn)(void *ud), void *ud);
 
 /* A message for the user from engine_open (e.g. "n_ctx capped at … by available memory"), or
  * NULL. */

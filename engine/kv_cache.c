@@ -65,6 +65,8 @@ struct kv_cache {
     int n_shifts, n_shift_discarded;
     int last_n_prompt, last_n_reused, last_n_reused_hash, last_n_prefilled;
     float *rowbuf;           /* n_embd_kv floats (context shift) */
+    kv_reclaim_fn reclaim;   /* kv_cache_set_reclaim: releases a caller's idle sequence, or NULL */
+    void *reclaim_ud;
 };
 
 /* ---- hashing --------------------------------------------------------------------------- */
@@ -543,6 +545,12 @@ void kv_cache_drop_cached(kv_cache *c)
     }
 }
 
+void kv_cache_set_reclaim(kv_cache *c, kv_reclaim_fn fn, void *ud)
+{
+    c->reclaim = fn;
+    c->reclaim_ud = ud;
+}
+
 /* ---- sequences ------------------------------------------------------------------------- */
 
 int kv_seq_valid(const kv_cache *c, int seq) { return seq >= 0 && seq < c->n_seq_cap && c->seq[seq].live; }
@@ -729,6 +737,25 @@ int kv_seq_adopt(kv_cache *c, int seq, const int32_t *tokens, int n_max, int *n_
 
 /* ---- writing --------------------------------------------------------------------------- */
 
+/* Blocks a write to table entries [bi0, bi1] of s takes: new entries, and shared or hashed ones
+ * (make_writable copies those). */
+static int blocks_needed(const kv_cache *c, const kv_seq *s, int bi0, int bi1)
+{
+    int n = 0;
+    for (int bi = bi0; bi <= bi1; bi++)
+        if (bi >= s->n_blk || c->blk[s->blocks[bi]].ref > 1 || c->blk[s->blocks[bi]].in_table) n++;
+    return n;
+}
+
+/* Before such a write: while the budget beside the referenced blocks (free, unallocated and
+ * cached ones) is short of it, the reclaim callback gives back a caller's idle sequence — which
+ * may also unshare blocks of seq, so the need is counted again each time. */
+static void make_room(kv_cache *c, int seq, int bi0, int bi1)
+{
+    while (c->reclaim && c->n_blocks - c->n_used < blocks_needed(c, &c->seq[seq], bi0, bi1))
+        if (!c->reclaim(c->reclaim_ud)) break;
+}
+
 /* Give seq a private, unhashed copy of table entry bi (its first n_valid slots matter). */
 static int make_writable(kv_cache *c, kv_seq *s, int bi, int n_valid, kv_error *err)
 {
@@ -772,6 +799,8 @@ int kv_seq_reserve(kv_cache *c, int seq, int n, kv_error *err)
         return kv_error_set(err, KV_ERR_CONTEXT, "context is full: %d + %d tokens exceed n_ctx %d", pos0, n, c->n_ctx);
     if (n == 0) return KV_OK;
     int last = (pos0 + n - 1) / BS;
+    make_room(c, seq, pos0 / BS, last);
+    s = &c->seq[seq];
     for (int bi = pos0 / BS; bi <= last; bi++) {
         if (bi < s->n_blk) {
             int n_valid = pos0 - bi * BS;
@@ -889,6 +918,8 @@ int kv_seq_shift(kv_cache *c, int seq, int n_keep, int n_discard, const kv_rope 
                             need_lo(c, n_new), valid - 1, c->swa_keep, n_keep);
     /* Blocks that will be written get private copies first (their content is kept, so
      * reading sources through the table stays right). */
+    if (n_new > n_keep) make_room(c, seq, n_keep / BS, (n_new - 1) / BS);
+    s = &c->seq[seq];
     if (n_new > n_keep)
         for (int bi = n_keep / BS; bi <= (n_new - 1) / BS; bi++) {
             int n_valid = n - bi * BS;

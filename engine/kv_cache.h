@@ -141,6 +141,15 @@ void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *st);
 void kv_cache_note_request(kv_cache *c, int seq, int n_prompt, int n_reused, int n_reused_hash, int n_prefilled);
 /* Drop every cached (unreferenced) prefix block: a cold start for benchmarks and tests. */
 void kv_cache_drop_cached(kv_cache *c);
+/* Room on demand for sequences the caller keeps only while memory allows (e.g. a server's
+ * finished requests kept whole for the next requests' prefixes): when a write (kv_seq_reserve,
+ * kv_seq_shift) needs more blocks than the budget has beside the referenced ones (free, not yet
+ * allocated, or cached — cached ones are still evicted first), fn(ud) is called until there is
+ * room. fn releases one sequence other than the one being written (kv_seq_free) and returns
+ * nonzero, or returns 0 when it has nothing left to give back (the write then fails as it would
+ * without fn: KV_ERR_CONTEXT). Called on the cache's thread. fn NULL: none (the default). */
+typedef int (*kv_reclaim_fn)(void *ud);
+void kv_cache_set_reclaim(kv_cache *c, kv_reclaim_fn fn, void *ud);
 
 /* ---- the default sequence (compatibility with the single-sequence cache) ---- */
 int kv_cache_n_tokens(const kv_cache *c);   /* = kv_seq_n_tokens(c, KV_SEQ_DEFAULT) */

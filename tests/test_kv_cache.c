@@ -1,4 +1,4 @@
-/* test_kv_cache: the paged KV cache — refcounts, copy-on-write, prefix hashes and LRU reuse, context shift, blobs (whole and deltas), accounting — and, on stories260K, fork/regen/prefix reuse/shift/restore (whole and base + delta) against fresh runs and q8_0 KV accuracy. */
+/* test_kv_cache: the paged KV cache — refcounts, copy-on-write, prefix hashes and LRU reuse, reclaiming idle sequences, context shift, blobs (whole and deltas), accounting — and, on stories260K, fork/regen/prefix reuse/shift/restore (whole and base + delta) against fresh runs and q8_0 KV accuracy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -343,6 +343,100 @@ static void test_truncate_keeps_cached(void **state)
     kv_cache_k(c, 0, 1, BS + 5, a);
     kv_cache_k(c, s, 1, BS + 5, b);
     assert_memory_equal(a, b, sizeof(float) * NE * (BS + 5));
+    kv_cache_free(c);
+}
+
+/* kv_cache_set_reclaim: a caller's idle sequences, released least recently used first, only
+ * when a write needs their blocks (cached blocks go first), and only as many as it needs. */
+typedef struct idle_seqs {
+    kv_cache *c;
+    int seq[4], n, calls;
+} idle_seqs;
+
+static int release_oldest(void *ud)
+{
+    idle_seqs *k = ud;
+    k->calls++;
+    if (!k->n) return 0;
+    assert_int_equal(kv_seq_free(k->c, k->seq[0]), KV_OK);
+    memmove(k->seq, k->seq + 1, sizeof k->seq[0] * (size_t)--k->n);
+    return 1;
+}
+
+static void test_reclaim(void **state)
+{
+    (void)state;
+    kv_error err = {0};
+    kv_cache *c = small_cache(GGML_TYPE_F16, 256, 8, 0);
+    idle_seqs k = {.c = c};
+    kv_cache_set_reclaim(c, release_oldest, &k);
+    kv_cache_stats st;
+    /* idle: K1 = 2 hashed blocks + 5 positions (3 blocks), K2 = 10 positions (1 block); active A */
+    int k1, k2, a;
+    assert_int_equal(kv_seq_new(c, &k1, &err), KV_OK);
+    assert_int_equal(kv_seq_new(c, &k2, &err), KV_OK);
+    assert_int_equal(append(c, k1, 1, 100, 2 * BS + 5), KV_OK);
+    assert_int_equal(append(c, k2, 2, 500, 10), KV_OK);
+    k.seq[k.n++] = k1;
+    k.seq[k.n++] = k2;
+    assert_int_equal(kv_seq_new(c, &a, &err), KV_OK);
+    assert_int_equal(append(c, a, 3, 900, 2 * BS), KV_OK); /* 6 of 8 blocks used: room, no call */
+    assert_int_equal(k.calls, 0);
+    /* 3 more blocks for A, 2 left: K1 (the oldest) goes, K2 stays; its hashed blocks are cached,
+     * its partial one free, and A takes the free one and the unallocated ones before any cached */
+    assert_int_equal(append(c, a, 3, 900 + 2 * BS, 3 * BS), KV_OK);
+    assert_int_equal(k.calls, 1);
+    assert_false(kv_seq_valid(c, k1));
+    assert_true(kv_seq_valid(c, k2));
+    kv_cache_get_stats(c, &st);
+    assert_int_equal(st.n_blocks_cached, 2);
+    assert_int_equal(st.n_evictions, 0);
+    check_ok(c);
+    /* 3 more: K2 goes too; A takes its block and evicts the two cached ones */
+    assert_int_equal(append(c, a, 3, 900 + 5 * BS, 3 * BS), KV_OK);
+    assert_int_equal(k.calls, 2);
+    assert_false(kv_seq_valid(c, k2));
+    kv_cache_get_stats(c, &st);
+    assert_int_equal(st.n_blocks_used, 8);
+    assert_int_equal(st.n_evictions, 2);
+    expect_rows(c, a, 3, 0, 8 * BS, 0);
+    /* nothing left to give back: the reserve fails as without a callback */
+    assert_int_equal(kv_seq_reserve(c, a, 1, &err), KV_ERR_CONTEXT);
+    assert_int_equal(k.calls, 3);
+    check_ok(c);
+    kv_cache_free(c);
+
+    /* A fork of an idle sequence writes into their shared partial block: a full budget releases
+     * the idle one, after which the block is A's alone and is written in place (no copy); a
+     * context shift that must copy a hashed block releases an idle sequence the same way */
+    c = small_cache(GGML_TYPE_F32, 64, 4, 0);
+    k = (idle_seqs){.c = c};
+    kv_cache_set_reclaim(c, release_oldest, &k);
+    assert_int_equal(kv_seq_new(c, &k1, &err), KV_OK);
+    assert_int_equal(append(c, k1, 1, 100, BS + 5), KV_OK);
+    assert_int_equal(kv_seq_fork(c, k1, -1, &a, &err), KV_OK);
+    k.seq[k.n++] = k1;
+    int other;
+    assert_int_equal(kv_seq_new(c, &other, &err), KV_OK);
+    assert_int_equal(append(c, other, 2, 700, 2 * BS), KV_OK); /* the budget is full */
+    assert_int_equal(append(c, a, 1, 100 + BS + 5, 3), KV_OK);
+    assert_int_equal(k.calls, 1);
+    kv_cache_get_stats(c, &st);
+    assert_int_equal(st.n_cow, 0);
+    expect_rows(c, a, 1, 0, BS + 8, 0);
+    check_ok(c);
+    kv_seq_free(c, other);
+    assert_int_equal(kv_seq_new(c, &k2, &err), KV_OK);
+    assert_int_equal(append(c, k2, 4, 300, 2 * BS), KV_OK); /* full again: A's 2 blocks + K2's 2 */
+    k.seq[k.n++] = k2;
+    kv_rope rope = {.n_head_kv = 4, .head_dim = 8, .n_rot = 8, .neox = 1, .freq_base = 10000.0f};
+    assert_int_equal(kv_seq_shift(c, a, 4, 10, &rope, &err), KV_OK); /* A's hashed block 0 is copied */
+    assert_int_equal(k.calls, 2);
+    assert_false(kv_seq_valid(c, k2));
+    assert_int_equal(kv_seq_n_tokens(c, a), BS + 8 - 10);
+    kv_cache_get_stats(c, &st);
+    assert_int_equal(st.n_cow, 1);
+    check_ok(c);
     kv_cache_free(c);
 }
 
@@ -1438,6 +1532,7 @@ int main(void)
         cmocka_unit_test(test_fork_refcount_cow),
         cmocka_unit_test(test_prefix_adopt_lru),
         cmocka_unit_test(test_truncate_keeps_cached),
+        cmocka_unit_test(test_reclaim),
         cmocka_unit_test(test_reserve_errors),
         cmocka_unit_test(test_rope_shift_op),
         cmocka_unit_test(test_shift_unit),

@@ -1,4 +1,4 @@
-# kvchat serve's continuous batching: concurrent greedy streams (openai npm client) equal each alone, n = 3 with a seed, a client vanishing mid-stream while the others go on, a slow reader not stalling the others, cached_tokens of a repeated system prompt, context shift past -c (and --no-context-shift); every server started here is stopped at the end.
+# kvchat serve's continuous batching: concurrent greedy streams (openai npm client) equal each alone, n = 3 with a seed, a client vanishing mid-stream while the others go on, a slow reader not stalling the others, cached_tokens of a repeated system prompt, finished requests' sequences kept as prefixes (a repeated short prompt, a shared prefix, a continued reply; evicted when a small -c needs their blocks), context shift past -c (and --no-context-shift); every server started here is stopped at the end.
 sb=$tmp/serve_batch
 mkdir -p "$sb"
 SB_ROOT=$(cd "$here/../.." && pwd)
@@ -136,14 +136,118 @@ if sb_start cached -m "$MODEL" -t 2 --chat-template chatml; then
     sys="You are a helpful storyteller. You tell short, happy stories about animals, children and their friends in a small town by the sea, with simple words."
     m1=$(sb_post /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"$sys\"},{\"role\":\"user\",\"content\":\"Tell me about a cat.\"}],\"max_tokens\":8,\"temperature\":0}")
     m2=$(sb_post /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"$sys\"},{\"role\":\"user\",\"content\":\"A story of a dog, please.\"}],\"max_tokens\":8,\"temperature\":0}")
+    m3=$(sb_post /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"$sys\"},{\"role\":\"user\",\"content\":\"A story of a dog, please.\"}],\"max_tokens\":8,\"temperature\":0}")
     c1=$(sb_js "$m1" 'j.usage.prompt_tokens_details.cached_tokens')
     c2=$(sb_js "$m2" 'j.usage.prompt_tokens_details.cached_tokens')
+    c3=$(sb_js "$m3" 'j.usage.prompt_tokens_details.cached_tokens')
     p2=$(sb_js "$m2" 'j.usage.prompt_tokens')
-    # the system part is whole 16-token blocks of the first prompt; the cache holds at least 32 of them
-    [ "$c1" = 0 ] && [ "$c2" -ge 32 ] && [ "$c2" -lt "$p2" ] && [ $((c2 % 16)) = 0 ] &&
-        ok "serve batch: a repeated system prompt is cached (cached_tokens 0, then $c2 of $p2)" ||
-        bad "serve batch: cached_tokens of a repeated system prompt" "$c1 / $c2 of $p2: $m2"
+    # the second prompt shares the system part (over 32 tokens) and the user turn's opening with the
+    # first one's kept sequence; sent again, all of it but its last token is cached
+    [ "$c1" = 0 ] && [ "$c2" -ge 32 ] && [ "$c2" -lt "$p2" ] && [ "$c3" = $((p2 - 1)) ] &&
+        [ "$(sb_js "$m3" 'j.choices[0].message.content')" = "$(sb_js "$m2" 'j.choices[0].message.content')" ] &&
+        ok "serve batch: a repeated system prompt is cached (cached_tokens 0, then $c2 of $p2; the same messages again $c3)" ||
+        bad "serve batch: cached_tokens of a repeated system prompt" "$c1 / $c2 / $c3 of $p2: $m2"
     sb_stop cached
 else
     bad "serve batch: the server starts (chatml)" "$(cat "$sb/cached.log")"
+fi
+
+# kept sequences: a finished request's KV stays whole (not only its full 16-token blocks), so a
+# prompt sent again reuses all but its last token, and one sharing a prefix with an earlier prompt
+# (or continuing its reply) reuses exactly that common prefix — with the greedy text, the
+# log-probabilities and n choices a fresh server gives
+# sb_ids TEXT: the prompt's token ids as /v1/completions tokenizes it (BOS per the model)
+sb_ids() { "$BIN" tokenize -m "$MODEL" --ids "$1"; }
+# sb_lp_eq A B: the token log-probabilities of two responses agree to 1e-4 (a prompt token computed
+# alone or among other rows of a batch sums in another order: ~1e-6 apart)
+sb_lp_eq() { node -e 'const a = JSON.parse(process.argv[1]).choices[0].logprobs.token_logprobs,
+    b = JSON.parse(process.argv[2]).choices[0].logprobs.token_logprobs;
+    process.exit(a.length > 0 && a.length === b.length && a.every((x, i) => Math.abs(x - b[i]) < 1e-4) ? 0 : 1)' "$1" "$2"; }
+# sb_fresh NAME BODY: the response, in $sb/NAME.out, of a server started for this one request (nothing cached)
+sb_fresh() {
+    : >"$sb/$1.out"
+    if sb_start "$1" -m "$MODEL" -c 256 -t 2; then
+        sb_post /v1/completions "$2" >"$sb/$1.out"
+        sb_stop "$1"
+    else
+        bad "serve batch: the server starts ($1)" "$(cat "$sb/$1.log")"
+    fi
+}
+p1="Once upon a time, there was a little dog named"
+p2="Once upon a time, there was a little girl named"
+# kreq PROMPT [JSON]: a greedy 20-token completion request with logprobs (plus JSON's fields)
+kreq() { node -e 'console.log(JSON.stringify(Object.assign({prompt: process.argv[1], max_tokens: 20, temperature: 0, logprobs: 2},
+                  JSON.parse(process.argv[2] || "{}"))))' "$1" "${2:-}"; }
+kfield='j.choices[0].text + "|" + j.usage.prompt_tokens + "|" + j.usage.prompt_tokens_details.cached_tokens'
+if sb_start kept -m "$MODEL" -c 256 -t 2; then
+    n1=$(node -p "JSON.parse(process.argv[1]).length" "$(sb_ids "$p1")")
+    r1=$(sb_post /v1/completions "$(kreq "$p1")")
+    r2=$(sb_post /v1/completions "$(kreq "$p1")")
+    t1=$(sb_js "$r1" 'j.choices[0].text')
+    [ -n "$t1" ] && [ "$(sb_js "$r1" "$kfield")" = "$t1|$n1|0" ] && [ "$(sb_js "$r2" "$kfield")" = "$t1|$n1|$((n1 - 1))" ] &&
+        sb_lp_eq "$r1" "$r2" &&
+        ok "serve batch: a $n1-token prompt sent again reuses $((n1 - 1)) tokens (all but the last), same greedy text, logprobs within 1e-4" ||
+        bad "serve batch: a repeated short prompt" "n_prompt $n1: $r1 / $r2"
+    r3=$(sb_post /v1/completions "$(kreq "$p1" '{"n":3}')")
+    [ "$(sb_js "$r3" 'j.choices.map(c => c.text).join("|") + "|" + j.usage.prompt_tokens_details.cached_tokens')" = "$t1|$t1|$t1|$((n1 - 1))" ] &&
+        ok "serve batch: n = 3 on the kept prefix: the one prefill reuses $((n1 - 1)) tokens, each choice the greedy text" ||
+        bad "serve batch: n = 3 on a kept prefix" "$r3"
+    # a prompt that shares its first tokens with the kept ones (their common prefix is no whole block)
+    common=$(node -e 'const a = JSON.parse(process.argv[1]), b = JSON.parse(process.argv[2]); let i = 0;
+        while (i < a.length && i < b.length - 1 && a[i] === b[i]) i++; console.log(i)' "$(sb_ids "$p1")" "$(sb_ids "$p2")")
+    n2=$(node -p "JSON.parse(process.argv[1]).length" "$(sb_ids "$p2")")
+    r4=$(sb_post /v1/completions "$(kreq "$p2")")
+    # a prompt continuing the first reply: the reply's tokens are reused too
+    p3="$p1$t1 Then"
+    r5=$(sb_post /v1/completions "$(kreq "$p3")")
+    sb_stop kept
+    sb_fresh kept_fresh2 "$(kreq "$p2")"
+    sb_fresh kept_fresh3 "$(kreq "$p3")"
+    f4=$(cat "$sb/kept_fresh2.out")
+    f5=$(cat "$sb/kept_fresh3.out")
+    [ "$common" -gt 1 ] && [ $((common % 16)) != 0 ] && [ "$(sb_js "$r4" "$kfield")" = "$(sb_js "$f4" 'j.choices[0].text')|$n2|$common" ] &&
+        [ "$(sb_js "$f4" 'j.usage.prompt_tokens_details.cached_tokens')" = 0 ] && sb_lp_eq "$r4" "$f4" &&
+        ok "serve batch: a prompt sharing $common tokens with a kept one reuses exactly them, same greedy text and logprobs (1e-4) as a fresh server" ||
+        bad "serve batch: a shared prefix of $common tokens" "$r4 / fresh: $f4"
+    c5=$(sb_js "$r5" 'j.usage.prompt_tokens_details.cached_tokens')
+    n5=$(sb_js "$r5" 'j.usage.prompt_tokens')
+    [ "$c5" -gt "$n1" ] 2>/dev/null && [ "$c5" -lt "$n5" ] && sb_lp_eq "$r5" "$f5" &&
+        [ "$(sb_js "$r5" 'j.choices[0].text')" = "$(sb_js "$f5" 'j.choices[0].text')" ] && [ -n "$(sb_js "$f5" 'j.choices[0].text')" ] &&
+        ok "serve batch: a prompt continuing a reply reuses the reply's tokens too ($c5 of $n5 cached), same greedy text as a fresh server" ||
+        bad "serve batch: a continued reply" "$r5 / fresh: $f5"
+else
+    bad "serve batch: the server starts (kept sequences)" "$(cat "$sb/kept.log")"
+fi
+
+# with -c 64 and --parallel 2 the cache holds 12 blocks: two requests of 10-18 prompt tokens and
+# 40 more (4 blocks each) decoding together take 8, so the two kept sequences must give theirs
+# back — every request still gets its whole reply (the greedy text of the one-shot), none ends
+# early for want of blocks
+if sb_start evict -m "$MODEL" -c 64 -t 2 --parallel 2; then
+    evp=("Tom had a big red ball" "Sara and her mom went to the shop" "The little bird sat on a branch"
+         "Ben was sad because his toy broke" "Lily found a shiny stone" "One day a big bear came out"
+         "Max the cat liked to sleep" "Anna wanted to bake a cake" "Two friends went to the beach"
+         "A small fish swam in the sea")
+    i=0
+    while [ $i -lt ${#evp[@]} ]; do
+        evpids=()
+        for k in 0 1; do
+            sb_post /v1/completions "{\"prompt\":\"${evp[$((i + k))]}\",\"max_tokens\":40,\"temperature\":0}" >"$sb/ev$((i + k)).out" &
+            evpids+=($!)
+        done
+        wait "${evpids[@]}"
+        i=$((i + 2))
+    done
+    evbad=""
+    for i in "${!evp[@]}"; do
+        r=$(cat "$sb/ev$i.out")
+        one=$("$BIN" -m "$MODEL" -c 64 -p "${evp[$i]}" -n 40 --temp 0 2>/dev/null)
+        got=$(sb_js "$r" 'j.choices[0].finish_reason + " " + j.usage.completion_tokens + "|" + j.choices[0].text')
+        [ "$got" = "length 40|${one#"${evp[$i]}"}" ] || evbad="$evbad [$i] $got / one-shot: $one"
+    done
+    [ -z "$evbad" ] && ok "serve batch: ${#evp[@]} requests in pairs on -c 64 --parallel 2: kept sequences make room, every reply whole and = the one-shot" ||
+        bad "serve batch: kept sequences evicted for active work" "$evbad $(tail -n3 "$sb/evict.log")"
+    sb_stop evict
+else
+    bad "serve batch: the server starts (-c 64 --parallel 2)" "$(cat "$sb/evict.log")"
 fi
