@@ -40,6 +40,7 @@ KFLAGS_gemm_avx2   := $(X86_AVX2)
 KFLAGS_x86_avxvnni := $(X86_AVX2) -mavxvnni
 KFLAGS_gemm_avxvnni := $(X86_AVX2) -mavxvnni
 KFLAGS_x86_avx512  := $(X86_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512vbmi
+KFLAGS_gemm_float_avx512 := $(KFLAGS_x86_avx512)
 KFLAGS_probe_avx2  := $(X86_AVX2)
 KFLAGS_probe_avx512 := $(X86_AVX2) -mavx512f
 endif
@@ -99,7 +100,19 @@ $(BUILD)/rel/%.o: %.c | $(DEPS_OK)
 
 $(BUILD)/asan/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) $(ASAN_OPT) -g $(KFLAGS) $(SAN) -MMD -MP -c $< -o $@
+	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) $(ASAN_CFLAGS) $(KFLAGS) -MMD -MP -c $< -o $@
+ASAN_CFLAGS = $(ASAN_OPT) -g $(SAN)
+# Pure-arithmetic kernels built -O2 without the sanitizers even here: under ASan + UBSan at -O1
+# the AVX-512 F32 / F16 GEMM ran ~10x slower than plain (every vector load checked, its tile of
+# accumulators in memory with every index checked) and took half the CPU time of the unit tests
+# that prefill F16 models (test_arch, test_kv_swa, test_batch, test_speculate: ~200 of ~610 s);
+# at -O2 with the sanitizers it still took a third of that and its compile took 4x as long. What
+# the sanitizers would watch stays watched: the caller (x86_avx512.c, sanitized) checks under ASan
+# that every byte the kernel reads and writes is addressable before it runs (its only tail loads
+# are masked, which ASan never saw anyway), and test_quant's test_gemm_rows checks its sums
+# against the scalar reference, tails of rows, of tokens and of k included.
+ASAN_PLAIN := $(BUILD)/asan/engine/kernels/gemm_float_avx512.o
+$(ASAN_PLAIN): ASAN_CFLAGS = -O2 -g
 
 kvchat: $(OBJ) $(BUILD)/rel/app/main.o
 	$(CC) $(OPT) $(CFLAGS) -o $@ $^ $(LDLIBS_ALL)
@@ -411,7 +424,7 @@ FUZZ_COV := -fsanitize=fuzzer-no-link
 # they are built plain (-O2, their KFLAGS). No harness feeds them input (fuzz_gguf's model_load
 # packs the weights through the best level's kernels, the AVX-512 ones here, plain already); the
 # unit tests run every one of them under gcc's ASan + UBSan at every level.
-FUZZ_PLAIN := $(addprefix $(FUZZ)/engine/kernels/,x86_avx512.o gemm_avx2.o gemm_avxvnni.o)
+FUZZ_PLAIN := $(addprefix $(FUZZ)/engine/kernels/,x86_avx512.o gemm_float_avx512.o gemm_avx2.o gemm_avxvnni.o)
 $(FUZZ_PLAIN): FUZZ_FLAGS = $(BASEFLAGS) -O2
 $(FUZZ_PLAIN): FUZZ_COV :=
 

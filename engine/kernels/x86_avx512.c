@@ -24,8 +24,8 @@
  * while the tokens pass).
  * quant_gemv on GGUF rows of these types packs 16 rows into a scratch panel and runs the same
  * kernel. F32 / F16 rows are used as they are: GEMV streams one row at a time, GEMM is an
- * inner-product kernel over tiles of 4 rows × 6 tokens (no packing). Every other type goes
- * through quant_vec_dot_rows.
+ * inner-product kernel over tiles of 4 rows × 6 tokens (no packing; in gemm_float_avx512.c).
+ * Every other type goes through quant_vec_dot_rows.
  *
  * Arithmetic. Integer parts are exact. For Q4_0 / Q5_0 / Q8_0 the per-row float order is that of
  * the scalar reference with the block scale fused, acc = fma(d_w·d_x, Σ_block, acc) block after
@@ -38,6 +38,7 @@
  * this project's machines); without them quant_pack_size is 0, every type uses the vec_dot_type
  * row and quant_vec_dot_rows, and the API is the same.
  */
+#include "engine/kernels/gemm_float.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
 
@@ -45,6 +46,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
     defined(__AVX512VBMI__) && defined(__F16C__) && defined(__FMA__)
@@ -855,97 +859,6 @@ PGEMM(pgemm_run_q5_K, GGML_TYPE_Q5_K, 4)
 PGEMM(pgemm_run_q6_K, GGML_TYPE_Q6_K, 4)
 PGEMM(pgemm_run_mxfp4, GGML_TYPE_MXFP4, 8)
 
-/* ---- float weights: inner-product GEMM, no packing -------------------------------------------
- * F32 / F16 rows are already contiguous along k, so a tile of FR rows × FT tokens keeps FR·FT
- * vector accumulators of 16 partial sums each, loads each row chunk once (converting F16) and
- * each token chunk once per step, and reduces the accumulators horizontally at the end (as
- * llamafile's tinyBLAS does). The activation is f32 (F16: already rounded to fp16 values). */
-#define FR 4
-#define FT 6
-
-static inline __attribute__((always_inline)) void dot_step(int f16, const uint8_t *w, size_t ws, const float *x,
-                                                          size_t xs, int64_t k, __mmask16 m, int full, int R, int T,
-                                                          __m512 acc[FR][FT])
-{
-    __m512 wv[FR];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        const uint8_t *row = w + (size_t)r * ws;
-        if (f16)
-            wv[r] = _mm512_cvtph_ps(full ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + k))
-                                         : _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k));
-        else wv[r] = full ? _mm512_loadu_ps((const float *)row + k) : _mm512_maskz_loadu_ps(m, (const float *)row + k);
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        __m512 xv;
-        if (f16) {
-            const uint16_t *xp = (const uint16_t *)x + (size_t)t * xs + k;
-            xv = _mm512_cvtph_ps(full ? _mm256_loadu_si256((const __m256i *)xp) : _mm256_maskz_loadu_epi16(m, xp));
-        } else {
-            xv = full ? _mm512_loadu_ps(x + (size_t)t * xs + k) : _mm512_maskz_loadu_ps(m, x + (size_t)t * xs + k);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-    }
-}
-
-static inline __attribute__((always_inline)) void dot_tile(int f16, const uint8_t *w, size_t ws, const float *x,
-                                                          size_t xs, int64_t n, int R, int T, float *out, size_t os)
-{
-    __m512 acc[FR][FT];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 6
-        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= n; k += 16) dot_step(f16, w, ws, x, xs, k, 0xffff, 1, R, T, acc);
-    if (k < n) dot_step(f16, w, ws, x, xs, k, (__mmask16)((1u << (n - k)) - 1u), 0, R, T, acc);
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++)
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) out[(size_t)t * os + r] = _mm512_reduce_add_ps(acc[r][t]);
-}
-
-#define DOT_T(R)                                                                                         \
-    switch (T) {                                                                                          \
-    case 1: dot_tile(f16, w, ws, x, xs, n, R, 1, out, os); break;                                         \
-    case 2: dot_tile(f16, w, ws, x, xs, n, R, 2, out, os); break;                                         \
-    case 3: dot_tile(f16, w, ws, x, xs, n, R, 3, out, os); break;                                         \
-    case 4: dot_tile(f16, w, ws, x, xs, n, R, 4, out, os); break;                                         \
-    case 5: dot_tile(f16, w, ws, x, xs, n, R, 5, out, os); break;                                         \
-    case 6: dot_tile(f16, w, ws, x, xs, n, R, 6, out, os); break;                                         \
-    default: break;                                                                                       \
-    }
-
-static inline __attribute__((always_inline)) void dot_tile_any(int f16, const uint8_t *w, size_t ws, const float *x,
-                                                              size_t xs, int64_t n, int R, int T, float *out, size_t os)
-{
-    switch (R) {
-    case 1: DOT_T(1) break;
-    case 2: DOT_T(2) break;
-    case 3: DOT_T(3) break;
-    case 4: DOT_T(4) break;
-    default: break;
-    }
-}
-
-/* Rows are taken FR at a time; each block of rows meets every token in groups of FT, so the
- * rows stay in L1 while the activations stream from L2. */
-static void gemm_dot_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
-                           int n_tokens, int64_t n, float *out, size_t os)
-{
-    for (int64_t r = 0; r < nrows; r += FR) {
-        int R = nrows - r < FR ? (int)(nrows - r) : FR;
-        for (int t = 0; t < n_tokens; t += FT) {
-            int T = n_tokens - t < FT ? n_tokens - t : FT;
-            const float *x = (const float *)(act + (size_t)t * as);
-            if (f16) dot_tile_any(1, w + (size_t)r * ws, ws, x, as / 2, n, R, T, out + (size_t)t * os + r, os);
-            else dot_tile_any(0, w + (size_t)r * ws, ws, x, as / 4, n, R, T, out + (size_t)t * os + r, os);
-        }
-    }
-}
-
 #endif /* QG_AVX512 */
 
 /* ---- public entry points ----------------------------------------------------------------- */
@@ -1086,13 +999,41 @@ static void g_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, con
 #endif
 }
 
+#if defined(QG_AVX512) && defined(__SANITIZE_ADDRESS__)
+/* An ASan report unless the n bytes at p are addressable (is_write: the access is a write). */
+static void asan_check(const void *p, size_t n, int is_write)
+{
+    void *bad = __asan_region_is_poisoned((void *)p, n);
+    if (bad) __asan_report_error(__builtin_return_address(0), __builtin_frame_address(0), __builtin_frame_address(0),
+                                 bad, is_write, n);
+}
+
+/* The unit tests' sanitized build compiles gemm_float_avx512.c without the sanitizers (the
+ * Makefile's ASAN_PLAIN says why); under ASan every byte it will read (n weights of each row, n
+ * activations of each token) and write (nrows outputs of each token) is checked here instead,
+ * before it runs. */
+static void asan_check_gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
+                                  int n_tokens, int64_t n, const float *out, size_t os)
+{
+    size_t row = (size_t)n * (f16 ? 2 : 4);
+    for (int64_t r = 0; r < nrows; r++) asan_check(w + (size_t)r * ws, row, 0);
+    for (int t = 0; t < n_tokens; t++) {
+        asan_check(act + (size_t)t * as, row, 0);
+        asan_check(out + (size_t)t * os, (size_t)nrows * sizeof(float), 1);
+    }
+}
+#endif
+
 static void g_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
                 size_t act_stride, int n_tokens, float *out, size_t out_stride)
 {
     const uint8_t *ab = act;
 #if defined(QG_AVX512)
     if ((wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16) && n_tokens > 1) {
-        gemm_dot_float(wtype == GGML_TYPE_F16, w, w_stride, nrows, ab, act_stride, n_tokens, n, out, out_stride);
+#if defined(__SANITIZE_ADDRESS__)
+        asan_check_gemm_float(wtype == GGML_TYPE_F16, w, w_stride, nrows, ab, act_stride, n_tokens, n, out, out_stride);
+#endif
+        kern_avx512_gemm_float(wtype == GGML_TYPE_F16, w, w_stride, nrows, ab, act_stride, n_tokens, n, out, out_stride);
         return;
     }
 #endif
