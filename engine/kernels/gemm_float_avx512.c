@@ -1,15 +1,81 @@
-/* gemm_float_avx512: the AVX-512 level's GEMM on F32 / F16 weight rows (inner-product tiles, no packing), a file of its own for its build flags. */
+/* gemm_float_avx512: the AVX-512 level's GEMV and GEMM on F32 / F16 weight rows (no packing), a file of its own for its build flags. */
 /*
- * x86_avx512.c's gemm entry calls it for F32 / F16 weights and more than one token. It is apart
+ * x86_avx512.c's gemv and gemm entries call them for F32 / F16 weights. They are apart
  * from x86_avx512.c only so that the Makefile can build it with other flags than the rest of the
  * level: the level's ISA flags everywhere (KFLAGS_gemm_float_avx512), and in the unit tests'
  * sanitized build -O2 without the sanitizers (ASAN_PLAIN there says why; x86_avx512.c checks
- * under ASan the bytes it is about to read and write).
+ * under ASan the bytes they are about to read and write).
  */
 #include "engine/kernels/gemm_float.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
+
+/* ---- GEMV: one token, one row at a time ------------------------------------------------------ */
+
+#define GEMV_ROWS 1
+
+/* F16 · fp16 activation, R rows (products and sums in f32, as GGML's F16·F16 dot); tails masked. */
+static void gemv_f16(int64_t n, int R, const uint8_t *w, size_t stride, const uint16_t *x, float *out)
+{
+    __m512 acc[GEMV_ROWS], acc2[GEMV_ROWS];
+    for (int r = 0; r < GEMV_ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i xv = _mm512_loadu_si512(x + i);
+        __m512 x0 = _mm512_cvtph_ps(_mm512_castsi512_si256(xv)), x1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(xv, 1));
+        for (int r = 0; r < R; r++) {
+            const uint8_t *p = w + (size_t)r * stride + 2 * i;
+            __m512i v = _mm512_loadu_si512(p);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), x0, acc[r]);
+            acc2[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), x1, acc2[r]);
+        }
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 x0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
+        for (int r = 0; r < R; r++) {
+            const uint16_t *p = (const uint16_t *)(w + (size_t)r * stride) + i;
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)), x0, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], acc2[r]));
+}
+
+static void gemv_f32(int64_t n, int R, const uint8_t *w, size_t stride, const float *x, float *out)
+{
+    __m512 acc[GEMV_ROWS], acc2[GEMV_ROWS];
+    for (int r = 0; r < GEMV_ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+        for (int r = 0; r < R; r++) {
+            const float *p = (const float *)(w + (size_t)r * stride) + i;
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p), x0, acc[r]);
+            acc2[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p + 16), x1, acc2[r]);
+        }
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 x0 = _mm512_maskz_loadu_ps(m, x + i);
+        for (int r = 0; r < R; r++) {
+            const float *p = (const float *)(w + (size_t)r * stride) + i;
+            acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), x0, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], acc2[r]));
+}
+
+void kern_avx512_gemv_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, int64_t n,
+                            float *out)
+{
+    for (int64_t r = 0; r < nrows; r += GEMV_ROWS) {
+        int R = nrows - r < GEMV_ROWS ? (int)(nrows - r) : GEMV_ROWS;
+        const uint8_t *wr = w + (size_t)r * ws;
+        if (f16) gemv_f16(n, R, wr, ws, (const uint16_t *)act, out + r);
+        else gemv_f32(n, R, wr, ws, (const float *)act, out + r);
+    }
+}
 
 /* ---- float weights: inner-product GEMM, no packing -------------------------------------------
  * F32 / F16 rows are already contiguous along k, so a tile of FR rows × FT tokens keeps FR·FT
@@ -102,7 +168,19 @@ void kern_avx512_gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows,
     }
 }
 
-#else /* a build without AVX-512: x86_avx512.c never calls it */
+#else /* a build without AVX-512: x86_avx512.c never calls them */
+void kern_avx512_gemv_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, int64_t n,
+                            float *out)
+{
+    (void)f16;
+    (void)w;
+    (void)ws;
+    (void)nrows;
+    (void)act;
+    (void)n;
+    (void)out;
+}
+
 void kern_avx512_gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
                             int n_tokens, int64_t n, float *out, size_t os)
 {

@@ -23,9 +23,9 @@
  * memory, prefetched ahead) or up to 8 tokens at a time (prefill: the panel slice stays in L1
  * while the tokens pass).
  * quant_gemv on GGUF rows of these types packs 16 rows into a scratch panel and runs the same
- * kernel. F32 / F16 rows are used as they are: GEMV streams one row at a time, GEMM is an
- * inner-product kernel over tiles of 4 rows × 6 tokens (no packing; in gemm_float_avx512.c).
- * Every other type goes through quant_vec_dot_rows.
+ * kernel. F32 / F16 rows are used as they are (gemm_float_avx512.c): GEMV streams one row at a
+ * time, GEMM is an inner-product kernel over tiles of 4 rows × 6 tokens (no packing). Every other
+ * type goes through quant_vec_dot_rows.
  *
  * Arithmetic. Integer parts are exact. For Q4_0 / Q5_0 / Q8_0 the per-row float order is that of
  * the scalar reference with the block scale fused, acc = fma(d_w·d_x, Σ_block, acc) block after
@@ -46,9 +46,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
     defined(__AVX512VBMI__) && defined(__F16C__) && defined(__FMA__)
@@ -192,64 +189,6 @@ static void prep_f16r(const float *x, int64_t n, uint16_t *out)
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) out[i] = fp32_to_fp16(x[i]);
-}
-
-/* ---- GEMV kernels -------------------------------------------------------------------------- */
-
-#define GEMV_ROWS 1
-
-
-
-
-/* F16 · fp16 activation, R rows (products and sums in f32, as GGML's F16·F16 dot); tails masked. */
-static void gemv_f16(int64_t n, int R, const uint8_t *w, size_t stride, const uint16_t *x, float *out)
-{
-    __m512 acc[GEMV_ROWS], acc2[GEMV_ROWS];
-    for (int r = 0; r < GEMV_ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512i xv = _mm512_loadu_si512(x + i);
-        __m512 x0 = _mm512_cvtph_ps(_mm512_castsi512_si256(xv)), x1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(xv, 1));
-        for (int r = 0; r < R; r++) {
-            const uint8_t *p = w + (size_t)r * stride + 2 * i;
-            __m512i v = _mm512_loadu_si512(p);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), x0, acc[r]);
-            acc2[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), x1, acc2[r]);
-        }
-    }
-    for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 x0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
-        for (int r = 0; r < R; r++) {
-            const uint16_t *p = (const uint16_t *)(w + (size_t)r * stride) + i;
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)), x0, acc[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], acc2[r]));
-}
-
-static void gemv_f32(int64_t n, int R, const uint8_t *w, size_t stride, const float *x, float *out)
-{
-    __m512 acc[GEMV_ROWS], acc2[GEMV_ROWS];
-    for (int r = 0; r < GEMV_ROWS; r++) acc[r] = acc2[r] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-        for (int r = 0; r < R; r++) {
-            const float *p = (const float *)(w + (size_t)r * stride) + i;
-            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p), x0, acc[r]);
-            acc2[r] = _mm512_fmadd_ps(_mm512_loadu_ps(p + 16), x1, acc2[r]);
-        }
-    }
-    for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 x0 = _mm512_maskz_loadu_ps(m, x + i);
-        for (int r = 0; r < R; r++) {
-            const float *p = (const float *)(w + (size_t)r * stride) + i;
-            acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), x0, acc[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], acc2[r]));
 }
 
 /* The 12-byte Q4_K/Q5_K scale block as 16 bytes: sc[0..7] then m[0..7] (6-bit each). */
@@ -885,6 +824,7 @@ static void g_act_prepare(int wtype, const float *x, int64_t n, void *act)
     }
 }
 
+
 static void g_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t stride, const void *act, float *out)
 {
     int kind = act_kind(wtype);
@@ -917,14 +857,12 @@ static void g_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t st
         free(panel);
         return;
     }
-    for (int64_t r = 0; r < nrows; r += GEMV_ROWS) {
-        int R = nrows - r < GEMV_ROWS ? (int)(nrows - r) : GEMV_ROWS;
-        const uint8_t *wr = wb + (size_t)r * stride;
-        switch (kind) {
-        case ACT_F32: gemv_f32(n, R, wr, stride, act, out + r); break;
-        case ACT_F16R: gemv_f16(n, R, wr, stride, act, out + r); break;
-        default: break;
-        }
+    if (kind == ACT_F32 || kind == ACT_F16R) {
+#if defined(__SANITIZE_ADDRESS__)
+        size_t row = (size_t)n * (kind == ACT_F16R ? 2 : 4);
+        gemm_float_asan_check(wb, stride, nrows, row, act, 0, 1, row, out, 0);
+#endif
+        kern_avx512_gemv_float(kind == ACT_F16R, wb, stride, nrows, act, n, out);
     }
 #endif
 }
@@ -999,30 +937,6 @@ static void g_gemm_packed(int wtype, int64_t n, int64_t row0, int64_t nrows, con
 #endif
 }
 
-#if defined(QG_AVX512) && defined(__SANITIZE_ADDRESS__)
-/* An ASan report unless the n bytes at p are addressable (is_write: the access is a write). */
-static void asan_check(const void *p, size_t n, int is_write)
-{
-    void *bad = __asan_region_is_poisoned((void *)p, n);
-    if (bad) __asan_report_error(__builtin_return_address(0), __builtin_frame_address(0), __builtin_frame_address(0),
-                                 bad, is_write, n);
-}
-
-/* The unit tests' sanitized build compiles gemm_float_avx512.c without the sanitizers (the
- * Makefile's ASAN_PLAIN says why); under ASan every byte it will read (n weights of each row, n
- * activations of each token) and write (nrows outputs of each token) is checked here instead,
- * before it runs. */
-static void asan_check_gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
-                                  int n_tokens, int64_t n, const float *out, size_t os)
-{
-    size_t row = (size_t)n * (f16 ? 2 : 4);
-    for (int64_t r = 0; r < nrows; r++) asan_check(w + (size_t)r * ws, row, 0);
-    for (int t = 0; t < n_tokens; t++) {
-        asan_check(act + (size_t)t * as, row, 0);
-        asan_check(out + (size_t)t * os, (size_t)nrows * sizeof(float), 1);
-    }
-}
-#endif
 
 static void g_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_stride, const void *act,
                 size_t act_stride, int n_tokens, float *out, size_t out_stride)
@@ -1031,7 +945,8 @@ static void g_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_
 #if defined(QG_AVX512)
     if ((wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16) && n_tokens > 1) {
 #if defined(__SANITIZE_ADDRESS__)
-        asan_check_gemm_float(wtype == GGML_TYPE_F16, w, w_stride, nrows, ab, act_stride, n_tokens, n, out, out_stride);
+        size_t row = (size_t)n * (wtype == GGML_TYPE_F16 ? 2 : 4);
+        gemm_float_asan_check(w, w_stride, nrows, row, ab, act_stride, n_tokens, row, out, out_stride);
 #endif
         kern_avx512_gemm_float(wtype == GGML_TYPE_F16, w, w_stride, nrows, ab, act_stride, n_tokens, n, out, out_stride);
         return;
