@@ -39,7 +39,9 @@ KFLAGS_x86_avx2    := $(X86_AVX2)
 KFLAGS_gemm_avx2   := $(X86_AVX2)
 KFLAGS_x86_avxvnni := $(X86_AVX2) -mavxvnni
 KFLAGS_gemm_avxvnni := $(X86_AVX2) -mavxvnni
+KFLAGS_gemm_float_avx2 := $(X86_AVX2)
 KFLAGS_x86_avx512  := $(X86_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512vbmi
+KFLAGS_gemm_float_avx512 := $(KFLAGS_x86_avx512)
 KFLAGS_probe_avx2  := $(X86_AVX2)
 KFLAGS_probe_avx512 := $(X86_AVX2) -mavx512f
 endif
@@ -99,7 +101,28 @@ $(BUILD)/rel/%.o: %.c | $(DEPS_OK)
 
 $(BUILD)/asan/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) $(ASAN_OPT) -g $(KFLAGS) $(SAN) -MMD -MP -c $< -o $@
+	$(CC) $(BASEFLAGS) $(TEST_CFLAGS) $(ASAN_CFLAGS) $(KFLAGS) -MMD -MP -c $< -o $@
+ASAN_CFLAGS = $(ASAN_OPT) -g $(SAN)
+# The float-weight matmul kernels (F32 / F16 / BF16 GEMV and GEMM of the AVX-512 and AVX2 levels:
+# pure arithmetic on the rows they are given) are built -O2 without the sanitizers even here.
+# Under ASan + UBSan at -O1 they ran ~10x slower than plain (every vector load checked, the tile
+# of accumulators kept in memory with every index checked) and took a third of the unit tests'
+# CPU time (~200 of ~610 s: test_arch, test_kv_swa, test_batch, test_speculate prefill F16
+# models); -O2 with the sanitizers still took a third of that, and 4x the compile time. What the
+# sanitizers watched stays watched: their callers (x86_avx512.c, gemm_avx2.c, sanitized) check
+# under ASan that every byte a kernel will read and write is addressable before it runs (the
+# AVX-512 kernels' tail loads are masked, which ASan never saw anyway), and test_quant / test_kernels
+# check their sums against the scalar reference, tails of rows, tokens and k included.
+ASAN_PLAIN := $(addprefix $(BUILD)/asan/engine/kernels/,gemm_float_avx512.o gemm_float_avx2.o)
+$(ASAN_PLAIN): ASAN_CFLAGS = -O2 -g
+# Sanitized, but -O2: the scalar reference and portable level (every unit test that runs a model at
+# the portable level spends most of its time there: test_kv_swa 66 -> 53 CPU s, test_golden 55 ->
+# 42) and gen-model's weight filler (the synthetic models test_arch / test_moe / test_batch write);
+# it costs no compile time here. -O2 for every other object gained nothing (measured: 341 vs 345
+# CPU s for the whole of make unit), and it takes the kernel levels' files 4-5x as long to compile.
+ASAN_O2 := $(addprefix $(BUILD)/asan/,engine/kernels/quant_ref.o engine/kernels/quant.o engine/kernels/portable.o \
+             app/gen_model.o)
+$(ASAN_O2): ASAN_OPT = -O2
 
 kvchat: $(OBJ) $(BUILD)/rel/app/main.o
 	$(CC) $(OPT) $(CFLAGS) -o $@ $^ $(LDLIBS_ALL)
@@ -410,8 +433,10 @@ FUZZ_COV := -fsanitize=fuzzer-no-link
 # of CPU on each of the AVX2 / AVX-VNNI matmul groups (gemm_avx2.c, gemm_avxvnni.c: 11 s plain):
 # they are built plain (-O2, their KFLAGS). No harness feeds them input (fuzz_gguf's model_load
 # packs the weights through the best level's kernels, the AVX-512 ones here, plain already); the
-# unit tests run every one of them under gcc's ASan + UBSan at every level.
-FUZZ_PLAIN := $(addprefix $(FUZZ)/engine/kernels/,x86_avx512.o gemm_avx2.o gemm_avxvnni.o)
+# unit tests run every one of them under gcc's ASan + UBSan at every level (but the float kernels of
+# gemm_float_*.c: ASAN_PLAIN above).
+FUZZ_PLAIN := $(addprefix $(FUZZ)/engine/kernels/,x86_avx512.o gemm_float_avx512.o gemm_avx2.o gemm_avxvnni.o \
+              gemm_float_avx2.o)
 $(FUZZ_PLAIN): FUZZ_FLAGS = $(BASEFLAGS) -O2
 $(FUZZ_PLAIN): FUZZ_COV :=
 
