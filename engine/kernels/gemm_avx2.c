@@ -868,7 +868,7 @@ static void gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
     case ACT_F32:
     case ACT_F16:
     case ACT_BF16:
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(GEMM_FLOAT_ASAN)
         gemm_float_asan_check(w, w_stride, nrows, (size_t)n * (wtype == GGML_TYPE_F32 ? 4 : 2), act, act_stride, n_tokens,
                               (size_t)n * 4, out, out_stride);
 #endif

@@ -4,7 +4,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* GEMM_FLOAT_ASAN: this file is being compiled under AddressSanitizer (gcc says so with
+ * __SANITIZE_ADDRESS__, clang with __has_feature). */
 #if defined(__SANITIZE_ADDRESS__)
+#define GEMM_FLOAT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GEMM_FLOAT_ASAN 1
+#endif
+#endif
+#if defined(GEMM_FLOAT_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -34,7 +44,7 @@ void kern_avx512_gemv_float(int f16, const uint8_t *w, size_t ws, int64_t nrows,
 void kern_avx2_gemm_float(int wtype, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
                           int n_tokens, int64_t n, float *out, size_t os);
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(GEMM_FLOAT_ASAN)
 /* An ASan report (READ or WRITE of n bytes at the first bad one) unless the n bytes at p are
  * addressable; not inlined, so that the report's first frame is the caller's. */
 static __attribute__((noinline, unused)) void gemm_float_asan_region(const void *p, size_t n, int is_write)

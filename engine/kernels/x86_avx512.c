@@ -858,7 +858,7 @@ static void g_gemv(int wtype, int64_t n, int64_t nrows, const void *w, size_t st
         return;
     }
     if (kind == ACT_F32 || kind == ACT_F16R) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(GEMM_FLOAT_ASAN)
         size_t row = (size_t)n * (kind == ACT_F16R ? 2 : 4);
         gemm_float_asan_check(wb, stride, nrows, row, act, 0, 1, row, out, 0);
 #endif
@@ -944,7 +944,7 @@ static void g_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_
     const uint8_t *ab = act;
 #if defined(QG_AVX512)
     if ((wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16) && n_tokens > 1) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(GEMM_FLOAT_ASAN)
         size_t row = (size_t)n * (wtype == GGML_TYPE_F16 ? 2 : 4);
         gemm_float_asan_check(w, w_stride, nrows, row, ab, act_stride, n_tokens, row, out, out_stride);
 #endif
