@@ -1,4 +1,4 @@
-/* quant_gemm.c: matrix kernels — activations prepared once per matmul, weights packed once per model, GEMV and GEMM. */
+/* x86_avx512: the AVX-512 level's matrix kernels — activations prepared once per matmul, 16-row weight panels packed once per model, GEMV / GEMM, the attention tile. */
 /*
  * A matmul y = W·x quantizes its activation rows once (quant_act_prepare) to exactly the
  * values quant_quantize_row gives for the weight type's vec_dot_type, laid out for the kernels:
