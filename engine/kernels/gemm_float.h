@@ -24,13 +24,14 @@
  * n f32 values (F32 weights) or n fp16 values (F16 weights: x86_avx512.c's ACT_F16R layout);
  * out[t·os + r] = Σ_k w[r][k]·x[t][k] for r < nrows, t < n_tokens, in the tile order described
  * there (the same sums for any nrows / n_tokens split). No errors: the caller checks the shapes.
- * A no-op in a build without AVX-512. */
+ * Defined in builds with AVX-512 only (as its callers). */
 void kern_avx512_gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
                             int n_tokens, int64_t n, float *out, size_t os);
 
 /* The AVX-512 level's GEMV (one token) on the same rows and activation: out[r] = Σ_k w[r][k]·x[k]
  * for r < nrows, each row streamed once with two accumulators of 16 partial sums (another float
- * order than the GEMM's). In gemm_float_avx512.c; no errors; a no-op in a build without AVX-512. */
+ * order than the GEMM's). In gemm_float_avx512.c; no errors; defined in builds with
+ * AVX-512 only (as its callers). */
 void kern_avx512_gemv_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, int64_t n,
                             float *out);
 
@@ -40,7 +41,7 @@ void kern_avx512_gemv_float(int f16, const uint8_t *w, size_t ws, int64_t nrows,
  * layouts: F16 / BF16 activations already rounded to fp16 / bf16 values); out[t·os + r] =
  * Σ_k w[r][k]·x[t][k] for r < nrows, t < n_tokens. One token streams each row once; more run the
  * blocked GEMM described there (the same sums whatever the tiles, rows or tokens of the call).
- * No errors: the caller checks the shapes. A no-op in a build without AVX2. */
+ * No errors: the caller checks the shapes. Defined in builds with AVX2 only (as its caller). */
 void kern_avx2_gemm_float(int wtype, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
                           int n_tokens, int64_t n, float *out, size_t os);
 

@@ -237,19 +237,4 @@ void kern_avx2_gemm_float(int wtype, const uint8_t *w, size_t ws, int64_t nrows,
                n_tokens, n, out, os);
 }
 
-#else /* a build without AVX2: gemm_avx2.c never calls it */
-void kern_avx2_gemm_float(int wtype, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
-                          int n_tokens, int64_t n, float *out, size_t os)
-{
-    (void)wtype;
-    (void)w;
-    (void)ws;
-    (void)nrows;
-    (void)act;
-    (void)as;
-    (void)n_tokens;
-    (void)n;
-    (void)out;
-    (void)os;
-}
-#endif
+#endif /* without AVX2 nothing here: gemm_avx2.c, whose guard implies this one, never calls it */

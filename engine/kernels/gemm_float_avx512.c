@@ -168,31 +168,4 @@ void kern_avx512_gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows,
     }
 }
 
-#else /* a build without AVX-512: x86_avx512.c never calls them */
-void kern_avx512_gemv_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, int64_t n,
-                            float *out)
-{
-    (void)f16;
-    (void)w;
-    (void)ws;
-    (void)nrows;
-    (void)act;
-    (void)n;
-    (void)out;
-}
-
-void kern_avx512_gemm_float(int f16, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
-                            int n_tokens, int64_t n, float *out, size_t os)
-{
-    (void)f16;
-    (void)w;
-    (void)ws;
-    (void)nrows;
-    (void)act;
-    (void)as;
-    (void)n_tokens;
-    (void)n;
-    (void)out;
-    (void)os;
-}
-#endif
+#endif /* without AVX-512 nothing here: x86_avx512.c, whose guard implies this one, never calls them */
