@@ -1227,26 +1227,18 @@ static void g_attn_tile(const kern_attn *j, int g, int t0, int t1, float *S, int
                         const float *f = (const float *)row + off;
                         v0 = _mm512_loadu_ps(f), v1 = _mm512_loadu_ps(f + 16), v2 = _mm512_loadu_ps(f + 32), v3 = _mm512_loadu_ps(f + 48);
                     }
-                    __m512 w = _mm512_set1_ps(s0[p]);
-                    o00 = _mm512_add_ps(o00, _mm512_mul_ps(w, v0));
-                    o01 = _mm512_add_ps(o01, _mm512_mul_ps(w, v1));
-                    o02 = _mm512_add_ps(o02, _mm512_mul_ps(w, v2));
-                    o03 = _mm512_add_ps(o03, _mm512_mul_ps(w, v3));
-                    w = _mm512_set1_ps(s1[p]);
-                    o10 = _mm512_add_ps(o10, _mm512_mul_ps(w, v0));
-                    o11 = _mm512_add_ps(o11, _mm512_mul_ps(w, v1));
-                    o12 = _mm512_add_ps(o12, _mm512_mul_ps(w, v2));
-                    o13 = _mm512_add_ps(o13, _mm512_mul_ps(w, v3));
-                    w = _mm512_set1_ps(s2[p]);
-                    o20 = _mm512_add_ps(o20, _mm512_mul_ps(w, v0));
-                    o21 = _mm512_add_ps(o21, _mm512_mul_ps(w, v1));
-                    o22 = _mm512_add_ps(o22, _mm512_mul_ps(w, v2));
-                    o23 = _mm512_add_ps(o23, _mm512_mul_ps(w, v3));
-                    w = _mm512_set1_ps(s3[p]);
-                    o30 = _mm512_add_ps(o30, _mm512_mul_ps(w, v0));
-                    o31 = _mm512_add_ps(o31, _mm512_mul_ps(w, v1));
-                    o32 = _mm512_add_ps(o32, _mm512_mul_ps(w, v2));
-                    o33 = _mm512_add_ps(o33, _mm512_mul_ps(w, v3));
+/* one output row: its 4 accumulators += its weight at p · the 4 V vectors */
+#define PV_ROW(sr, a0, a1, a2, a3)                                                                   \
+    do {                                                                                         \
+        const __m512 w = _mm512_set1_ps((sr)[p]);                                                \
+        a0 = _mm512_add_ps(a0, _mm512_mul_ps(w, v0)), a1 = _mm512_add_ps(a1, _mm512_mul_ps(w, v1)); \
+        a2 = _mm512_add_ps(a2, _mm512_mul_ps(w, v2)), a3 = _mm512_add_ps(a3, _mm512_mul_ps(w, v3)); \
+    } while (0)
+                    PV_ROW(s0, o00, o01, o02, o03);
+                    PV_ROW(s1, o10, o11, o12, o13);
+                    PV_ROW(s2, o20, o21, o22, o23);
+                    PV_ROW(s3, o30, o31, o32, o33);
+#undef PV_ROW
                 }
                 float *r0 = OROW(i) + 16 * c0, *r1 = OROW(i + 1) + 16 * c0, *r2 = OROW(i + 2) + 16 * c0,
                       *r3 = OROW(i + 3) + 16 * c0;
