@@ -11,7 +11,10 @@
  *      of K and V per layer.
  * The machine's read bandwidth is measured with the same threads (a STREAM-like pass, McCalpin
  * 1995: each thread sums its share of a 512 MiB buffer with vector loads, best of 5), and decode GB/s is printed as
- * a fraction of it: the distance to the physical limit of a memory-bound decode. Likewise the
+ * a fraction of it: the distance to the physical limit of a memory-bound decode. The fraction pairs
+ * each timed decode run with one such pass just before it (the median over the runs of decode GB/s
+ * ÷ that pass's GB/s): on a shared machine both move together, and a best-of-5 taken at another
+ * moment would set one run's quiet minute against the other's busy one. Likewise the
  * FP32 FMA peak (independent FMA chains of the level's widest vectors on every thread) and
  * prefill GFLOP/s as a fraction of it: the compute limit of an F16 / F32 prefill. The model's
  * load (map, checks, repacking) is timed once, wall and CPU seconds.
@@ -44,6 +47,7 @@ static char *json_string(const char *text)
 #include "engine/kernels/quant.h"
 
 #define MAX_LIST 16
+#define MAX_REPS 1000 /* -r's bound */
 
 typedef struct bench_opts {
     const char *model;
@@ -59,6 +63,9 @@ typedef struct result {
     int threads, is_pp, n, depth;
     double *samples;   /* tokens per second, reps entries */
     double mean, sd, median;
+    double *bw;        /* tg: bytes/s of the read pass run just before each timed run (reps entries; 0: none) */
+    double frac;       /* tg: median over the runs of decode bytes/s ÷ that pass's bytes/s (0: not measured) */
+    double bw_median;  /* tg: median of bw (bytes/s) */
 } result;
 
 static double now_s(void)
@@ -74,19 +81,41 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void summarize(result *r, int reps)
+static double median_of(const double *v, int n)
+{
+    double *tmp = malloc(sizeof(double) * (size_t)n);
+    if (!tmp || n <= 0) {
+        free(tmp);
+        return n > 0 ? v[0] : 0;
+    }
+    memcpy(tmp, v, sizeof(double) * (size_t)n);
+    qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+    double m = n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    free(tmp);
+    return m;
+}
+
+/* Mean, sd and median of the samples; with wbytes (decode bytes per token) and paired passes in
+ * r->bw, the median of the per-run fractions wbytes·t/s ÷ pass bytes/s. */
+static void summarize(result *r, int reps, double wbytes)
 {
     double s = 0, ss = 0;
     for (int i = 0; i < reps; i++) s += r->samples[i];
     r->mean = s / reps;
     for (int i = 0; i < reps; i++) ss += (r->samples[i] - r->mean) * (r->samples[i] - r->mean);
     r->sd = reps > 1 ? sqrt(ss / (reps - 1)) : 0.0;
-    double *tmp = malloc(sizeof(double) * (size_t)reps);
-    if (!tmp) { r->median = r->mean; return; }
-    memcpy(tmp, r->samples, sizeof(double) * (size_t)reps);
-    qsort(tmp, (size_t)reps, sizeof(double), cmp_double);
-    r->median = reps % 2 ? tmp[reps / 2] : 0.5 * (tmp[reps / 2 - 1] + tmp[reps / 2]);
-    free(tmp);
+    r->median = median_of(r->samples, reps);
+    r->frac = r->bw_median = 0;
+    if (wbytes > 0 && r->bw) {
+        double f[MAX_REPS];
+        int n = 0;
+        for (int i = 0; i < reps && i < MAX_REPS; i++)
+            if (r->bw[i] > 0) f[n++] = wbytes * r->samples[i] / r->bw[i];
+        if (n == reps) { /* every run had its pass */
+            r->frac = median_of(f, n);
+            r->bw_median = median_of(r->bw, n);
+        }
+    }
 }
 
 /* llama.cpp's general.file_type names (enum llama_ftype in llama.h), for the type column. */
@@ -172,24 +201,72 @@ static int argmax(const float *x, int n)
     return b;
 }
 
+#define PROBE_BYTES ((size_t)512 << 20)
+
+/* A buffer for the read passes paired with the decode runs (touched: real pages); NULL when out
+ * of memory. */
+static uint64_t *probe_buffer(void)
+{
+    uint64_t *buf = aligned_alloc(4096, PROBE_BYTES);
+    if (buf)
+        for (size_t i = 0; i < PROBE_BYTES / 8; i++) buf[i] = i;
+    return buf;
+}
+
+/* One read pass over buf with the pool's threads: bytes per second. */
+static double probe_pass(tpool *pool, const uint64_t *buf)
+{
+    double t0 = now_s();
+    kern_probe_read_pool(pool, buf, PROBE_BYTES);
+    double dt = now_s() - t0;
+    return dt > 0 ? PROBE_BYTES / dt : 0;
+}
+
 /* Read bandwidth of this machine with nth threads: the best of 5 passes in which every thread sums
  * its share of a buffer much larger than the caches with the kernel level's vector loads
  * (kern_probe_read; bytes per second; 0 when the buffer cannot be had). */
 static double read_bandwidth(tpool *pool)
 {
-    const size_t bytes = (size_t)512 << 20;
-    uint64_t *buf = aligned_alloc(4096, bytes);
+    uint64_t *buf = probe_buffer();
     if (!buf) return 0;
-    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i; /* touched: real pages, not the zero page */
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_s();
-        kern_probe_read_pool(pool, buf, bytes);
-        double bps = bytes / (now_s() - t0);
+        double bps = probe_pass(pool, buf);
         best = bps > best ? bps : best;
     }
     free(buf);
     return best;
+}
+
+/* The process's resident-set high-water mark in KiB: VmHWM of /proc/self/status (proc(5)), or
+ * getrusage's ru_maxrss where that cannot be read. */
+static long rss_hwm_kib(void)
+{
+    long kib = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+        fclose(f);
+    }
+    if (kib < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kib = ru.ru_maxrss;
+    }
+    return kib;
+}
+
+/* Resets the high-water mark to the current resident set (writing "5" to /proc/self/clear_refs,
+ * Linux >= 4.0, proc(5)): the paired read passes' buffer is not the model's memory. 0, or -1
+ * when it cannot (then no pass may allocate that buffer: the peak RSS would count it). */
+static int rss_hwm_reset(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return -1;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 /* FP32 FMA peak with nth threads: every thread runs independent FMA chains of the level's widest
@@ -312,6 +389,10 @@ int bench_main(int argc, char **argv)
         case 'r': {
             int n, v[MAX_LIST];
             if (parse_list(optarg, "-r", 1, v, &n) || n != 1) return 2;
+            if (v[0] > MAX_REPS) {
+                fprintf(stderr, "kvchat bench: invalid value '%s' for -r (at most %d repetitions)\n", optarg, MAX_REPS);
+                return 2;
+            }
             o.reps = v[0];
             break;
         }
@@ -365,8 +446,11 @@ int bench_main(int argc, char **argv)
     int n_res = o.n_th * o.n_depth * (o.n_pp + o.n_tg);
     double *bw = calloc((size_t)o.n_th * 2, sizeof(double)); /* read bandwidth (bytes/s), then FMA peak (flop/s), per thread count */
     result *res = calloc((size_t)n_res, sizeof *res);
-    double *samples = calloc((size_t)n_res * (size_t)o.reps, sizeof(double));
+    double *samples = calloc((size_t)n_res * (size_t)o.reps * 2, sizeof(double)); /* t/s, then paired bytes/s */
     int rc = 0;
+    /* the peak RSS so far (the load's), kept while the mark is reset around the paired passes */
+    long rss_peak = rss_hwm_kib();
+    int paired = rss_hwm_reset() == 0;
     if (!kv || !fc || !logits || !toks || !res || !samples || !bw) {
         fprintf(stderr, "kvchat bench: %s\n", err.msg[0] ? err.msg : "out of memory");
         rc = 1;
@@ -395,21 +479,33 @@ int bench_main(int argc, char **argv)
                     r->n = n;
                     r->depth = o.depth[di];
                     r->samples = samples + (size_t)(k - 1) * o.reps;
+                    r->bw = samples + (size_t)n_res * o.reps + (size_t)(k - 1) * o.reps;
                     if (fill_depth(m, fc, kv, pool, logits, toks, r->depth, &err)) {
                         fprintf(stderr, "kvchat bench: %s\n", err.msg);
                         rc = 1;
                         break;
                     }
+                    uint64_t *pbuf = NULL; /* decode: a read pass just before each timed run */
+                    if (!r->is_pp && paired) {
+                        long hwm = rss_hwm_kib();
+                        rss_peak = hwm > rss_peak ? hwm : rss_peak;
+                        pbuf = probe_buffer();
+                    }
                     for (int rep = -1; rep < o.reps; rep++) {
+                        double bps = pbuf && rep >= 0 ? probe_pass(pool, pbuf) : 0;
                         double tps = run_once(m, fc, kv, pool, logits, toks, r->is_pp, n, r->depth, &err);
                         if (tps < 0) {
                             fprintf(stderr, "kvchat bench: %s\n", err.msg);
                             rc = 1;
                             break;
                         }
-                        if (rep >= 0) r->samples[rep] = tps;
+                        if (rep >= 0) r->samples[rep] = tps, r->bw[rep] = bps;
                     }
-                    if (!rc) summarize(r, o.reps);
+                    if (pbuf) {
+                        free(pbuf);
+                        if (rss_hwm_reset()) paired = 0;
+                    }
+                    if (!rc) summarize(r, o.reps, pbuf ? (double)model_weight_bytes(m) : 0);
                 }
             }
         tpool_free(pool);
@@ -429,8 +525,8 @@ int bench_main(int argc, char **argv)
         uint64_t wbytes = model_weight_bytes(m);
         kv_cache_stats ks;
         kv_cache_get_stats(kv, &ks);
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
+        long hwm = rss_hwm_kib();
+        if (hwm > rss_peak) rss_peak = hwm;
         /* after the peak RSS is read: the bandwidth pass's buffer is not the model's memory */
         for (int ti = 0; ti < o.n_th; ti++) {
             tpool *pool = tpool_create(o.th[ti]);
@@ -438,7 +534,7 @@ int bench_main(int argc, char **argv)
             if (pool) bw[o.n_th + ti] = fma_peak(pool, o.th[ti]);
             tpool_free(pool);
         }
-        double rss_mib = ru.ru_maxrss / 1024.0, file_mib = m->gguf->size / 1048576.0,
+        double rss_mib = rss_peak / 1024.0, file_mib = m->gguf->size / 1048576.0,
                kv_mib = ks.bytes_reserved / 1048576.0;
         char sz[32], np[64], desc[96];
         human_size(size, sz, sizeof sz);
@@ -462,11 +558,11 @@ int bench_main(int argc, char **argv)
                        "\"params_active\": %llu, \"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s%d\", \"n_prompt\": %d, \"n_gen\": %d, "
                        "\"n_depth\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"median_ts\": %.4f, "
                        "\"weight_bytes_per_token\": %llu, \"decode_gbps\": %.4f, \"read_gbps\": %.4f, "
-                       "\"decode_bw_fraction\": %.4f, \"samples_ts\": [",
+                       "\"read_gbps_paired\": %.4f, \"decode_bw_fraction\": %.4f, \"samples_ts\": [",
                        m->arch_name, fj ? fj : "null", tname, (unsigned long long)size, (unsigned long long)m->n_params,
                        (unsigned long long)m->n_params_active, r->threads, kern_isa_name(kern()->isa), r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0,
                        r->is_pp ? 0 : r->n, r->depth, r->mean, r->sd, r->median, (unsigned long long)wbytes, gbps,
-                       peak, !r->is_pp && peak > 0 ? gbps / peak : 0.0);
+                       peak, r->bw_median / 1e9, r->frac > 0 ? r->frac : !r->is_pp && peak > 0 ? gbps / peak : 0.0);
                 for (int j = 0; j < o.reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
                 printf("], \"gflops\": %.4f, \"fma_peak_gflops\": %.4f, \"fma_peak_fraction\": %.4f", gflops, fpeak,
                        fpeak > 0 ? gflops / fpeak : 0.0);
@@ -486,7 +582,8 @@ int bench_main(int argc, char **argv)
                 if (r->depth) snprintf(test + l, sizeof test - (size_t)l, " @ d%d", r->depth);
                 double peak = bw_of(&o, bw, r->threads);
                 if (!r->is_pp) snprintf(gbps, sizeof gbps, "%.1f", wbytes * r->median / 1e9);
-                if (!r->is_pp && peak > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * wbytes * r->median / peak);
+                if (r->frac > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * r->frac);
+                else if (!r->is_pp && peak > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * wbytes * r->median / peak);
                 double gfl = forward_flops(m, r->n, r->depth) / r->n * r->median / 1e9,
                        fpeak = bw_of(&o, bw + o.n_th, r->threads) / 1e9;
                 char ffrac[16] = "";
@@ -500,6 +597,16 @@ int bench_main(int argc, char **argv)
                    fabs(rss_mib - file_mib - kv_mib));
             printf("kernels %s; read bandwidth measured here (STREAM-like vector sum, best of 5):", kern_isa_name(kern()->isa));
             for (int ti = 0; ti < o.n_th; ti++) printf(" %.1f GB/s with %d thread%s", bw[ti] / 1e9, o.th[ti], o.th[ti] > 1 ? "s" : "");
+            int any_paired = 0;
+            for (int i = 0; i < n_res; i++) any_paired |= res[i].frac > 0;
+            if (any_paired) {
+                printf("; of read BW = the median over the decode runs of decode GB/s / a read pass just before each (median pass:");
+                for (int i = 0; i < n_res; i++)
+                    if (res[i].frac > 0)
+                        printf(" %.1f GB/s by tg%d%s%.0d", res[i].bw_median / 1e9, res[i].n, res[i].depth ? " @ d" : "",
+                               res[i].depth);
+                printf(")");
+            }
             printf("; FP32 FMA peak of this level:");
             for (int ti = 0; ti < o.n_th; ti++)
                 printf(" %.1f GFLOP/s with %d thread%s", bw[o.n_th + ti] / 1e9, o.th[ti], o.th[ti] > 1 ? "s" : "");

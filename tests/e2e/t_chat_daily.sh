@@ -272,6 +272,11 @@ else bad "bench --json escapes the file name" "$(head -c 300 "$DM/bench.json")";
 if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d[0]; assert r["read_gbps"] > 0 and r["fma_peak_gflops"] > 0 and r["gflops"] > 0 and 0 <= r["load_s"] < 60 and 0 < r["fma_peak_fraction"] < 5' "$DM/bench.json" 2>/dev/null; then
     ok "bench --json: the read bandwidth, the FMA peak, prefill GFLOP/s and the load time are measured"
 else bad "bench --json: read bandwidth, FMA peak, GFLOP/s, load time" "$(head -c 600 "$DM/bench.json")"; fi
+# decode runs are paired with a read pass each (a 512 MiB buffer), which the peak RSS must not count
+"$BIN" bench -m "$MODEL" -p 0 -n 8 -r 3 -t 1 --json >"$DM/bench2.json" 2>/dev/null
+if python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; assert r["test"] == "tg8" and r["read_gbps_paired"] > 0 and r["decode_bw_fraction"] > 0 and 0 < r["peak_rss_mib"] < 128, r' "$DM/bench2.json" 2>/dev/null; then
+    ok "bench --json: decode's bandwidth fraction is paired with a read pass per run; the pass's buffer is not in the peak RSS"
+else bad "bench: paired read passes, peak RSS" "$(head -c 600 "$DM/bench2.json")"; fi
 mkdir -p "$XDG_DATA_HOME/kvchat/models"
 cp "$MODEL" "$XDG_DATA_HOME/kvchat/models/tiny-stories.gguf"
 if [ "$("$BIN" tokenize -m tiny-stories --ids "Once upon a time" 2>&1)" = "[1, 403, 407, 261, 378]" ]; then
