@@ -171,11 +171,12 @@ unit: $(TESTS)
 
 # the e2e files, E2E_JOBS at a time (each in its own run.sh process: temp dir, XDG dirs, tmux
 # sockets, servers on --port 0), the longest first; each file's log printed whole, in order;
-# E2E_ALONE after them with nothing beside them (t_store: kill -9 at chosen moments of a write)
+# E2E_ALONE after them with nothing beside them (t_store: kill -9 at chosen moments of a write;
+# t_chat_stop: Esc-to-idle latency)
 E2E_JOBS  ?= 2
 E2E_FIRST := t_arch_chat t_chat_daily t_chat_models t_jinja t_trust t_chat_branch t_arch t_arch_greedy t_decode \
              t_serve t_remote t_chat_decode t_chat
-E2E_ALONE := t_store
+E2E_ALONE := t_store t_chat_stop
 e2e: kvchat
 	@KVCHAT_SHARED=$(SHARED) KVCHAT_BIN=./kvchat E2E_JOBS=$(E2E_JOBS) E2E_FIRST="$(E2E_FIRST)" \
 	  E2E_ALONE="$(E2E_ALONE)" bash tests/e2e/run.sh
