@@ -189,14 +189,15 @@ static void matmul_job_init(matmul_job *j, const gguf_tensor *w, const float *x,
     else if (w->packed) j->rows = w->packed; /* a plain copy of the rows */
     int nth = tpool_size(pool);
     long rows = (long)((65536 + j->w_row_bytes - 1) / j->w_row_bytes), by_count = (long)(n_out / (8 * nth));
-    rows = rows > by_count ? rows : by_count;
-    /* a batch's chunk at most ~2^26 multiply-adds (a fraction of a millisecond): a stop (Esc, a
-     * client gone) waits for one chunk per thread, and a long prefill's chunks were 1-2 G */
+    rows = nth == 1 ? (long)n_out : rows > by_count ? rows : by_count;
+    /* and at most ~2^26 multiply-adds (a fraction of a millisecond with the SIMD kernels), with one
+     * thread too: a stop (Esc, a client gone) waits for one chunk per thread, and a long prefill's
+     * chunks had been 1-2 G */
     long by_work = (long)(((int64_t)1 << 26) / ((int64_t)n_in * n_tokens));
     if (by_work < rows) rows = by_work;
     rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
     if (rows < QUANT_PANEL_ROWS) rows = QUANT_PANEL_ROWS;
-    j->chunk_rows = nth == 1 ? n_out : rows;
+    j->chunk_rows = rows < n_out ? rows : (long)n_out;
     j->n_chunks = (n_out + j->chunk_rows - 1) / j->chunk_rows;
 }
 
