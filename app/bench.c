@@ -506,11 +506,12 @@ int bench_main(int argc, char **argv)
                         }
                         if (rep >= 0) r->samples[rep] = tps, r->bw[rep] = bps;
                     }
+                    int had_passes = pbuf != NULL;
                     if (pbuf) {
                         free(pbuf);
                         if (rss_hwm_reset()) paired = 0;
                     }
-                    if (!rc) summarize(r, o.reps, pbuf ? (double)model_weight_bytes(m) : 0);
+                    if (!rc) summarize(r, o.reps, had_passes ? (double)model_weight_bytes(m) : 0);
                 }
             }
         tpool_free(pool);
