@@ -96,8 +96,8 @@ static double median_of(const double *v, int n)
     return m;
 }
 
-/* Mean, sd and median of the samples; with wbytes (decode bytes per token) and paired passes in
- * r->bw, the median of the per-run fractions wbytes·t/s ÷ pass bytes/s. */
+/* Mean, sd and median of the samples; when every run had its read pass (r->bw), the median of
+ * the per-run fractions wbytes·t/s ÷ pass bytes/s (wbytes: decode's bytes per token). */
 static void summarize(result *r, int reps, double wbytes)
 {
     double s = 0, ss = 0;
@@ -110,7 +110,7 @@ static void summarize(result *r, int reps, double wbytes)
     if (wbytes > 0 && r->bw) {
         double f[MAX_REPS];
         int n = 0;
-        for (int i = 0; i < reps && i < MAX_REPS; i++)
+        for (int i = 0; i < reps; i++)
             if (r->bw[i] > 0) f[n++] = wbytes * r->samples[i] / r->bw[i];
         if (n == reps) { /* every run had its pass */
             r->frac = median_of(f, n);
@@ -192,6 +192,15 @@ static double bw_of(const bench_opts *o, const double *bw, int threads)
     for (int i = 0; i < o->n_th; i++)
         if (o->th[i] == threads) return bw[i];
     return 0;
+}
+
+/* Decode's share of the read bandwidth: the paired median (summarize), or, where no run had a
+ * pass of its own, wbytes·median t/s ÷ peak (the best-of-5 probe, bytes/s); 0 for prefill. */
+static double decode_fraction(const result *r, double wbytes, double peak)
+{
+    if (r->is_pp) return 0;
+    if (r->frac > 0) return r->frac;
+    return peak > 0 ? wbytes * r->median / peak : 0;
 }
 
 static int argmax(const float *x, int n)
@@ -506,12 +515,11 @@ int bench_main(int argc, char **argv)
                         }
                         if (rep >= 0) r->samples[rep] = tps, r->bw[rep] = bps;
                     }
-                    int had_passes = pbuf != NULL;
                     if (pbuf) {
                         free(pbuf);
                         if (rss_hwm_reset()) paired = 0;
                     }
-                    if (!rc) summarize(r, o.reps, had_passes ? (double)model_weight_bytes(m) : 0);
+                    if (!rc) summarize(r, o.reps, (double)model_weight_bytes(m));
                 }
             }
         tpool_free(pool);
@@ -568,7 +576,7 @@ int bench_main(int argc, char **argv)
                        m->arch_name, fj ? fj : "null", tname, (unsigned long long)size, (unsigned long long)m->n_params,
                        (unsigned long long)m->n_params_active, r->threads, kern_isa_name(kern()->isa), r->is_pp ? "pp" : "tg", r->n, r->is_pp ? r->n : 0,
                        r->is_pp ? 0 : r->n, r->depth, r->mean, r->sd, r->median, (unsigned long long)wbytes, gbps,
-                       peak, r->bw_median / 1e9, r->frac > 0 ? r->frac : !r->is_pp && peak > 0 ? gbps / peak : 0.0);
+                       peak, r->bw_median / 1e9, decode_fraction(r, wbytes, bw_of(&o, bw, r->threads)));
                 for (int j = 0; j < o.reps; j++) printf("%s%.4f", j ? ", " : "", r->samples[j]);
                 printf("], \"gflops\": %.4f, \"fma_peak_gflops\": %.4f, \"fma_peak_fraction\": %.4f", gflops, fpeak,
                        fpeak > 0 ? gflops / fpeak : 0.0);
@@ -588,8 +596,8 @@ int bench_main(int argc, char **argv)
                 if (r->depth) snprintf(test + l, sizeof test - (size_t)l, " @ d%d", r->depth);
                 double peak = bw_of(&o, bw, r->threads);
                 if (!r->is_pp) snprintf(gbps, sizeof gbps, "%.1f", wbytes * r->median / 1e9);
-                if (r->frac > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * r->frac);
-                else if (!r->is_pp && peak > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * wbytes * r->median / peak);
+                double df = decode_fraction(r, wbytes, peak);
+                if (df > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * df);
                 double gfl = forward_flops(m, r->n, r->depth) / r->n * r->median / 1e9,
                        fpeak = bw_of(&o, bw + o.n_th, r->threads) / 1e9;
                 char ffrac[16] = "";
