@@ -108,6 +108,7 @@ typedef struct mm_job {
     int n_groups;
     long n_items;
     atomic_long next;
+    const tpool *pool; /* its cancellation (tpool_set_cancel) is polled between chunks */
 } mm_job;
 
 static void mm_worker(void *arg, int ith, int nth)
@@ -116,6 +117,7 @@ static void mm_worker(void *arg, int ith, int nth)
     (void)ith;
     (void)nth;
     for (long i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        if (i > 0 && tpool_cancelled(j->pool)) break; /* a stop: moe_ffn drops out */
         int lo_g = 0, hi_g = j->n_groups - 1; /* the last group whose first item is <= i */
         while (lo_g < hi_g) {
             int mid = (lo_g + hi_g + 1) / 2;
@@ -161,23 +163,21 @@ static mm_group matrix_group(const gguf_tensor *t, const uint8_t *act, size_t ac
     return g;
 }
 
-/* Run the groups' row chunks over the pool in one pass: chunks of about 64 KiB of weights (whole
- * panels) that the threads take in turn from a shared counter (a preempted thread delays the
- * pass by one chunk). */
+/* Run the groups' row chunks over the pool in one pass: chunks of whole panels, about 64 KiB of
+ * weights and at most ~2^26 multiply-adds (op_matmul_chunk_rows), that the threads take in turn
+ * from a shared counter (a preempted thread delays the pass by one chunk), polling a stop between
+ * them (then the outputs are undefined: moe_ffn checks tpool_cancelled and drops out). */
 static void mm_run(mm_group *g, int n_groups, tpool *pool)
 {
     if (!n_groups) return;
     int nth = tpool_size(pool);
     long items = 0;
     for (int i = 0; i < n_groups; i++) {
-        long rows = (long)((65536 + g[i].row_bytes - 1) / g[i].row_bytes);
-        rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
-        if (rows < QUANT_PANEL_ROWS) rows = QUANT_PANEL_ROWS;
-        g[i].chunk_rows = nth == 1 ? (long)g[i].n_out : rows;
+        g[i].chunk_rows = op_matmul_chunk_rows(g[i].row_bytes, g[i].n_in, g[i].n_out, g[i].n_tok, nth, 0);
         g[i].first_item = items;
         items += ((long)g[i].n_out + g[i].chunk_rows - 1) / g[i].chunk_rows;
     }
-    mm_job j = {.g = g, .n_groups = n_groups, .n_items = items};
+    mm_job j = {.g = g, .n_groups = n_groups, .n_items = items, .pool = pool};
     atomic_init(&j.next, 0);
     if (nth == 1) mm_worker(&j, 0, 1);
     else tpool_run_shared(pool, mm_worker, &j);
@@ -450,6 +450,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
         s->groups[ng++] = expert_group(L->up_exps, e, xu + r0 * au, au, n, s->hu + (size_t)s->off[e] * F, (size_t)F);
     }
     mm_run(s->groups, ng, pool);
+    if (tpool_cancelled(pool)) return; /* a stop cut the pass short: the caller drops out */
     FWD_PROF_MARK(FP_MOE_UP);
     /* 5. SwiGLU, then the down inputs */
     const int td = L->down_exps->type;
@@ -473,6 +474,7 @@ void moe_ffn(const moe_config *c, const moe_layer *L, const float *x, int n_toke
                                            s->yd + (size_t)s->off[e] * E, (size_t)E);
     }
     mm_run(s->groups, ng, pool);
+    if (tpool_cancelled(pool)) return;
     FWD_PROF_MARK(FP_MOE_DOWN);
     /* 7. the weighted sum in rank order (+ expert down biases) */
     for (int t = 0; t < n_tokens; t++) {

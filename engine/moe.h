@@ -82,7 +82,9 @@ void moe_scratch_free(moe_scratch *s);
  * ones for every weight type. counts (n_expert entries) is incremented per (token, selected
  * expert), or NULL. Sources: Shazeer et al. 2017 (sparsely-gated MoE), Fedus et al. 2021
  * (Switch), Qwen1.5-MoE / Qwen3 / OLMoE (Muennighoff et al. 2024) reports; llama.cpp's
- * build_moe_ffn for the order of operations. */
+ * build_moe_ffn for the order of operations. A stop set on the pool (tpool_set_cancel) is
+ * polled between the passes' chunks (whole panels, at most ~2^26 multiply-adds each:
+ * op_matmul_chunk_rows); once it says stop, moe_ffn returns early and out is undefined. */
 void moe_ffn(const moe_config *cfg, const moe_layer *L, const float *x, int n_tokens, float *out, moe_scratch *s,
              uint32_t *counts, tpool *pool);
 

@@ -174,8 +174,22 @@ static void matmul_rows(void *arg, int ith, int nth)
     }
 }
 
+long op_matmul_chunk_rows(size_t row_bytes, int64_t n_in, int64_t n_out, int n_tokens, int nth, int split)
+{
+    long rows = (long)((65536 + row_bytes - 1) / row_bytes), by_count = split ? (long)(n_out / (8 * nth)) : 0;
+    rows = nth == 1 ? (long)n_out : rows > by_count ? rows : by_count;
+    /* and at most ~2^26 multiply-adds (a fraction of a millisecond with the SIMD kernels), with one
+     * thread too: a stop (Esc, a client gone) waits for one chunk per thread, and a long prefill's
+     * chunks had been 1-2 G */
+    long by_work = (long)(((int64_t)1 << 26) / (n_in * (n_tokens > 0 ? n_tokens : 1)));
+    if (by_work < rows) rows = by_work;
+    rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
+    if (rows < QUANT_PANEL_ROWS) rows = QUANT_PANEL_ROWS;
+    return rows < n_out ? rows : (long)n_out;
+}
+
 /* The job of w · x (n_tokens rows) into y, act not yet set: row sizes, the packed panels or rows,
- * and the chunks — about 8 per thread, each at least 64 KiB of weights (whole panels for a batch). */
+ * and the chunks (op_matmul_chunk_rows, about 8 per thread). */
 static void matmul_job_init(matmul_job *j, const gguf_tensor *w, const float *x, int n_tokens, float *y, tpool *pool)
 {
     int64_t n_in = w->ne[0], n_out = w->ne[1];
@@ -187,17 +201,7 @@ static void matmul_job_init(matmul_job *j, const gguf_tensor *w, const float *x,
     };
     if (w->packed && quant_pack_size(w->type, n_in, n_out)) j->panels = w->packed;
     else if (w->packed) j->rows = w->packed; /* a plain copy of the rows */
-    int nth = tpool_size(pool);
-    long rows = (long)((65536 + j->w_row_bytes - 1) / j->w_row_bytes), by_count = (long)(n_out / (8 * nth));
-    rows = nth == 1 ? (long)n_out : rows > by_count ? rows : by_count;
-    /* and at most ~2^26 multiply-adds (a fraction of a millisecond with the SIMD kernels), with one
-     * thread too: a stop (Esc, a client gone) waits for one chunk per thread, and a long prefill's
-     * chunks had been 1-2 G */
-    long by_work = (long)(((int64_t)1 << 26) / ((int64_t)n_in * n_tokens));
-    if (by_work < rows) rows = by_work;
-    rows = (rows + QUANT_PANEL_ROWS - 1) / QUANT_PANEL_ROWS * QUANT_PANEL_ROWS;
-    if (rows < QUANT_PANEL_ROWS) rows = QUANT_PANEL_ROWS;
-    j->chunk_rows = rows < n_out ? rows : (long)n_out;
+    j->chunk_rows = op_matmul_chunk_rows(j->w_row_bytes, n_in, n_out, n_tokens, tpool_size(pool), 1);
     j->n_chunks = (n_out + j->chunk_rows - 1) / j->chunk_rows;
 }
 

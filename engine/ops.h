@@ -50,6 +50,15 @@ size_t op_matmul_scratch_size(const gguf_tensor *w, int n_tokens);
  * the pool (engine/kernels: packed panels, F32 / F16 / BF16 through a blocked GEMM). */
 void op_matmul(const gguf_tensor *w, const float *x, int n_tokens, float *y, void *scratch, tpool *pool);
 
+/* Rows per work chunk of a matmul of n_out rows of row_bytes weight bytes and n_in inputs over
+ * n_tokens activation rows, run by nth threads that take chunks from a shared counter and poll a
+ * stop (tpool_cancelled) between them: at least 64 KiB of weights (and, with split, an eighth of
+ * a thread's share; one chunk for the whole matrix with one thread), at most ~2^26 multiply-adds
+ * (n_in · n_tokens per row: a stop waits for a fraction of a millisecond per thread), whole panels
+ * (QUANT_PANEL_ROWS), at most n_out. op_matmul's chunks (split = 1) and the experts' (engine/moe.c,
+ * split = 0: many matrices share one pass). No errors. */
+long op_matmul_chunk_rows(size_t row_bytes, int64_t n_in, int64_t n_out, int n_tokens, int nth, int split);
+
 /* A decode step (1 to OP_MULTI_MAX_TOKENS tokens: one, or one per sequence of a batched step) through
  * up to OP_MULTI_MAX matrices that read the same input in one pool pass: ys[i][t][o] = sum_k
  * ws[i][o][k] * x[t][k] (x is [n_tokens][n_in] f32, every ws[i] has ne[0] = n_in, ys[i] is

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -236,6 +237,11 @@ static void check_type(int type, int variant, int packed)
     /* quantized activations: a tolerance relative to the output's size (Q4: the activations'
      * 8-bit rounding times the weights' 4-bit ones) */
     double tol = type == GGML_TYPE_F32 ? 1e-5 : type == GGML_TYPE_F16 ? 2e-3 : 3e-2;
+    /* batch vs decode: the same kernels' other float order (decode's inner products, the batch's
+     * GEMM) — and with F16, whose activations are rounded to fp16, a last-bit difference in a
+     * gate / up sum can move the fp16 rounding of its SwiGLU value by one step (2^-11 relative),
+     * which the down projection carries: up to ~3e-4 of the output's rms seen at the AVX2 level */
+    double tol_bd = type == GGML_TYPE_F16 ? 1e-3 : 2e-4;
     double worst = 0, worst_bd = 0, se = 0, sr = 0;
     for (int t = 0; t < T; t++) {
         double ref[E], rms = 0;
@@ -256,12 +262,12 @@ static void check_type(int type, int variant, int packed)
         }
     }
     double rel = sqrt(se / sr); /* |y - ref| / |ref| over the batch */
-    if (rel > tol || worst > 5 * tol || worst_bd > 2e-4 || getenv("KVCHAT_TEST_VERBOSE"))
+    if (rel > tol || worst > 5 * tol || worst_bd > tol_bd || getenv("KVCHAT_TEST_VERBOSE"))
         print_message("%s variant %d%s: |d|/|ref| %.2e, worst |d|/rms %.2e (tol %.0e), batch vs decode %.2e\n",
                       quant_traits_of(type)->name, variant, packed ? " packed" : "", rel, worst, tol, worst_bd);
     assert_true(rel <= tol);
     assert_true(worst <= 5 * tol);
-    assert_true(worst_bd <= 2e-4);
+    assert_true(worst_bd <= tol_bd);
     moe_scratch_free(s);
     tpool_free(pool);
     free(x); free(yb); free(yd);
@@ -312,6 +318,77 @@ static void test_ties(void **state)
     moe_scratch_free(s);
     tpool_free(pool);
     fixture_free(&fx);
+}
+
+/* A stop set on the pool (tpool_set_cancel) during the experts' passes. One thread polls in a
+ * fixed order: the router's op_matmul twice (its two pool runs), moe_ffn once after the router,
+ * then once between every two chunks of the gate / up pass and of the down pass, and once after
+ * each pass. A stop at any of those polls ends the pass there, moe_ffn returns at its next check
+ * (that poll or the next) and out is never written; with two threads the other thread stops at
+ * its next poll. Cleared, the same
+ * scratch gives the reference bits again. */
+static atomic_int moe_polls, moe_stop_at;
+static int stop_at_poll(void *ud)
+{
+    (void)ud;
+    int n = atomic_fetch_add(&moe_polls, 1) + 1, at = atomic_load(&moe_stop_at);
+    return at > 0 && n >= at;
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    for (int packed = 0; packed < 2; packed++)
+        for (int nth = 1; nth <= 2; nth++) {
+            fixture fx;
+            fixture_make(&fx, GGML_TYPE_Q8_0, 1);
+            void *bufs[3] = {0};
+            if (packed) pack_all(&fx, bufs);
+            enum { T = 19 };
+            float *x = malloc(sizeof(float) * T * E), *ref = malloc(sizeof(float) * T * E);
+            float *y = malloc(sizeof(float) * T * E);
+            for (int i = 0; i < T * E; i++) x[i] = urand();
+            kv_error err = {0};
+            tpool *pool = tpool_create(nth);
+            moe_scratch *s = moe_scratch_create(&fx.c, E, T, &fx.L, 1, &err);
+            assert_non_null(s);
+            /* a callback that never says stop: the polls of a whole call */
+            atomic_store(&moe_polls, 0);
+            atomic_store(&moe_stop_at, 0);
+            tpool_set_cancel(pool, stop_at_poll, NULL);
+            moe_ffn(&fx.c, &fx.L, x, T, ref, s, NULL, pool);
+            int total = atomic_load(&moe_polls);
+            /* the shared expert's gate and up, each chosen expert's gate and up (one chunk
+             * each here), then the down matrices: every chunk after the first of a pass polls,
+             * and moe_ffn after each pass */
+            int used = 0;
+            for (int e = 0; e < X; e++) {
+                int hit = 0;
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < fx.c.n_expert_used; j++) hit |= moe_last_selected(s, t)[j] == e;
+                used += hit;
+            }
+            if (nth == 1) assert_int_equal(total, 3 + (2 + 2 * used - 1) + 1 + (1 + used - 1) + 1);
+            else assert_true(total >= 3 + (2 + 2 * used - 1) + 1 + (1 + used - 1) + 1);
+            for (int at = nth == 1 ? 4 : 6; at <= (nth == 1 ? total : 8); at++) {
+                for (int i = 0; i < T * E; i++) y[i] = NAN;
+                atomic_store(&moe_polls, 0);
+                atomic_store(&moe_stop_at, at);
+                moe_ffn(&fx.c, &fx.L, x, T, y, s, NULL, pool);
+                assert_true(tpool_cancelled(pool));
+                int polls = atomic_load(&moe_polls) - 1; /* less the check just above */
+                assert_true(polls >= at && polls <= at + nth);
+                for (int i = 0; i < T * E; i++) assert_true(isnan(y[i]));
+            }
+            tpool_set_cancel(pool, NULL, NULL);
+            moe_ffn(&fx.c, &fx.L, x, T, y, s, NULL, pool);
+            assert_memory_equal(ref, y, sizeof(float) * T * E);
+            moe_scratch_free(s);
+            tpool_free(pool);
+            free(x); free(ref); free(y);
+            for (int i = 0; i < 3; i++) free(bufs[i]);
+            fixture_free(&fx);
+        }
 }
 
 /* op_weights_pack on the real Qwen3-30B-A3B expert tensor shape (Q4_0 [2048, 768, 128]): every
@@ -561,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_vs_reference),
         cmocka_unit_test(test_packed),
         cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_pack_experts),
     };
     const struct CMUnitTest once[] = {

@@ -335,6 +335,32 @@ static void test_matmul_cancel(void **state) {
     free(scratch); free(x); free(ref); free(y); free(wf); free(data);
 }
 
+/* op_matmul_chunk_rows: whole panels; at least 64 KiB of weights, an eighth of a thread's share
+ * with split, at most ~2^26 multiply-adds — with one thread too, which otherwise takes the matrix
+ * whole — and never more rows than the matrix has. */
+static void test_chunk_rows(void **state) {
+    (void)state;
+    /* a decode step of TinyLlama's gate (Q4_0 2048 -> 5632, 1,152 B rows), 2 threads: 5632 / 16 */
+    assert_int_equal(op_matmul_chunk_rows(1152, 2048, 5632, 1, 2, 1), 352);
+    /* the experts' passes (split 0): 64 KiB of rows, 57 -> whole panels, 64 */
+    assert_int_equal(op_matmul_chunk_rows(1152, 2048, 768, 1, 2, 0), 64);
+    /* one thread, decode: the whole matrix in one chunk (2048 · 5632 < 2^26) */
+    assert_int_equal(op_matmul_chunk_rows(1152, 2048, 5632, 1, 1, 1), 5632);
+    /* one thread, a 512-token prefill of a Qwen3-30B-A3B expert: 2^26 / (2048 · 512) = 64 rows */
+    assert_int_equal(op_matmul_chunk_rows(1152, 2048, 768, 512, 1, 0), 64);
+    assert_int_equal(op_matmul_chunk_rows(1152, 2048, 5632, 512, 2, 1), 64);
+    /* a very wide prefill: never below one panel */
+    assert_int_equal(op_matmul_chunk_rows(1152, 16384, 5632, 8192, 1, 1), QUANT_PANEL_ROWS);
+    /* a matrix smaller than a panel: its rows */
+    assert_int_equal(op_matmul_chunk_rows(1024, 256, 6, 19, 2, 0), 6);
+    for (int nth = 1; nth <= 4; nth++)
+        for (int t = 1; t <= 1024; t *= 4) {
+            long r = op_matmul_chunk_rows(1152, 2048, 5632, t, nth, 1);
+            assert_true(r % QUANT_PANEL_ROWS == 0 && r >= QUANT_PANEL_ROWS && r <= 5632);
+            assert_true((int64_t)(r - QUANT_PANEL_ROWS) * 2048 * t < ((int64_t)1 << 26));
+        }
+}
+
 /* kvchat gen-model: a tiny model of each type is written, loads (weights packed for the kernels),
  * has the type mix asked for, and runs a prefill and decode steps to finite logits. */
 /* op_swiglu_pool splits the values among threads: bit for bit op_swiglu's result, for sizes that
@@ -489,6 +515,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_threads),
         cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_cancel),
+        cmocka_unit_test(test_chunk_rows),
         cmocka_unit_test(test_gen_model),
         cmocka_unit_test(test_pool_slow_worker),
         cmocka_unit_test(test_pool_shared),
