@@ -85,13 +85,7 @@ void op_rope_shift(float *vec, int n_head, int head_dim, int n_rot, int delta, f
 
 void op_softmax(float *x, int n) { kern_softmax(x, n); }
 
-void op_swiglu(float *gate, const float *up, int n)
-{
-    for (int i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
-}
+void op_swiglu(float *gate, const float *up, int n) { kern_swiglu(gate, up, n); }
 
 typedef struct swiglu_job {
     float *gate;

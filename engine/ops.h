@@ -33,7 +33,7 @@ void op_rope_shift(float *vec, int n_head, int head_dim, int n_rot, int delta, f
 /* Numerically stable softmax in place over n floats. */
 void op_softmax(float *x, int n);
 
-/* SwiGLU (Shazeer 2020): gate[i] = silu(gate[i]) * up[i], n elements. */
+/* SwiGLU (Shazeer 2020): gate[i] = silu(gate[i]) * up[i], n elements (kern_swiglu: the level's kernel). */
 void op_swiglu(float *gate, const float *up, int n);
 /* op_swiglu over n values split among the pool's threads (a batched step's n_tokens·n_ff values,
  * or one token's n_ff): the same result as op_swiglu, element by element. pool NULL: inline. */

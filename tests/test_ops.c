@@ -16,6 +16,7 @@
 
 #include "app/tools.h"
 #include "engine/model.h"
+#include "engine/kernels/kernels.h"
 #include "engine/ops.h"
 #include "engine/kernels/quant.h"
 #include "engine/kernels/threadpool.h"
@@ -390,6 +391,50 @@ static void test_swiglu_pool(void **state) {
     tpool_free(pool);
 }
 
+/* kern_swiglu at this level against silu(g)·u in double: within 1e-6 relative (~17 ulp; a wrong
+ * coefficient or range reduction is off by 1e-4 or more) or 1e-30 absolute (g below -87, where
+ * the SIMD levels clamp e^-g and expf overflows: both give ~0); NaN in gives NaN out; and each
+ * element's bits do not depend on where a call's slice starts or ends (a batch's pool split vs a
+ * decode step's chunks). */
+static void test_swiglu_kernel(void **state) {
+    (void)state;
+    enum { N = 4099 };
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    float *y2 = malloc(sizeof(float) * N);
+    assert_true(g && u && y && y2);
+    for (int i = 0; i < N; i++) {
+        /* a sweep of [-120, 120] densest near 0, then random values of every size */
+        double t = (double)i / (N - 1) * 2.0 - 1.0;
+        g[i] = i < N / 2 ? (float)(120.0 * t * t * t) : rng_gauss() * (float)pow(10.0, (double)(i % 9) - 5.0);
+        u[i] = rng_gauss();
+    }
+    g[7] = 0.0f, g[8] = -0.0f, g[9] = 1e-40f, g[10] = -1e-40f, g[11] = 87.5f, g[12] = -87.5f, g[13] = -88.5f;
+    memcpy(y, g, sizeof(float) * N);
+    kern_swiglu(y, u, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double gd = g[i], want = gd / (1.0 + exp(-gd)) * u[i], d = fabs(y[i] - want);
+        if (d > 1e-30) {
+            double rel = d / fabs(want);
+            worst = rel > worst ? rel : worst;
+            if (rel > 1e-6) print_message("g %.9g u %.9g: %.9g, want %.9g\n", g[i], u[i], y[i], want);
+            assert_true(rel <= 1e-6);
+        }
+    }
+    if (getenv("KVCHAT_TEST_VERBOSE")) print_message("swiglu @%s: worst relative error %.2e\n", kern_isa_name(kern()->isa), worst);
+    /* slices of every length 1..13 from every start: the same bits */
+    for (int len = 1; len <= 13; len++)
+        for (int i0 = 0; i0 < 64; i0 += len) {
+            memcpy(y2 + i0, g + i0, sizeof(float) * (size_t)len);
+            kern_swiglu(y2 + i0, u + i0, len);
+            assert_memory_equal(y + i0, y2 + i0, sizeof(float) * (size_t)len);
+        }
+    float gn[3] = {NAN, 1.0f, NAN}, un[3] = {1.0f, NAN, 2.0f};
+    kern_swiglu(gn, un, 3);
+    assert_true(isnan(gn[0]) && isnan(gn[1]) && isnan(gn[2]));
+    free(g), free(u), free(y), free(y2);
+}
+
 static void test_gen_model(void **state) {
     (void)state;
     static const char *types[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m"};
@@ -516,6 +561,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_cancel),
         cmocka_unit_test(test_chunk_rows),
+        cmocka_unit_test(test_swiglu_kernel),
         cmocka_unit_test(test_gen_model),
         cmocka_unit_test(test_pool_slow_worker),
         cmocka_unit_test(test_pool_shared),

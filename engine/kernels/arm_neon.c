@@ -708,6 +708,43 @@ static void i8mm_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t
 
 /* ---- the level's table entries ------------------------------------------------------------- */
 
+/* ---- SwiGLU (kern_swiglu): the AVX2 level's algorithm (x86_avx2.c exp_ps), 4 lanes ---------- */
+static inline float32x4_t neon_exp(float32x4_t x)
+{
+    x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.0f)), vdupq_n_f32(88.0f));
+    float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+    float32x4_t y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+    int32x4_t e = vshlq_n_s32(vcvtq_s32_f32(n), 23);
+    return vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(y), e));
+}
+
+static inline float32x4_t neon_swiglu4(float32x4_t g, float32x4_t u)
+{
+    float32x4_t e = neon_exp(vnegq_f32(g));
+    return vmulq_f32(vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), e)), u);
+}
+
+static void neon_swiglu(float *gate, const float *up, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(gate + i, neon_swiglu4(vld1q_f32(gate + i), vld1q_f32(up + i)));
+    if (i < n) { /* the tail through the same vector code, on a padded copy */
+        float g[4] = {0}, u[4] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        vst1q_f32(g, neon_swiglu4(vld1q_f32(g), vld1q_f32(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 void FILL_FN(kern_ops *o)
 {
     /* keep what this level replaces (never ourselves, should the same table be filled twice) */
@@ -721,6 +758,7 @@ void FILL_FN(kern_ops *o)
     o->dequantize_row = neon_dequantize_row;
     o->fp16_to_fp32_row = neon_fp16_to_fp32_row;
     o->fp32_to_fp16_row = neon_fp32_to_fp16_row;
+    o->swiglu = neon_swiglu;
 #if defined(KERN_I8MM)
     /* gemm reads the portable group's activation layout (no packing), so the other six matmul
      * entries stay the portable ones */

@@ -71,6 +71,8 @@ typedef struct kern_ops {
      * [t0, t1) (rows i = (t - t0)·G + h, G = n_head / n_head_kv); S is scratch [rows][ldS] with
      * ldS >= pos0 + t1 rounded up to 16, KT 64-byte aligned scratch of (hd + 15)·16 floats. */
     void (*attn_tile)(const kern_attn *a, int g, int t0, int t1, float *S, int ldS, float *KT);
+    /* SwiGLU: gate[i] = silu(gate[i]) · up[i] (kern_swiglu) */
+    void (*swiglu)(float *gate, const float *up, int64_t n);
 } kern_ops;
 
 /* The kernels in use: the best level the CPU has, or the level KVCHAT_ISA names (portable, avx2,
@@ -99,6 +101,16 @@ const char *kern_warning(void);
 /* Numerically stable softmax in place over n floats: x - max, expf, the sum in double, times its
  * reciprocal (the order op_attention's kernels and the reference share). */
 void kern_softmax(float *x, int n);
+
+/* SwiGLU in place (Shazeer 2020, "GLU Variants Improve Transformer"): gate[i] = gate[i] /
+ * (1 + e^-gate[i]) · up[i] for i < n, through the level's kernel. The portable level computes
+ * e^x with the C library's expf; the SIMD levels (AVX2, inherited by AVX-VNNI and AVX-512; NEON)
+ * with the same vector algorithm — x = n·ln 2 + r, |r| <= ln 2 / 2, e^r by the degree-7
+ * polynomial of Cephes' expf (S. L. Moshier, Cephes Math Library), times 2^n — within a few ulp
+ * of expf, the same bits for an element wherever it falls in the array (a tail shorter than a
+ * vector runs the vector code on a padded copy), so a batch and a decode step agree. NaN stays
+ * NaN. No errors. */
+void kern_swiglu(float *gate, const float *up, int64_t n);
 
 /* Fill functions, one per source file and level (each a no-op in a build for another
  * architecture): they override the entries of *o that the file implements. */

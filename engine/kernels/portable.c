@@ -23,6 +23,15 @@ static void p_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) dst[i] = fp32_to_fp16(src[i]);
 }
 
+/* The reference SwiGLU: silu(g) = g / (1 + expf(-g)), times up. */
+static void p_swiglu(float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
 /* Matmul group without packing: the activation is the vec_dot_type row of quant_quantize_row
  * (F32 as is), and the rows go through the level's vec_dot_rows, which kern() names at the time
  * of the call (so a level that overrides only the dot products still speeds these up). */
@@ -133,4 +142,5 @@ void kern_fill_portable(kern_ops *o)
     o->pack = p_pack;
     o->gemm_packed = p_gemm_packed;
     o->attn_tile = p_attn_tile;
+    o->swiglu = p_swiglu;
 }

@@ -969,6 +969,47 @@ static void x_vec_dot_rows(int type, int64_t n, int64_t nrows, const void *w, si
     for (; r < nrows; r++) out[r] = x_vec_dot(type, n, wb + (size_t)r * row_stride, x_act);
 }
 
+/* ---- SwiGLU (kern_swiglu) ------------------------------------------------------------------ */
+
+/* e^x for x in [-87, 88] (clamped there; silu needs no more: 1 + e^-87 rounds to 1, and
+ * g / (1 + e^88) is below 2^-120 for the g that reach it): x = n·ln 2 + r with ln 2 in two parts
+ * (Cody-Waite), e^r = 1 + r + r²·P(r) with Cephes expf's coefficients, then 2^n added to the
+ * exponent bits. */
+static inline __m256 exp_ps(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), e));
+}
+
+static inline __m256 swiglu8(__m256 g, __m256 u) {
+    __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static void x_swiglu(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) { /* the tail through the same vector code, on a padded copy */
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(g, swiglu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 #endif /* QUANT_X86 */
 
 #if defined(KERN_VNNI) /* the wrapper x86_avxvnni.c; also names the no-op on other architectures */
@@ -986,6 +1027,7 @@ void FILL_NAME(kern_ops *o) {
     o->fp16_to_fp32_row = cvt_f16_f32;
     o->fp32_to_fp16_row = cvt_f32_f16;
     o->attn_tile = x_attn_tile;
+    o->swiglu = x_swiglu;
 #else
     (void)o;
 #endif
