@@ -20,10 +20,21 @@
 
 void op_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    /* the squares (exact in double) summed in four interleaved partial sums: one serial chain of
+     * n double adds took 4 cycles per element (n_embd 896-2048: 1-2.5 us per norm, 3% of a small
+     * model's prefill) */
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)x[i] * x[i];
+        s1 += (double)x[i + 1] * x[i + 1];
+        s2 += (double)x[i + 2] * x[i + 2];
+        s3 += (double)x[i + 3] * x[i + 3];
+    }
+    for (; i < n; i++) s0 += (double)x[i] * x[i];
+    double ss = (s0 + s1) + (s2 + s3);
     float scale = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+    for (i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
 void op_rope_cache(float *cs, int pos, int n_rot, float freq_base, const float *freq_factors)
