@@ -325,8 +325,7 @@ static void test_ties(void **state)
  * then once between every two chunks of the gate / up pass and of the down pass, and once after
  * each pass. A stop at any of those polls ends the pass there, moe_ffn returns at its next check
  * (that poll or the next) and out is never written; with two threads the other thread stops at
- * its next poll. Cleared, the same
- * scratch gives the reference bits again. */
+ * its next poll. Cleared, the same scratch gives the reference bits again. */
 static atomic_int moe_polls, moe_stop_at;
 static int stop_at_poll(void *ud)
 {

@@ -206,9 +206,9 @@ void quant_dequantize_row(int type, const void *src, float *dst, int64_t n)
 
 void quant_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) { kern()->fp16_to_fp32_row(src, dst, n); }
 
-void kern_swiglu(float *gate, const float *up, int64_t n) { kern()->swiglu(gate, up, n); }
-
 void quant_fp32_to_fp16_row(const float *src, uint16_t *dst, int64_t n) { kern()->fp32_to_fp16_row(src, dst, n); }
+
+void kern_swiglu(float *gate, const float *up, int64_t n) { kern()->swiglu(gate, up, n); }
 
 size_t quant_act_row_size(int wtype, int64_t n) { return kern()->act_row_size(wtype, n); }
 
