@@ -17,8 +17,9 @@
 # BENCH_STORIES (1: also stories260K on 1 thread, pp128 / tg256), BENCH_LLAMA (1: run llama.cpp),
 # BENCH_LAYERS (the shapes' own layer count; N: gen-model --layers N, files named SHAPE-TYPE-NL.gguf —
 # e.g. BENCH_SHAPES=qwen3-30b-a3b BENCH_LAYERS=8 for the MoE shape with its real experts),
-# BENCH_LOAD (1: a `load` row per model: wall and CPU time of `kvchat -m F -p Hello -n 1` against
-# llama.cpp's llama-simple on the same file, from a warm page cache; BENCH_LLAMA_SIMPLE names it).
+# BENCH_LOAD (1: a `load` row per model: wall and CPU time and peak resident memory of
+# `kvchat -m F -p Hello -n 1` against llama.cpp's llama-simple on the same file, from a warm page
+# cache; BENCH_LLAMA_SIMPLE names it).
 set -eu
 KVCHAT=${KVCHAT:-./kvchat}
 SHARED=${SHARED:-../shared}
@@ -99,22 +100,22 @@ run_model() { # label model threads pp-list tg depth-list
   done
 }
 
-# Load to first token, one round: "load kvchat_ms llama_ms kvchat_cpu_ms llama_cpu_ms" appended to
-# $TMP/$label.load (CPU = user + sys, "-" without GNU time).
-timed() { # command... → "wall_ms cpu_ms"
+# Load to first token, one round: "load kvchat_ms llama_ms kvchat_cpu_ms llama_cpu_ms kvchat_rss_mib
+# llama_rss_mib" appended to $TMP/$label.load (CPU = user + sys and the peak RSS: "-" without GNU time).
+timed() { # command... → "wall_ms cpu_ms rss_mib"
   if [ -x /usr/bin/time ]; then
-    /usr/bin/time -f '%e %U %S' -o "$TMP/time" "$@" >/dev/null 2>&1 || true
-    awk '{ printf "%.0f %.0f\n", $1 * 1000, ($2 + $3) * 1000 }' "$TMP/time"
+    /usr/bin/time -f '%e %U %S %M' -o "$TMP/time" "$@" >/dev/null 2>&1 || true
+    awk '{ printf "%.0f %.0f %.0f\n", $1 * 1000, ($2 + $3) * 1000, $4 / 1024 }' "$TMP/time"
   else
     t0=$(date +%s%N); "$@" >/dev/null 2>&1 || true; t1=$(date +%s%N)
-    echo "$(( (t1 - t0) / 1000000 )) -"
+    echo "$(( (t1 - t0) / 1000000 )) - -"
   fi
 }
 load_round() { # label model
   o=$(timed "$KVCHAT" -m "$2" -t "$TH" -p Hello -n 1)
-  l="- -"
+  l="- - -"
   [ "$LLAMA" = 1 ] && [ -x "${LS:-}" ] && l=$(timed "$LS" -m "$2" -n 1 Hello)
-  echo "$o $l" | awk '{ print "load", $1, $3, $2, $4 }' >> "$TMP/$1.load"
+  echo "$o $l" | awk '{ print "load", $1, $4, $2, $5, $3, $6 }' >> "$TMP/$1.load"
 }
 load_summary() { # label
   f="$TMP/$1.load"
@@ -124,6 +125,11 @@ load_summary() { # label
   kc=$(awk '$4 != "-" { print $4 }' "$f" | median); lc=$(awk '$5 != "-" { print $5 }' "$f" | median)
   met=$(echo "$r" | awk '$1 == "-" { print "?"; exit } { print ($1 >= 1.0 ? "yes" : "NO") }')
   printf '| %s | load ms (-p Hello -n 1) | %s | %s | %s | >= 1.0 | %s | CPU ms %s vs %s |\n' "$1" "$k" "$l" "$r" "$met" "$kc" "$lc"
+  # peak resident memory of the same runs; ratio llama.cpp / kvchat (>= 1: no more memory)
+  km=$(awk '$6 != "" && $6 != "-" { print $6 }' "$f" | median); lm=$(awk '$7 != "" && $7 != "-" { print $7 }' "$f" | median)
+  rm_=$(awk '$6 != "" && $6 != "-" && $7 != "-" && $6 > 0 { print $7 / $6 }' "$f" | median)
+  mm=$(echo "$rm_" | awk '$1 == "-" { print "?"; exit } { print ($1 >= 1.0 ? "yes" : "NO") }')
+  [ "$km" = "-" ] || printf '| %s | peak RSS MiB (same runs) | %s | %s | %s | >= 1.0 | %s | |\n' "$1" "$km" "$lm" "$rm_" "$mm"
 }
 
 summary() { # label target_pp target_tg target_depth
@@ -169,7 +175,8 @@ echo "targets from the portable-speed issue. Decode bandwidth = weight bytes per
 echo "read bandwidth kvchat bench measured here with the same threads; prefill GFLOP/s = the forward pass's"
 echo "floating-point operations per token x t/s, and its share of the FP32 FMA peak kvchat bench measured likewise."
 echo "load = wall time of the one-shot \`kvchat -m F -p Hello -n 1\` vs llama-simple (warm page cache); its ratio is"
-echo "llama.cpp ms / kvchat ms (>= 1 = no slower), beside the CPU time (user + sys) of each."
+echo "llama.cpp ms / kvchat ms (>= 1 = no slower), beside the CPU time (user + sys) of each; peak RSS = the same runs'"
+echo "largest resident set (GNU time's %M), its ratio llama.cpp / kvchat (>= 1 = no more memory)."
 echo
 echo "| model | test | kvchat t/s | llama.cpp t/s | ratio | target | met | kvchat decode BW / prefill FLOP/s |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
