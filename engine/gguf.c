@@ -269,6 +269,30 @@ static int cmp_tensor_offset(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* The file mapped read-only at an address aligned to 2 MiB, with MADV_HUGEPAGE: where the page
+ * cache holds a file in 2 MiB folios (ext4 / XFS on recent kernels) the mapping then takes them
+ * as 2 MiB pages — far fewer page faults on the first pass over weights read in place, and fewer
+ * TLB misses after. Elsewhere the advice changes nothing. MAP_FAILED as mmap. */
+static void *map_file(int fd, size_t size)
+{
+    const size_t huge = (size_t)2 << 20;
+    uint8_t *r = size > huge ? mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (r == MAP_FAILED) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    uint8_t *a = (uint8_t *)(((uintptr_t)r + huge - 1) & ~(uintptr_t)(huge - 1));
+    void *m = mmap(a, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+    if (m == MAP_FAILED) {
+        munmap(r, size + huge);
+        return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    }
+    /* the reservation's slack before and after the mapping */
+    if (a > r) munmap(r, (size_t)(a - r));
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *t = (uint8_t *)(((uintptr_t)(a + size) + page - 1) & ~(uintptr_t)(page - 1));
+    if (t < r + size + huge) munmap(t, (size_t)(r + size + huge - t));
+    madvise(m, size, MADV_HUGEPAGE);
+    return m;
+}
+
 /* Two tensors whose byte ranges [offset, offset + nbytes) share a byte: the file lies about
  * one of them (writing one would change the other). O(n log n) by sorting on the offset. */
 static int check_overlaps(const gguf_file *f, kv_error *err)
@@ -325,7 +349,7 @@ int gguf_open(const char *path, gguf_file **out, kv_error *err)
         close(fd);
         goto fail;
     }
-    void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = map_file(fd, (size_t)f->size);
     close(fd);
     if (m == MAP_FAILED) {
         rc = kv_error_set(err, KV_ERR_IO, "%s: cannot mmap: %s", path, strerror(errno));
