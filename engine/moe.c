@@ -76,12 +76,13 @@ gguf_tensor moe_expert_view(const gguf_tensor *t, int e)
     v.nbytes = slice;
     v.data = (const uint8_t *)t->data + (size_t)e * slice;
     v.packed = NULL;
-    if (t->packed) {
+    const void *pk = op_weights_of(t);
+    if (pk) {
         /* op_weights_pack packs a 3-D tensor as one matrix of ne1 * ne2 rows only when ne1 is a
          * multiple of the panel height, so expert e's panels start at e panels-of-ne1-rows */
         if (quant_pack_size(t->type, t->ne[0], t->ne[1] * t->ne[2]))
-            v.packed = (const uint8_t *)t->packed + (size_t)e * quant_pack_size(t->type, t->ne[0], t->ne[1]);
-        else v.packed = (const uint8_t *)t->packed + (size_t)e * slice;
+            v.packed = (const uint8_t *)pk + (size_t)e * quant_pack_size(t->type, t->ne[0], t->ne[1]);
+        else v.packed = (const uint8_t *)pk + (size_t)e * slice;
     }
     return v;
 }
@@ -158,8 +159,9 @@ static mm_group matrix_group(const gguf_tensor *t, const uint8_t *act, size_t ac
     mm_group g = {.type = t->type, .n_in = t->ne[0], .n_out = t->ne[1], .rows = t->data,
                   .row_bytes = quant_row_size(t->type, t->ne[0]), .act = act, .act_stride = act_stride,
                   .n_tok = n_tok, .y = y, .y_stride = y_stride};
-    if (t->packed && quant_pack_size(t->type, t->ne[0], t->ne[1])) g.panels = t->packed;
-    else if (t->packed) g.rows = t->packed;
+    const void *pk = op_weights_of(t);
+    if (pk && quant_pack_size(t->type, t->ne[0], t->ne[1])) g.panels = pk;
+    else if (pk) g.rows = pk;
     return g;
 }
 

@@ -121,12 +121,23 @@ int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err);
 void op_weights_free(gguf_file *f, void *arena);
 
+/* The matrices op_weights_pack copies as they are (F16 / BF16 / F32, and types without panels at
+ * this kernel level) are copied after it returns, by a thread of their own (KVCHAT_COPY_LATER=0:
+ * during the load, as before): until a matrix's copy is complete its rows are read in the file
+ * mapping — the same bytes through the same kernels, so the results do not change — and the first
+ * token does not wait for the fresh memory of the copies to be faulted in. op_weights_of(w) is
+ * w->packed read for that (an atomic acquire load): the packed panels or the complete copy of w,
+ * or NULL while w is still read in the mapping. op_weights_settle finishes the copies on the
+ * calling thread as well; op_weights_free stops them after the 8 MiB chunks in flight. */
+const void *op_weights_of(const gguf_tensor *w);
+
 /* Huge pages for the arena of op_weights_pack: by default (KVCHAT_HUGEPAGES unset or 1) the load
  * faults 2 MiB transparent huge pages (MADV_HUGEPAGE; decode takes fewer TLB misses, the zeroing of
  * fresh huge pages lies on the load's critical path). KVCHAT_HUGEPAGES=after faults 4 KiB pages,
  * then collapses the arena onto 2 MiB pages (MADV_COLLAPSE, Linux >= 6.1) on a nice-19 thread;
  * op_weights_settle collapses what is left now, on the calling thread, and returns when the arena
- * is done (kvchat bench, before it times anything; a no-op otherwise). 0 never asks for them. */
+ * is done (kvchat bench, before it times anything; a no-op otherwise). 0 never asks for them.
+ * op_weights_settle also completes the copies described above first. */
 void op_weights_settle(void *arena);
 
 /* Copy row `row` of a 2-D tensor (any supported type) into dst as f32 (ne[0] floats). */

@@ -7,6 +7,7 @@
 #include "engine/fwd_prof.h"
 #include "engine/kernels/quant.h"
 #include "engine/model.h"
+#include "engine/ops.h"
 #include "tests/support/testutil.h"
 
 static double cpu_ms(void)
@@ -30,6 +31,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
+    op_weights_settle(m->packed); /* every copy complete, on the pages decode reads */
     enum { MAXS = 8 };
     int n_ctx = depth + steps + 16;
     tpool *pool = tpool_create(nt);

@@ -34,6 +34,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
+    op_weights_settle(m->packed); /* every copy complete, on the pages decode reads */
     tpool *pool = tpool_create(nt);
     const model_hparams *hp = &m->hp;
     /* the matrices of one decoded token, in the order the pass reads them */

@@ -15,6 +15,7 @@
 
 #include "app/tools.h"
 #include "engine/gguf_writer.h"
+#include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "engine/kernels/quant.h"
@@ -651,6 +652,69 @@ static void test_pack_pread(void **state)
     unlink(p);
 }
 
+/* Logits of the last of 8 prompt tokens and of one decoded token after them (the batch GEMM and
+ * the single-token path), 2 threads; out holds 2 · n_vocab floats. */
+static void logits_of(const model *m, float *out)
+{
+    kv_error err = {0};
+    tpool *pool = tpool_create(2);
+    forward_ctx *fc = forward_ctx_create(m, 8, 32, &err);
+    kv_cache_params kp = {.n_layer = m->hp.n_layer, .n_embd_kv = m->hp.n_embd_kv, .n_ctx = 32,
+                          .type = GGML_TYPE_F16, .n_blocks = 32 / KV_BLOCK_SIZE + 2};
+    kv_cache *kv = kv_cache_create_ex(&kp, &err);
+    assert_non_null(pool);
+    assert_non_null(fc);
+    assert_non_null(kv);
+    int32_t toks[9];
+    for (int i = 0; i < 9; i++) toks[i] = 1 + (i * 37) % (m->hp.n_vocab - 1);
+    if (model_forward_seq(m, fc, kv, KV_SEQ_DEFAULT, pool, toks, 8, out, 0, &err) ||
+        model_forward_seq(m, fc, kv, KV_SEQ_DEFAULT, pool, toks + 8, 1, out + m->hp.n_vocab, 0, &err))
+        fail_msg("%s", err.msg);
+    kv_cache_free(kv);
+    forward_ctx_free(fc);
+    tpool_free(pool);
+}
+
+/* The plain copies (F16 matrices of 2 MiB here) are made after the load by a thread of their own:
+ * passes right after the load, reading the matrices in the mapping while they are being copied,
+ * give the same logits bit for bit as passes after op_weights_settle and as passes on a model whose
+ * copies were made during the load (KVCHAT_COPY_LATER=0); after the settle every copy is complete
+ * and equals its rows; a model freed while its copies run stops them (ASan: no leak, nothing used
+ * after it is freed). */
+static void test_copy_later(void **state)
+{
+    (void)state;
+    gen_model_opts o = {.n_layer = 3, .n_vocab = 1003, .n_ff = 4096, .seed = 7};
+    const char *p = tu_tmp_path("copy.gguf");
+    kv_error err = {0};
+    if (gen_model_write_ex(p, "tiny", "f16", &o, &err)) fail_msg("%s", err.msg);
+    setenv("KVCHAT_COPY_LATER", "0", 1);
+    model *m0 = load_ok(p);
+    unsetenv("KVCHAT_COPY_LATER");
+    /* copied during the load: all there already (gate, up, down of 3 layers) */
+    assert_true(check_packed(m0->gguf) >= 9);
+    const int nv = m0->hp.n_vocab;
+    float *want = malloc(sizeof(float) * 2 * (size_t)nv), *got = malloc(sizeof(float) * 2 * (size_t)nv);
+    assert_non_null(want);
+    assert_non_null(got);
+    logits_of(m0, want);
+    model_free(m0);
+    for (int round = 0; round < 3; round++) {
+        model *m = load_ok(p);
+        logits_of(m, got); /* at once: whatever part is copied by now */
+        if (memcmp(got, want, sizeof(float) * 2 * (size_t)nv)) fail_msg("round %d: logits during the copy differ", round);
+        op_weights_settle(m->packed);
+        assert_true(check_packed(m->gguf) >= 9);
+        logits_of(m, got);
+        if (memcmp(got, want, sizeof(float) * 2 * (size_t)nv)) fail_msg("round %d: logits after the copy differ", round);
+        model_free(m);
+        model_free(load_ok(p)); /* freed while its copies run */
+    }
+    free(want);
+    free(got);
+    unlink(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_q8_0_fixture),
         cmocka_unit_test(test_byte_flips),
         cmocka_unit_test(test_pack_pread),
+        cmocka_unit_test(test_copy_later),
     };
     return cmocka_run_group_tests(tests, group_setup, tu_tmpdir_teardown);
 }
