@@ -131,8 +131,12 @@ AI __m256i ld_i8x8(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi
  * kernel, in cache, one thread, ran 9% / 14% faster without them):
  * pair_u8(p) = (p[r], p[r]) and pair2_u8(p) = (p[r], p[8 + r]), unsigned; the _i8 forms
  * sign-extend (each byte into the high half, then an arithmetic shift right by 8). */
-#define PAIR_SH(a, b) a, -1, b, -1
-#define PAIR_SH_HI(a, b) -1, a, -1, b
+/* The shuffle mask of those pairs: dword r takes byte r and byte r + h (h = 0 or 8), each into
+ * the low (S = PAIR_LO) or the high (PAIR_HI) byte of its int16, the other byte zeroed. */
+#define PAIR_LO(a, b) a, -1, b, -1
+#define PAIR_HI(a, b) -1, a, -1, b
+#define PAIR_MASK(S, h) _mm256_setr_epi8(S(0, h), S(1, 1 + h), S(2, 2 + h), S(3, 3 + h), S(4, 4 + h), S(5, 5 + h), \
+                                         S(6, 6 + h), S(7, 7 + h))
 AI __m256i bcast8(const uint8_t *p)
 {
     int64_t v;
@@ -140,32 +144,10 @@ AI __m256i bcast8(const uint8_t *p)
     return _mm256_set1_epi64x(v);
 }
 AI __m256i bcast16(const uint8_t *p) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)); }
-AI __m256i pair_u8(const uint8_t *p)
-{
-    return _mm256_shuffle_epi8(bcast8(p), _mm256_setr_epi8(PAIR_SH(0, 0), PAIR_SH(1, 1), PAIR_SH(2, 2), PAIR_SH(3, 3),
-                                                           PAIR_SH(4, 4), PAIR_SH(5, 5), PAIR_SH(6, 6), PAIR_SH(7, 7)));
-}
-AI __m256i pair_i8(const uint8_t *p)
-{
-    return _mm256_srai_epi16(
-        _mm256_shuffle_epi8(bcast8(p), _mm256_setr_epi8(PAIR_SH_HI(0, 0), PAIR_SH_HI(1, 1), PAIR_SH_HI(2, 2),
-                                                        PAIR_SH_HI(3, 3), PAIR_SH_HI(4, 4), PAIR_SH_HI(5, 5),
-                                                        PAIR_SH_HI(6, 6), PAIR_SH_HI(7, 7))),
-        8);
-}
-AI __m256i pair2_u8(const uint8_t *p)
-{
-    return _mm256_shuffle_epi8(bcast16(p), _mm256_setr_epi8(PAIR_SH(0, 8), PAIR_SH(1, 9), PAIR_SH(2, 10), PAIR_SH(3, 11),
-                                                            PAIR_SH(4, 12), PAIR_SH(5, 13), PAIR_SH(6, 14), PAIR_SH(7, 15)));
-}
-AI __m256i pair2_i8(const uint8_t *p)
-{
-    return _mm256_srai_epi16(
-        _mm256_shuffle_epi8(bcast16(p), _mm256_setr_epi8(PAIR_SH_HI(0, 8), PAIR_SH_HI(1, 9), PAIR_SH_HI(2, 10),
-                                                         PAIR_SH_HI(3, 11), PAIR_SH_HI(4, 12), PAIR_SH_HI(5, 13),
-                                                         PAIR_SH_HI(6, 14), PAIR_SH_HI(7, 15))),
-        8);
-}
+AI __m256i pair_u8(const uint8_t *p) { return _mm256_shuffle_epi8(bcast8(p), PAIR_MASK(PAIR_LO, 0)); }
+AI __m256i pair_i8(const uint8_t *p) { return _mm256_srai_epi16(_mm256_shuffle_epi8(bcast8(p), PAIR_MASK(PAIR_HI, 0)), 8); }
+AI __m256i pair2_u8(const uint8_t *p) { return _mm256_shuffle_epi8(bcast16(p), PAIR_MASK(PAIR_LO, 8)); }
+AI __m256i pair2_i8(const uint8_t *p) { return _mm256_srai_epi16(_mm256_shuffle_epi8(bcast16(p), PAIR_MASK(PAIR_HI, 8)), 8); }
 
 static int hsum_epi32(__m256i v)
 {
