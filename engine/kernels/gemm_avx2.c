@@ -318,21 +318,6 @@ static size_t panel_bytes(int wtype, int64_t n)
     return pb ? (size_t)(n / quant_traits_of(wtype)->block_size) * pb : 0;
 }
 
-/* The 6-bit quants of one Q6_K super-block in element order, unsigned (q + 32); the element map
- * is GGML's (engine/quant_ref.c). */
-static void q6_K_quants(const uint8_t *blk, uint8_t *u)
-{
-    const uint8_t *ql = blk + offsetof(block_q6_K, ql), *qh = blk + offsetof(block_q6_K, qh);
-    for (int h = 0; h < 2; h++)
-        for (int l = 0; l < 32; l++) {
-            int e = 128 * h + l, hb = qh[32 * h + l];
-            u[e] = (uint8_t)((ql[64 * h + l] & 15) | (hb & 3) << 4);
-            u[e + 32] = (uint8_t)((ql[64 * h + 32 + l] & 15) | ((hb >> 2) & 3) << 4);
-            u[e + 64] = (uint8_t)((ql[64 * h + l] >> 4) | ((hb >> 4) & 3) << 4);
-            u[e + 96] = (uint8_t)((ql[64 * h + 32 + l] >> 4) | ((hb >> 6) & 3) << 4);
-        }
-}
-
 /* Q4_K / Q5_K 6-bit scales and mins of sub-blocks 0..7 from the 12-byte block (GGML's
  * get_scale_min_k4 layout: j < 4 low 6 bits of bytes j / j+4; j >= 4 nibbles of byte j+4 and the
  * top 2 bits of bytes j-4 / j). */
@@ -385,32 +370,60 @@ static void pack_panel(int wtype, const uint8_t *w, size_t stride, int nrows, in
                 for (int c = 0; c < 4; c++)
                     for (int k = 0; k < 8; k++) memcpy(p + 32 * (8 * c + k) + 4 * r, qs + 32 * c + 4 * k, 4);
                 if (wtype == GGML_TYPE_Q5_K) { /* element 64c + 32h + l: bit 2c + h of qh[l] */
-                    const uint8_t *qh = blk + offsetof(block_q5_K, qh);
-                    for (int c = 0; c < 4; c++)
-                        for (int h = 0; h < 2; h++)
-                            for (int i = 0; i < 4; i++) {
-                                unsigned hb = 0;
-                                for (int k = 0; k < 8; k++) hb |= ((qh[4 * k + i] >> (2 * c + h)) & 1u) << k;
-                                p[1024 + 64 * c + 32 * h + 4 * r + i] = (uint8_t)hb;
-                            }
+                    /* H byte i bit k = bit 2c + h of qh[4k + i]: qh's bytes reordered so that byte
+                     * 8i + k is qh[4k + i] (a 4x4 byte transpose per lane, then the lanes' dwords
+                     * interleaved), then one movemask per bit plane gives the 4 bytes of a row */
+                    __m256i q = _mm256_loadu_si256((const __m256i *)(blk + offsetof(block_q5_K, qh)));
+                    q = _mm256_shuffle_epi8(q, _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                                                0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+                    q = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                    for (int b2 = 0; b2 < 8; b2++) { /* b2 = 2c + h */
+                        uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_sll_epi16(q, _mm_cvtsi32_si128(7 - b2)));
+                        memcpy(p + 1024 + 32 * b2 + 4 * r, &m, 4);
+                    }
                 }
                 break;
             }
             case GGML_TYPE_Q6_K: {
-                uint8_t u[256];
-                q6_K_quants(blk, u);
-                for (int pp = 0; pp < 8; pp++)
-                    for (int k = 0; k < 4; k++)
-                        for (int i = 0; i < 4; i++)
-                            p[32 * (4 * pp + k) + 4 * r + i] =
-                                (uint8_t)((u[32 * pp + 4 * k + i] & 15) | (u[32 * pp + 16 + 4 * k + i] & 15) << 4);
-                for (int q = 0; q < 4; q++)
-                    for (int k = 0; k < 4; k++)
-                        for (int i = 0; i < 4; i++) {
-                            unsigned hb = 0;
-                            for (int s4 = 0; s4 < 4; s4++) hb |= (unsigned)(u[64 * q + 16 * s4 + 4 * k + i] >> 4) << (2 * s4);
-                            p[1024 + 32 * (4 * q + k) + 4 * r + i] = (uint8_t)hb;
+                /* GGML's element map (engine/kernels/quant_ref.c): u(128h + 32a + l) has low nibble ql[64h + l]
+                 * (a = 0) / ql[64h + 32 + l] (a = 1) / their high nibbles (a = 2, 3), and high bits
+                 * (qh[32h + l] >> 2a) & 3. L[p = 4h + a] byte j = nibble(j) | nibble(16 + j) << 4;
+                 * H[q] byte j = bits of u(64q + 16s + j), s = 0..3: A = qh[32h + j], B = qh[32h +
+                 * 16 + j] (h = q / 2) shifted by 4(q & 1), then A, B, A >> 2, B >> 2 two bits each */
+                const uint8_t *ql = blk + offsetof(block_q6_K, ql), *qh = blk + offsetof(block_q6_K, qh);
+                const __m256i m4 = _mm256_set1_epi8(15);
+                const __m128i m3 = _mm_set1_epi8(3);
+                for (int h = 0; h < 2; h++) {
+                    __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+                    __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+                    __m256i nib[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+                    for (int a = 0; a < 4; a++) {
+                        __m128i v = _mm_or_si128(_mm256_castsi256_si128(nib[a]),
+                                                 _mm_slli_epi16(_mm256_extracti128_si256(nib[a], 1), 4));
+                        uint8_t *d = p + 32 * 4 * (4 * h + a) + 4 * r;
+                        for (int k = 0; k < 4; k++) {
+                            uint32_t x = (uint32_t)_mm_extract_epi32(v, 0);
+                            memcpy(d + 32 * k, &x, 4);
+                            v = _mm_srli_si128(v, 4);
                         }
+                    }
+                    __m128i A = _mm_loadu_si128((const __m128i *)(qh + 32 * h));
+                    __m128i B = _mm_loadu_si128((const __m128i *)(qh + 32 * h + 16));
+                    for (int odd = 0; odd < 2; odd++) {
+                        __m128i sa = _mm_srli_epi16(A, 4 * odd), sb = _mm_srli_epi16(B, 4 * odd);
+                        __m128i v = _mm_or_si128(_mm_and_si128(sa, m3), _mm_slli_epi16(_mm_and_si128(sb, m3), 2));
+                        v = _mm_or_si128(v, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(sa, 2), m3), 4));
+                        v = _mm_or_si128(v, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(sb, 2), m3), 6));
+                        uint8_t *d = p + 1024 + 32 * 4 * (2 * h + odd) + 4 * r;
+                        for (int k = 0; k < 4; k++) {
+                            uint32_t x = (uint32_t)_mm_extract_epi32(v, 0);
+                            memcpy(d + 32 * k, &x, 4);
+                            v = _mm_srli_si128(v, 4);
+                        }
+                    }
+                }
                 break;
             }
             default: break;
