@@ -809,6 +809,8 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                                 n_segs > 1 ? " (a sequence of the batch)" : "");
     }
     const int E = hp->n_embd, EQ = hp->n_embd_q, EKV = hp->n_embd_kv, HD = hp->head_dim, FF = hp->n_ff;
+    /* the first pass runs on the matrices packed so far; a later one finishes the packing first */
+    op_weights_pass(m->packed);
     FWD_PROF_BEGIN();
     for (int t = 0; t < n_tokens; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)

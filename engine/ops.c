@@ -537,78 +537,95 @@ static void collapse_finish(collapse_job *c, int stop)
     free(c);
 }
 
-/* Copying the plain-copy matrices (pack kind 2: F16 / BF16 / F32, and the types without panels at
- * this level) after the load. Their copy exists only to put them on 2 MiB pages (decode reads
- * them 12-20% faster there than from the page cache's mapping); until a matrix's copy is complete
- * the forward pass reads its rows in the mapping — the same bytes through the same kernels, so the
- * same results — and the first token does not wait for that fresh memory to be faulted in (on a VM
- * that hands freed memory back to its host, 1-2 s for 2 GB after an idle minute). Each matrix is
- * published (op_weights_of) when its last chunk is copied, and its mapped pages are then dropped,
- * so the copy never doubles the resident memory. */
-typedef struct copy_tensor {
+/* Packing and copying after the load. The panels (pack kind 1) and the plain copies (kind 2: F16 /
+ * BF16 / F32, and the types without panels at this level) exist for speed: panels for the panel
+ * kernels, copies for their 2 MiB pages (decode reads them 12-20% faster there than in the page
+ * cache's mapping). Until a matrix's panels or copy are complete the forward pass reads its rows in
+ * the mapping — a plain copy's same bytes through the same kernels; a panel type's rows through
+ * quant_gemv / quant_gemm, which pack them into a scratch panel and run the same panel kernel — so
+ * the results are the same bit for bit either way, and the first token does not wait for fresh
+ * memory to be faulted in (on a VM that hands freed memory back to its host, 1-2 s for 2 GB after
+ * an idle minute). Each matrix is published (op_weights_of) when its last chunk is done, and its
+ * mapped pages are then dropped, so resident memory never holds two copies. */
+typedef struct later_tensor {
     gguf_tensor *t;
+    int kind;         /* 1 panels, 2 copy (pack_kind) */
     uint8_t *dst;
-    atomic_long left; /* chunks not yet copied */
-} copy_tensor;
+    atomic_long left; /* chunks not yet done */
+} later_tensor;
 
-typedef struct copy_chunk {
-    int ti;     /* its tensor */
-    size_t off; /* bytes into the tensor */
-    size_t n;
-} copy_chunk;
+typedef struct later_chunk {
+    int ti;         /* its tensor */
+    int64_t r0, r1; /* its rows (whole panels when packed) */
+} later_chunk;
 
-typedef struct copy_job {
+typedef struct later_job {
     const void *arena; /* the arena this job fills (op_weights_settle / op_weights_free find it by it) */
-    copy_tensor *tensors;
-    copy_chunk *chunks;
+    int passes;        /* forward passes begun (op_weights_pass), under later_mu */
+    later_tensor *tensors;
+    later_chunk *chunks;
     long n_chunks;
     atomic_long next;
     atomic_int stop;
-    int fd; /* the model file again (pread), or -1: copied from the mapping */
+    int fd; /* the model file again (pread), or -1: the rows are read in the mapping */
     const uint8_t *map;
     long page;
     pthread_t th;
     int started;
-    struct copy_job *link;
-} copy_job;
+    struct later_job *link;
+} later_job;
 
-static pthread_mutex_t copy_mu = PTHREAD_MUTEX_INITIALIZER;
-static copy_job *copy_list;
+static pthread_mutex_t later_mu = PTHREAD_MUTEX_INITIALIZER;
+static later_job *later_list;
+
+/* Source bytes per chunk: a stop waits for one such chunk */
+#define LATER_PIECE ((size_t)8 << 20)
 
 const void *op_weights_of(const gguf_tensor *w)
 {
     return __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE);
 }
 
-/* Copy the next chunk; 0 when none is left or the job was stopped. */
-static int copy_next(copy_job *c)
+/* Do the next chunk; 0 when none is left or the job was stopped. buf (cap bytes, or NULL) takes
+ * the source rows of a packed chunk read with pread; without it they are packed from the mapping. */
+static int later_next(later_job *c, uint8_t *buf, size_t cap)
 {
     if (atomic_load(&c->stop)) return 0;
     long i = atomic_fetch_add(&c->next, 1);
     if (i >= c->n_chunks) return 0;
-    const copy_chunk *k = &c->chunks[i];
-    copy_tensor *ct = &c->tensors[k->ti];
-    const uint8_t *src = (const uint8_t *)ct->t->data + k->off;
-    if (c->fd < 0 || read_at(c->fd, ct->dst + k->off, k->n, (uint64_t)(src - c->map)))
-        memcpy(ct->dst + k->off, src, k->n);
-    if (atomic_fetch_sub(&ct->left, 1) == 1) {
-        __atomic_store_n(&ct->t->packed, (const void *)ct->dst, __ATOMIC_RELEASE);
+    const later_chunk *k = &c->chunks[i];
+    later_tensor *lt = &c->tensors[k->ti];
+    const gguf_tensor *w = lt->t;
+    size_t rs = quant_row_size(w->type, w->ne[0]), n = (size_t)(k->r1 - k->r0) * rs;
+    const uint8_t *src = (const uint8_t *)w->data + (size_t)k->r0 * rs;
+    uint64_t off = (uint64_t)(src - c->map);
+    if (lt->kind == 1) {
+        uint8_t *dst = lt->dst + (size_t)(k->r0 / QUANT_PANEL_ROWS) * quant_pack_size(w->type, w->ne[0], QUANT_PANEL_ROWS);
+        if (buf && n <= cap && c->fd >= 0 && !read_at(c->fd, buf, n, off)) src = buf;
+        quant_pack(w->type, w->ne[0], k->r1 - k->r0, src, rs, dst);
+    } else if (c->fd < 0 || read_at(c->fd, lt->dst + (size_t)k->r0 * rs, n, off))
+        memcpy(lt->dst + (size_t)k->r0 * rs, src, n);
+    if (atomic_fetch_sub(&lt->left, 1) == 1) {
+        __atomic_store_n(&lt->t->packed, (const void *)lt->dst, __ATOMIC_RELEASE);
         /* a pass that took the mapping's address just before faults back what it still reads */
-        drop_pages(ct->t->data, ct->t->nbytes, c->page);
+        drop_pages(w->data, w->nbytes, c->page);
     }
     return 1;
 }
 
-/* nice 19, as collapse_main and for its reason: the first token's passes get the CPUs, the copy
+/* nice 19, as collapse_main and for its reason: the first token's passes get the CPUs, the packing
  * takes what they leave (the chat's idle time; with every CPU decoding, little) */
-static void *copy_main(void *arg)
+static void *later_main(void *arg)
 {
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    while (copy_next(arg)) {}
+    size_t cap = LATER_PIECE;
+    uint8_t *buf = malloc(cap);
+    while (later_next(arg, buf, buf ? cap : 0)) {}
+    free(buf);
     return NULL;
 }
 
-static void copy_job_free(copy_job *c)
+static void later_job_free(later_job *c)
 {
     if (c->fd >= 0) close(c->fd);
     free(c->tensors);
@@ -616,40 +633,79 @@ static void copy_job_free(copy_job *c)
     free(c);
 }
 
-/* The copy job of arena, unlinked (NULL when none). */
-static copy_job *copy_take(const void *arena)
+/* The later job of arena, unlinked (NULL when none). */
+static later_job *later_take(const void *arena)
 {
-    pthread_mutex_lock(&copy_mu);
-    copy_job **pp = &copy_list, *c;
+    pthread_mutex_lock(&later_mu);
+    later_job **pp = &later_list, *c;
     while ((c = *pp) && c->arena != arena) pp = &c->link;
     if (c) *pp = c->link;
-    pthread_mutex_unlock(&copy_mu);
+    pthread_mutex_unlock(&later_mu);
     return c;
 }
 
-/* Finish the copy on the calling thread too (stop = 0) or stop it after the chunks in flight
+/* Finish the job on the calling thread too (stop = 0) or stop it after the chunks in flight
  * (stop = 1), join the thread and free the job. */
-static void copy_finish(copy_job *c, int stop)
+static void later_finish(later_job *c, int stop)
 {
     if (!c) return;
     if (stop) atomic_store(&c->stop, 1);
     else
-        while (copy_next(c)) {}
+        while (later_next(c, NULL, 0)) {}
     if (c->started) pthread_join(c->th, NULL);
-    copy_job_free(c);
+    later_job_free(c);
 }
 
-/* KVCHAT_COPY_LATER: 1 (default) copy the plain-copy matrices after the load, 0 during it. */
-static int copy_later_policy(void)
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/* The first pass reads the later job's matrices in the mapping: their page-table entries are made
+ * beforehand in one madvise per chunk (MADV_POPULATE_READ), by all CPUs, which costs less than a
+ * page fault per 4 KiB page in the pass (TinyLlama Q6_K -p Hello -n 1 after 3 idle s: 0.30-0.37 s
+ * vs 0.38-0.48 s of wall time). Kernels without it: nothing happens. */
+typedef struct populate_job {
+    const later_job *lj;
+    atomic_long next;
+} populate_job;
+
+static void populate_worker(void *arg, int ith, int nth)
 {
-    const char *e = getenv("KVCHAT_COPY_LATER");
+    populate_job *pj = arg;
+    (void)ith;
+    (void)nth;
+    for (long i; (i = atomic_fetch_add(&pj->next, 1)) < pj->lj->n_chunks;) {
+        const later_chunk *k = &pj->lj->chunks[i];
+        const gguf_tensor *w = pj->lj->tensors[k->ti].t;
+        size_t rs = quant_row_size(w->type, w->ne[0]), page = (size_t)pj->lj->page;
+        uintptr_t a = (uintptr_t)w->data + (size_t)k->r0 * rs, b = (uintptr_t)w->data + (size_t)k->r1 * rs;
+        a &= ~(uintptr_t)(page - 1);
+        if (madvise((void *)a, b - a, MADV_POPULATE_READ) && errno == EINVAL) break;
+    }
+}
+
+/* KVCHAT_PACK_LATER: 1 (default) pack and copy the matrices after the load, 0 during it. */
+static int later_policy(void)
+{
+    const char *e = getenv("KVCHAT_PACK_LATER");
     return !(e && !strcmp(e, "0"));
 }
 
 void op_weights_settle(void *arena)
 {
-    copy_finish(copy_take(arena), 0);
+    later_finish(later_take(arena), 0);
     collapse_finish(collapse_take(arena), 0);
+}
+
+void op_weights_pass(void *arena)
+{
+    if (!arena) return;
+    pthread_mutex_lock(&later_mu);
+    later_job *c = later_list;
+    while (c && c->arena != arena) c = c->link;
+    int settle = c && c->passes++ > 0;
+    pthread_mutex_unlock(&later_mu);
+    if (settle) later_finish(later_take(arena), 0);
 }
 
 /* KVCHAT_HUGEPAGES: 0 never, 1 at load (default), after: ask for huge pages after packing. On the
@@ -667,16 +723,21 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
 {
     *arena = NULL;
     size_t total = 0, bytes;
-    long n_items = 0;
-    const size_t piece = (size_t)1 << 20; /* about 1 MiB of source rows per work item */
-    int experts = experts_packable(f), kd;
+    long n_items = 0, n_chunks = 0;
+    int n_later = 0;
+    const size_t piece = (size_t)1 << 20; /* about 1 MiB of source rows per work item at load */
+    int experts = experts_packable(f), kd, hp = huge_policy();
+    /* after the load (later_job above), unless the arena is to be collapsed later */
+    int later = later_policy() && hp != HUGE_AFTER;
     for (uint64_t i = 0; i < f->n_tensors; i++)
         if (&f->tensors[i] != skip && (kd = pack_kind(&f->tensors[i], &bytes, experts))) {
-            /* exactly the items the loop below makes (an estimate from the byte count fell one
-             * short for large 3-D tensors, leaving their last rows unpacked) */
-            int64_t rows = f->tensors[i].ne[1] * f->tensors[i].ne[2], step = pack_step(&f->tensors[i], kd, piece);
+            /* exactly the items and chunks the loop below makes */
+            int64_t rows = f->tensors[i].ne[1] * f->tensors[i].ne[2];
+            int64_t step = pack_step(&f->tensors[i], kd, piece), lstep = pack_step(&f->tensors[i], kd, LATER_PIECE);
             total += (bytes + 63) & ~(size_t)63;
             n_items += (long)((rows + step - 1) / step);
+            n_chunks += (long)((rows + lstep - 1) / lstep);
+            n_later++;
         }
     if (!total) return KV_OK;
     size_t huge = (size_t)2 << 20, alloc = (total + huge - 1) & ~(huge - 1);
@@ -688,106 +749,85 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
         return kv_error_set(err, KV_ERR_NOMEM, "%s: out of memory for %zu MiB of repacked weights", f->path,
                             total >> 20);
     }
-    int hp = huge_policy();
     if (hp == HUGE_AT_LOAD) madvise(p, alloc, MADV_HUGEPAGE);
     else madvise(p, alloc, MADV_NOHUGEPAGE);
-    /* the plain copies after the load (copy_job above), unless the arena is to be collapsed later */
-    copy_job *cj = NULL;
-    if (copy_later_policy() && hp != HUGE_AFTER) {
-        int n_copy = 0;
-        for (uint64_t i = 0; i < f->n_tensors; i++)
-            if (&f->tensors[i] != skip && pack_kind(&f->tensors[i], &bytes, experts) == 2) n_copy++;
-        if (n_copy) {
-            cj = calloc(1, sizeof *cj);
-            if (cj) cj->tensors = calloc((size_t)n_copy, sizeof *cj->tensors);
-            if (cj && !cj->tensors) {
-                free(cj);
-                cj = NULL;
-            }
+    later_job *lj = later ? calloc(1, sizeof *lj) : NULL;
+    if (lj) {
+        lj->fd = -1;
+        lj->tensors = calloc((size_t)n_later, sizeof *lj->tensors);
+        lj->chunks = malloc(sizeof *lj->chunks * (size_t)n_chunks);
+        if (!lj->tensors || !lj->chunks) { /* then all of it now, by the pool */
+            later_job_free(lj);
+            lj = NULL;
         }
     }
-    const size_t copy_piece = (size_t)8 << 20; /* a stop waits for one such chunk */
-    long n_chunks = 0;
-    /* cut every tensor into pieces of whole panels (packed) or rows (copied) */
+    /* cut every tensor into pieces of whole panels (packed) or rows (copied): work items of the
+     * pool now, or chunks of the later job, published by later_next once done */
     size_t off = 0;
-    long k = 0;
-    int n_ct = 0;
+    long k = 0, c = 0;
+    int n_lt = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *w = &f->tensors[i];
         int kind = w != skip ? pack_kind(w, &bytes, experts) : 0;
         if (!kind) continue;
-        if (kind == 2 && cj) { /* published by copy_next once copied */
-            copy_tensor *ct = &cj->tensors[n_ct++];
-            ct->t = w;
-            ct->dst = p + off;
-            long nc = (long)((w->nbytes + copy_piece - 1) / copy_piece);
-            atomic_init(&ct->left, nc);
-            n_chunks += nc;
-            off += (bytes + 63) & ~(size_t)63;
-            continue;
+        int64_t rows = w->ne[1] * w->ne[2];
+        if (lj) {
+            later_tensor *lt = &lj->tensors[n_lt];
+            int64_t step = pack_step(w, kind, LATER_PIECE);
+            long nc = 0;
+            for (int64_t r0 = 0; r0 < rows && c < n_chunks; r0 += step, nc++)
+                lj->chunks[c++] = (later_chunk){n_lt, r0, r0 + step < rows ? r0 + step : rows};
+            lt->t = w;
+            lt->kind = kind;
+            lt->dst = p + off;
+            atomic_init(&lt->left, nc);
+            n_lt++;
+        } else {
+            int64_t unit = kind == 1 ? QUANT_PANEL_ROWS : 1, step = pack_step(w, kind, piece);
+            size_t unit_bytes = kind == 1 ? quant_pack_size(w->type, w->ne[0], QUANT_PANEL_ROWS)
+                                          : quant_row_size(w->type, w->ne[0]);
+            for (int64_t r0 = 0; r0 < rows && k < n_items; r0 += step) {
+                int64_t r1 = r0 + step < rows ? r0 + step : rows;
+                items[k++] = (pack_item){w, kind, r0, r1, p + off + (size_t)(r0 / unit) * unit_bytes};
+            }
+            w->packed = p + off;
         }
-        int64_t rows = w->ne[1] * w->ne[2], unit = kind == 1 ? QUANT_PANEL_ROWS : 1;
-        size_t rs = quant_row_size(w->type, w->ne[0]);
-        size_t unit_bytes = kind == 1 ? quant_pack_size(w->type, w->ne[0], QUANT_PANEL_ROWS) : rs;
-        int64_t step = pack_step(w, kind, piece);
-        for (int64_t r0 = 0; r0 < rows && k < n_items; r0 += step) {
-            int64_t r1 = r0 + step < rows ? r0 + step : rows;
-            items[k++] = (pack_item){w, kind, r0, r1, p + off + (size_t)(r0 / unit) * unit_bytes};
-        }
-        w->packed = p + off;
         off += (bytes + 63) & ~(size_t)63;
     }
-    if (cj) {
-        cj->chunks = malloc(sizeof *cj->chunks * (size_t)n_chunks);
-        if (!cj->chunks) { /* copy them now after all, as work items of the pool */
-            for (int t = 0; t < n_ct; t++) {
-                gguf_tensor *w = cj->tensors[t].t;
-                int64_t rows = w->ne[1] * w->ne[2], step = pack_step(w, 2, piece);
-                size_t rs = quant_row_size(w->type, w->ne[0]);
-                for (int64_t r0 = 0; r0 < rows; r0 += step) {
-                    int64_t r1 = r0 + step < rows ? r0 + step : rows;
-                    items[k++] = (pack_item){w, 2, r0, r1, cj->tensors[t].dst + (size_t)r0 * rs};
-                }
-                w->packed = cj->tensors[t].dst;
-            }
-            free(cj->tensors);
-            free(cj);
-            cj = NULL;
-        } else {
-            long c = 0;
-            for (int t = 0; t < n_ct; t++)
-                for (size_t o = 0; o < cj->tensors[t].t->nbytes; o += copy_piece) {
-                    size_t rest = cj->tensors[t].t->nbytes - o;
-                    cj->chunks[c++] = (copy_chunk){t, o, rest < copy_piece ? rest : copy_piece};
-                }
-            cj->n_chunks = c;
-        }
+    long page = sysconf(_SC_PAGESIZE);
+    if (k) {
+        /* a pool of all CPUs for the load (zeroing the new pages and reading the file are the cost) */
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        tpool *pool = tpool_create(ncpu > 1 ? (int)ncpu : 1);
+        pack_job job = {.items = items, .n_items = k, .page = page, .fd = -1, .map = f->map, .pool = pool};
+        if (pool && !getenv_flag("KVCHAT_PACK_MMAP")) job.fd = reopen_model(f);
+        atomic_init(&job.next, 0);
+        tpool_run(pool, pack_worker, &job);
+        tpool_free(pool);
+        if (job.fd >= 0) close(job.fd);
     }
-    /* a pool of all CPUs for the load (zeroing the new pages and reading the file are the cost) */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    tpool *pool = tpool_create(ncpu > 1 ? (int)ncpu : 1);
-    pack_job job = {.items = items, .n_items = k, .page = sysconf(_SC_PAGESIZE), .fd = -1, .map = f->map,
-                    .pool = pool};
-    if (pool && !getenv_flag("KVCHAT_PACK_MMAP")) job.fd = reopen_model(f);
-    atomic_init(&job.next, 0);
-    tpool_run(pool, pack_worker, &job);
-    tpool_free(pool);
-    if (job.fd >= 0) close(job.fd);
     free(items);
-    if (cj) {
-        cj->arena = p;
-        cj->map = f->map;
-        cj->page = job.page;
-        cj->fd = getenv_flag("KVCHAT_PACK_MMAP") ? -1 : reopen_model(f);
-        atomic_init(&cj->next, 0);
-        atomic_init(&cj->stop, 0);
-        cj->started = pthread_create(&cj->th, NULL, copy_main, cj) == 0;
-        if (!cj->started) copy_finish(cj, 0); /* no thread: copy them now */
+    if (lj) {
+        lj->arena = p;
+        lj->n_chunks = c;
+        lj->map = f->map;
+        lj->page = page;
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        tpool *pool = tpool_create(ncpu > 1 ? (int)ncpu : 1);
+        populate_job pj = {.lj = lj};
+        atomic_init(&pj.next, 0);
+        if (pool) tpool_run(pool, populate_worker, &pj);
+        tpool_free(pool);
+        lj->fd = getenv_flag("KVCHAT_PACK_MMAP") ? -1 : reopen_model(f);
+        atomic_init(&lj->next, 0);
+        atomic_init(&lj->stop, 0);
+        lj->started = pthread_create(&lj->th, NULL, later_main, lj) == 0;
+        if (!lj->started) later_finish(lj, 0); /* no thread: do them now */
         else {
-            pthread_mutex_lock(&copy_mu);
-            cj->link = copy_list;
-            copy_list = cj;
-            pthread_mutex_unlock(&copy_mu);
+            pthread_mutex_lock(&later_mu);
+            lj->link = later_list;
+            later_list = lj;
+            pthread_mutex_unlock(&later_mu);
         }
     }
     if (hp == HUGE_AFTER) {
@@ -801,7 +841,7 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
 void op_weights_free(gguf_file *f, void *arena)
 {
     if (arena) {
-        copy_finish(copy_take(arena), 1);
+        later_finish(later_take(arena), 1);
         collapse_finish(collapse_take(arena), 1);
     }
     for (uint64_t i = 0; f && i < f->n_tensors; i++) f->tensors[i].packed = NULL;

@@ -107,7 +107,7 @@ typedef struct op_attn_seq {
 int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t row_bytes, int kv_type, int n_head,
                              int n_head_kv, int head_dim, tpool *pool);
 
-/* Repack the model's matrices once, at load, into one arena (2 MiB pages where the kernel gives
+/* Repack the model's matrices once (after the load: below) into one arena (2 MiB pages where the kernel gives
  * them): types with a panel layout are packed for the panel kernels (quant_pack), other matrices
  * of 1 MiB or more are copied as they are (they stream faster from anonymous memory than from the
  * file mapping). Sets each tensor's `packed`, which op_matmul then reads. skip: a tensor no matmul
@@ -121,14 +121,16 @@ int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err);
 void op_weights_free(gguf_file *f, void *arena);
 
-/* The matrices op_weights_pack copies as they are (F16 / BF16 / F32, and types without panels at
- * this kernel level) are copied after it returns, by a thread of their own (KVCHAT_COPY_LATER=0:
- * during the load, as before): until a matrix's copy is complete its rows are read in the file
- * mapping — the same bytes through the same kernels, so the results do not change — and the first
- * token does not wait for the fresh memory of the copies to be faulted in. op_weights_of(w) is
- * w->packed read for that (an atomic acquire load): the packed panels or the complete copy of w,
- * or NULL while w is still read in the mapping. op_weights_settle finishes the copies on the
- * calling thread as well; op_weights_free stops them after the 8 MiB chunks in flight. */
+/* The packing and the copies are done after op_weights_pack returns, by a nice-19 thread of their
+ * own (KVCHAT_PACK_LATER=0: during the load, by all CPUs): until a matrix is done its rows are read
+ * in the file mapping — a copy's same bytes through the same kernels; a panel type's rows through
+ * quant_gemv / quant_gemm, which pack them into a scratch panel for the same panel kernel — so the
+ * results do not change, bit for bit, and the first token does not wait for the arena's fresh
+ * memory to be faulted in (on a VM that hands freed memory back to its host, 0.5-1 s per GB after a
+ * few idle seconds). op_weights_of(w) is w->packed read for that (an atomic acquire load): the
+ * packed panels or the complete copy of w, or NULL while w is still read in the mapping.
+ * op_weights_settle finishes the work on the calling thread as well; op_weights_free stops it after
+ * the 8 MiB chunks in flight. */
 const void *op_weights_of(const gguf_tensor *w);
 
 /* Huge pages for the arena of op_weights_pack: by default (KVCHAT_HUGEPAGES unset or 1) the load
@@ -137,8 +139,14 @@ const void *op_weights_of(const gguf_tensor *w);
  * then collapses the arena onto 2 MiB pages (MADV_COLLAPSE, Linux >= 6.1) on a nice-19 thread;
  * op_weights_settle collapses what is left now, on the calling thread, and returns when the arena
  * is done (kvchat bench, before it times anything; a no-op otherwise). 0 never asks for them.
- * op_weights_settle also completes the copies described above first. */
+ * op_weights_settle also completes the packing and copies described above first. */
 void op_weights_settle(void *arena);
+
+/* Called by every forward pass before it starts (arena: op_weights_pack's, or NULL). The first
+ * pass runs on what is packed so far (a prompt packs each mapped panel once for all its tokens);
+ * a later one settles first (op_weights_settle): decode would pack every mapped panel again for
+ * each token, about 3x slower. In a chat the user's typing usually leaves nothing to wait for. */
+void op_weights_pass(void *arena);
 
 /* Copy row `row` of a 2-D tensor (any supported type) into dst as f32 (ne[0] floats). */
 void op_get_row(const gguf_tensor *w, int64_t row, float *dst);

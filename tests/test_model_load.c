@@ -611,9 +611,10 @@ static int check_packed(const gguf_file *f)
     return n;
 }
 
-/* op_weights_pack reads the rows with pread (or, KVCHAT_PACK_MMAP=1, from the mapping): the
- * arena is the same either way, for whole and partial panels (1003 vocabulary rows), tensors cut
- * into several work items (4096-row FFN matrices) and matrices copied rather than packed. */
+/* op_weights_pack reads the rows with pread (or, KVCHAT_PACK_MMAP=1, from the mapping), after the
+ * load or during it (KVCHAT_PACK_LATER=0): the arena is the same every way, for whole and partial
+ * panels (1003 vocabulary rows), tensors cut into several work items (4096-row FFN matrices) and
+ * matrices copied rather than packed. */
 static void test_pack_pread(void **state)
 {
     (void)state;
@@ -623,10 +624,12 @@ static void test_pack_pread(void **state)
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         kv_error err = {0};
         if (gen_model_write_ex(p, "tiny", types[i], &o, &err)) fail_msg("%s", err.msg);
-        for (int mm = 0; mm < 2; mm++) {
-            if (mm) setenv("KVCHAT_PACK_MMAP", "1", 1);
+        for (int mm = 0; mm < 4; mm++) { /* pread / mapping, after / during the load */
+            if (mm & 1) setenv("KVCHAT_PACK_MMAP", "1", 1);
+            if (mm & 2) setenv("KVCHAT_PACK_LATER", "0", 1);
             model *m = load_ok(p);
             unsetenv("KVCHAT_PACK_MMAP");
+            unsetenv("KVCHAT_PACK_LATER");
             op_weights_settle(m->packed); /* moved onto huge pages where the kernel can: same bytes */
             int n = check_packed(m->gguf);
             /* the 256 x 4096 FFN matrices have panels at every level with a panel layout */
@@ -646,15 +649,17 @@ static void test_pack_pread(void **state)
     assert_int_equal(rename(q, p), 0);
     void *arena = NULL;
     assert_int_equal(op_weights_pack(f, NULL, &arena, &err), KV_OK);
+    op_weights_settle(arena);
     if (quant_pack_size(GGML_TYPE_Q8_0, 256, 8)) assert_true(check_packed(f) > 0);
     op_weights_free(f, arena);
     gguf_close(f);
     unlink(p);
 }
 
-/* Logits of the last of 8 prompt tokens and of one decoded token after them (the batch GEMM and
- * the single-token path), 2 threads; out holds 2 · n_vocab floats. */
-static void logits_of(const model *m, float *out)
+/* Logits of the last of n_first prompt tokens and of one decoded token after them (8: the batch
+ * GEMM then the single-token path; 1: the single-token path twice), 2 threads; out holds
+ * 2 · n_vocab floats. */
+static void logits_of(const model *m, int n_first, float *out)
 {
     kv_error err = {0};
     tpool *pool = tpool_create(2);
@@ -667,51 +672,61 @@ static void logits_of(const model *m, float *out)
     assert_non_null(kv);
     int32_t toks[9];
     for (int i = 0; i < 9; i++) toks[i] = 1 + (i * 37) % (m->hp.n_vocab - 1);
-    if (model_forward_seq(m, fc, kv, KV_SEQ_DEFAULT, pool, toks, 8, out, 0, &err) ||
-        model_forward_seq(m, fc, kv, KV_SEQ_DEFAULT, pool, toks + 8, 1, out + m->hp.n_vocab, 0, &err))
+    if (model_forward_seq(m, fc, kv, KV_SEQ_DEFAULT, pool, toks, n_first, out, 0, &err) ||
+        model_forward_seq(m, fc, kv, KV_SEQ_DEFAULT, pool, toks + n_first, 1, out + m->hp.n_vocab, 0, &err))
         fail_msg("%s", err.msg);
     kv_cache_free(kv);
     forward_ctx_free(fc);
     tpool_free(pool);
 }
 
-/* The plain copies (F16 matrices of 2 MiB here) are made after the load by a thread of their own:
- * passes right after the load, reading the matrices in the mapping while they are being copied,
- * give the same logits bit for bit as passes after op_weights_settle and as passes on a model whose
- * copies were made during the load (KVCHAT_COPY_LATER=0); after the settle every copy is complete
- * and equals its rows; a model freed while its copies run stops them (ASan: no leak, nothing used
- * after it is freed). */
-static void test_copy_later(void **state)
+/* The packing and the plain copies (matrices of 2 MiB here) are done after the load by a thread
+ * of their own. A model's first pass right after the load reads the matrices not yet done in the
+ * mapping (a panel type's rows packed into scratch panels for the same kernels): its logits equal
+ * bit for bit those of a model packed during the load (KVCHAT_PACK_LATER=0), as a prompt (batch
+ * GEMM) and as a single token (GEMV); the second pass settles first, so after it every matrix is
+ * packed or copied, and equals quant_pack of its rows or the rows; a model freed while the
+ * packing runs stops it (ASan: no leak, nothing used after it is freed). */
+static void test_pack_later(void **state)
 {
     (void)state;
+    static const char *const types[] = {"f16", "q4_0", "q8_0", "q4_k_m", "q5_k_m", "q6_k"};
     gen_model_opts o = {.n_layer = 3, .n_vocab = 1003, .n_ff = 4096, .seed = 7};
-    const char *p = tu_tmp_path("copy.gguf");
-    kv_error err = {0};
-    if (gen_model_write_ex(p, "tiny", "f16", &o, &err)) fail_msg("%s", err.msg);
-    setenv("KVCHAT_COPY_LATER", "0", 1);
-    model *m0 = load_ok(p);
-    unsetenv("KVCHAT_COPY_LATER");
-    /* copied during the load: all there already (gate, up, down of 3 layers) */
-    assert_true(check_packed(m0->gguf) >= 9);
-    const int nv = m0->hp.n_vocab;
-    float *want = malloc(sizeof(float) * 2 * (size_t)nv), *got = malloc(sizeof(float) * 2 * (size_t)nv);
-    assert_non_null(want);
-    assert_non_null(got);
-    logits_of(m0, want);
-    model_free(m0);
-    for (int round = 0; round < 3; round++) {
-        model *m = load_ok(p);
-        logits_of(m, got); /* at once: whatever part is copied by now */
-        if (memcmp(got, want, sizeof(float) * 2 * (size_t)nv)) fail_msg("round %d: logits during the copy differ", round);
-        op_weights_settle(m->packed);
-        assert_true(check_packed(m->gguf) >= 9);
-        logits_of(m, got);
-        if (memcmp(got, want, sizeof(float) * 2 * (size_t)nv)) fail_msg("round %d: logits after the copy differ", round);
-        model_free(m);
-        model_free(load_ok(p)); /* freed while its copies run */
+    const char *p = tu_tmp_path("later.gguf");
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        kv_error err = {0};
+        if (gen_model_write_ex(p, "tiny", types[ti], &o, &err)) fail_msg("%s", err.msg);
+        setenv("KVCHAT_PACK_LATER", "0", 1);
+        model *m0 = load_ok(p);
+        unsetenv("KVCHAT_PACK_LATER");
+        /* packed during the load: all there already (at least gate, up, down of 3 layers where the
+         * level has panels for the type or the matrices are large enough to be copied) */
+        int n0 = check_packed(m0->gguf);
+        const gguf_tensor *up = gguf_find_tensor(m0->gguf, "blk.0.ffn_up.weight");
+        assert_non_null(up);
+        if (quant_pack_size(up->type, up->ne[0], up->ne[1]) || up->nbytes >= (1u << 20)) assert_true(n0 >= 9);
+        const int nv = m0->hp.n_vocab;
+        float *want = malloc(sizeof(float) * 4 * (size_t)nv), *got = malloc(sizeof(float) * 2 * (size_t)nv);
+        assert_non_null(want);
+        assert_non_null(got);
+        logits_of(m0, 8, want);
+        logits_of(m0, 1, want + 2 * nv);
+        model_free(m0);
+        for (int round = 0; round < 3; round++) {
+            for (int k = 0; k < 2; k++) {
+                model *m = load_ok(p);
+                logits_of(m, k ? 1 : 8, got); /* at once: whatever part is packed by now */
+                if (memcmp(got, want + 2 * k * nv, sizeof(float) * 2 * (size_t)nv))
+                    fail_msg("%s round %d: logits of a %s first pass during the packing differ", types[ti], round,
+                             k ? "1-token" : "8-token");
+                assert_int_equal(check_packed(m->gguf), n0); /* the second pass settled */
+                model_free(m);
+            }
+            model_free(load_ok(p)); /* freed while its packing runs */
+        }
+        free(want);
+        free(got);
     }
-    free(want);
-    free(got);
     unlink(p);
 }
 
@@ -735,7 +750,7 @@ int main(void)
         cmocka_unit_test(test_q8_0_fixture),
         cmocka_unit_test(test_byte_flips),
         cmocka_unit_test(test_pack_pread),
-        cmocka_unit_test(test_copy_later),
+        cmocka_unit_test(test_pack_later),
     };
     return cmocka_run_group_tests(tests, group_setup, tu_tmpdir_teardown);
 }

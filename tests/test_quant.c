@@ -1449,15 +1449,19 @@ static void test_gemm_packed_extremes(void **state) {
 }
 
 /* quant_gemm for batches of GGUF rows: F32 / F16 (inner-product kernel, tails of rows and
- * tokens) and types without panels, which fall back to per-token GEMV. */
+ * tokens), types without panels, which fall back to per-token GEMV, and types with panels at this
+ * level, whose rows are packed into scratch panels: the same bits as quant_gemm_packed (a model's
+ * first pass reads the matrices not yet packed that way, engine/ops.c). */
 static void test_gemm_rows(void **state) {
     (void)state;
     rng_seed(79);
     static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q3_K, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
-                                GGML_TYPE_Q4_0, GGML_TYPE_MXFP4};
-    static const int64_t lens[] = {256, 64 + 7 * 16, 2048 + 5};
+                                GGML_TYPE_Q4_0, GGML_TYPE_MXFP4, GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+                                GGML_TYPE_Q6_K};
+    static const int64_t lens[] = {256, 64 + 7 * 16, 2048 + 5, 1024 + 256};
     enum { ROWS = 11, TMAX = 13, NMAX = 2048 + 5 };
     float *x = malloc((size_t)NMAX * TMAX * sizeof(float)), *out = malloc(sizeof(float) * ROWS * TMAX);
+    float *pout = malloc(sizeof(float) * ROWS * TMAX);
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         int type = types[ti];
         const quant_traits *tr = quant_traits_of(type);
@@ -1472,8 +1476,18 @@ static void test_gemm_rows(void **state) {
                 fill_activation(x + (size_t)t * n, n, 0);
                 quant_act_prepare(type, x + (size_t)t * n, n, act + (size_t)t * as);
             }
+            size_t ps = quant_pack_size(type, n, ROWS);
+            uint8_t *packed = ps ? aligned_alloc(64, (ps + 63) & ~(size_t)63) : NULL;
+            if (packed) quant_pack(type, n, ROWS, w, rs, packed);
             for (int T = 2; T <= TMAX; T += 5) {
                 quant_gemm(type, n, ROWS, w, rs, act, as, T, out, ROWS);
+                if (packed) {
+                    quant_gemm_packed(type, n, 0, ROWS, packed, act, as, T, pout, ROWS);
+                    for (int i = 0; i < T * ROWS; i++)
+                        if (out[i] != pout[i])
+                            fail_msg("%s gemm n=%lld T=%d row %d tok %d: %a on GGUF rows, %a packed", tname(type),
+                                     (long long)n, T, i % ROWS, i / ROWS, (double)out[i], (double)pout[i]);
+                }
                 for (int t = 0; t < T; t++)
                     for (int r = 0; r < ROWS; r++) {
                         const void *wr = w + (size_t)r * rs;
@@ -1486,12 +1500,14 @@ static void test_gemm_rows(void **state) {
                                      (long long)n, T, r, t, (double)v, (double)ref);
                     }
             }
+            free(packed);
             free(act);
             free(w);
         }
     }
     free(x);
     free(out);
+    free(pout);
 }
 
 int main(void) {

@@ -947,6 +947,22 @@ static void g_gemm(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_
 {
     const uint8_t *ab = act;
 #if defined(QG_AVX512)
+    const quant_traits *qt = quant_traits_of(wtype);
+    size_t pb = n_tokens > 1 && act_kind(wtype) != ACT_STD && qt && n >= 0 && n % qt->block_size == 0
+                    ? panel_bytes(wtype, n) : 0;
+    uint8_t *panel = pb ? aligned_alloc(64, (pb + 63) & ~(size_t)63) : NULL;
+    if (panel) {
+        /* GGUF rows of a type with panels, a batch (a prefill before op_weights_pack's later job
+         * has packed the matrix): each 16 rows packed once for all tokens, as g_gemv does for one,
+         * so the results are again those of the packed weights bit for bit */
+        for (int64_t r = 0; r < nrows; r += QUANT_PANEL_ROWS) {
+            int nr = nrows - r < QUANT_PANEL_ROWS ? (int)(nrows - r) : QUANT_PANEL_ROWS;
+            pack_panel(wtype, (const uint8_t *)w + (size_t)r * w_stride, w_stride, nr, n, panel);
+            g_gemm_packed(wtype, n, 0, nr, panel, act, act_stride, n_tokens, out + r, out_stride);
+        }
+        free(panel);
+        return;
+    }
     if ((wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16) && n_tokens > 1) {
 #if defined(GEMM_FLOAT_ASAN)
         size_t row = (size_t)n * (wtype == GGML_TYPE_F16 ? 2 : 4);
