@@ -792,8 +792,22 @@ static int attention_multi(forward_ctx *fc, kv_cache *kv, int il, const fwd_seg 
                                     hp->n_head, hp->n_head_kv, hp->head_dim, pool);
 }
 
+/* The pass itself; model_forward_segs tells op_weights_pass when it begins and ends. */
+static int forward_pass(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens, int n_rows,
+                        fwd_seg *segs, int n_segs, const int *out_rows, int n_out, float *logits, kv_error *err);
+
 int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens, int n_rows,
                        fwd_seg *segs, int n_segs, const int *out_rows, int n_out, float *logits, kv_error *err)
+{
+    /* the first pass runs on the matrices packed so far; a later one finishes the packing first */
+    op_weights_pass(m->packed, 1);
+    int rc = forward_pass(m, fc, kv, pool, tokens, n_rows, segs, n_segs, out_rows, n_out, logits, err);
+    op_weights_pass(m->packed, 0);
+    return rc;
+}
+
+static int forward_pass(const model *m, forward_ctx *fc, kv_cache *kv, tpool *pool, const int32_t *tokens, int n_rows,
+                        fwd_seg *segs, int n_segs, const int *out_rows, int n_out, float *logits, kv_error *err)
 {
     const model_hparams *hp = &m->hp;
     const int n_tokens = n_rows;
@@ -809,8 +823,6 @@ int model_forward_segs(const model *m, forward_ctx *fc, kv_cache *kv, tpool *poo
                                 n_segs > 1 ? " (a sequence of the batch)" : "");
     }
     const int E = hp->n_embd, EQ = hp->n_embd_q, EKV = hp->n_embd_kv, HD = hp->head_dim, FF = hp->n_ff;
-    /* the first pass runs on the matrices packed so far; a later one finishes the packing first */
-    op_weights_pass(m->packed);
     FWD_PROF_BEGIN();
     for (int t = 0; t < n_tokens; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)

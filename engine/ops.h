@@ -142,11 +142,13 @@ const void *op_weights_of(const gguf_tensor *w);
  * op_weights_settle also completes the packing and copies described above first. */
 void op_weights_settle(void *arena);
 
-/* Called by every forward pass before it starts (arena: op_weights_pack's, or NULL). The first
- * pass runs on what is packed so far (a prompt packs each mapped panel once for all its tokens);
- * a later one settles first (op_weights_settle): decode would pack every mapped panel again for
- * each token, about 3x slower. In a chat the user's typing usually leaves nothing to wait for. */
-void op_weights_pass(void *arena);
+/* Called by every forward pass as it begins (begin = 1) and as it ends (begin = 0); arena:
+ * op_weights_pack's, or NULL. The first pass runs on what is packed so far (a prompt packs each
+ * mapped panel once for all its tokens), and the packing thread waits for it to end (or, when no
+ * pass begins within 100 ms, starts anyway); a later pass settles first (op_weights_settle):
+ * decode would pack every mapped panel again for each token, about 3x slower. In a chat the
+ * user's typing usually leaves nothing to wait for. */
+void op_weights_pass(void *arena, int begin);
 
 /* Copy row `row` of a 2-D tensor (any supported type) into dst as f32 (ne[0] floats). */
 void op_get_row(const gguf_tensor *w, int64_t row, float *dst);
