@@ -460,84 +460,6 @@ enum { HUGE_NEVER, HUGE_AT_LOAD, HUGE_AFTER };
 #endif
 #define HUGE_BYTES ((size_t)2 << 20)
 
-/* Moving a packed arena onto 2 MiB pages after the load: MADV_COLLAPSE, one 2 MiB piece at a
- * time, on a thread of the lowest priority (nice 19: it runs on an otherwise idle core, while the
- * user types, and gets ~1.5% of a core the matmul threads keep busy), or all at once by
- * op_weights_settle (KVCHAT_HUGEPAGES=after). Faulting 2 MiB pages at load time (the default)
- * costs each of them a fresh, zeroed huge page in the critical path; "after" faults 4 KiB pages
- * and the collapse copies them later. */
-typedef struct collapse_job {
-    uint8_t *p;
-    size_t n;            /* 2 MiB pieces */
-    atomic_size_t next;  /* next piece to collapse */
-    atomic_int stop;
-    pthread_t th;
-    int started;
-    struct collapse_job *link;
-} collapse_job;
-
-static pthread_mutex_t collapse_mu = PTHREAD_MUTEX_INITIALIZER;
-static collapse_job *collapse_list;
-
-/* Collapse the next piece; 0 when none is left (or the kernel has no MADV_COLLAPSE). */
-static int collapse_next(collapse_job *c)
-{
-    if (atomic_load(&c->stop)) return 0;
-    size_t i = atomic_fetch_add(&c->next, 1);
-    if (i >= c->n) return 0;
-    if (madvise(c->p + i * HUGE_BYTES, HUGE_BYTES, MADV_COLLAPSE) && (errno == EINVAL || errno == ENOSYS)) {
-        atomic_store(&c->stop, 1);
-        return 0;
-    }
-    return 1;
-}
-
-static void *collapse_main(void *arg)
-{
-    /* nice 19 rather than SCHED_IDLE: a collapse holds the mmap lock while it copies a piece, and
-     * a thread that may be starved indefinitely must not hold what the matmul threads' page
-     * faults wait for */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    while (collapse_next(arg)) {}
-    return NULL;
-}
-
-static void collapse_start(uint8_t *p, size_t bytes)
-{
-    collapse_job *c = calloc(1, sizeof *c);
-    if (!c) return;
-    c->p = p;
-    c->n = bytes / HUGE_BYTES;
-    atomic_init(&c->next, 0);
-    atomic_init(&c->stop, 0);
-    c->started = pthread_create(&c->th, NULL, collapse_main, c) == 0;
-    pthread_mutex_lock(&collapse_mu);
-    c->link = collapse_list;
-    collapse_list = c;
-    pthread_mutex_unlock(&collapse_mu);
-}
-
-/* The job of arena, unlinked (NULL when none). */
-static collapse_job *collapse_take(const void *arena)
-{
-    pthread_mutex_lock(&collapse_mu);
-    collapse_job **pp = &collapse_list, *c;
-    while ((c = *pp) && c->p != arena) pp = &c->link;
-    if (c) *pp = c->link;
-    pthread_mutex_unlock(&collapse_mu);
-    return c;
-}
-
-static void collapse_finish(collapse_job *c, int stop)
-{
-    if (!c) return;
-    if (stop) atomic_store(&c->stop, 1);
-    else
-        while (collapse_next(c)) {}
-    if (c->started) pthread_join(c->th, NULL);
-    free(c);
-}
-
 /* Packing and copying after the load. The panels (pack kind 1) and the plain copies (kind 2: F16 /
  * BF16 / F32, and the types without panels at this level) exist for speed: panels for the panel
  * kernels, copies for their 2 MiB pages (decode reads them 12-20% faster there than in the page
@@ -547,7 +469,11 @@ static void collapse_finish(collapse_job *c, int stop)
  * the results are the same bit for bit either way, and the first token does not wait for fresh
  * memory to be faulted in (on a VM that hands freed memory back to its host, 1-2 s for 2 GB after
  * an idle minute). Each matrix is published (op_weights_of) when its last chunk is done, and its
- * mapped pages are then dropped, so resident memory never holds two copies. */
+ * mapped pages are then dropped, so resident memory never holds two copies.
+ * The same job moves an arena packed at load onto 2 MiB pages after it (KVCHAT_HUGEPAGES=after):
+ * MADV_COLLAPSE, one 2 MiB piece per chunk. Faulting 2 MiB pages as the arena is filled (the
+ * default) costs each of them a fresh, zeroed huge page then; "after" faults 4 KiB pages and the
+ * collapse copies them later. */
 typedef struct later_tensor {
     gguf_tensor *t;
     int kind;         /* 1 panels, 2 copy (pack_kind) */
@@ -556,7 +482,7 @@ typedef struct later_tensor {
 } later_tensor;
 
 typedef struct later_chunk {
-    int ti;         /* its tensor */
+    int ti;         /* its tensor, or -1: 2 MiB piece r0 of the arena, to be collapsed */
     int64_t r0, r1; /* its rows (whole panels when packed) */
 } later_chunk;
 
@@ -602,6 +528,14 @@ static int later_next(later_job *c, uint8_t *buf, size_t cap)
     long i = atomic_fetch_add(&c->next, 1);
     if (i >= c->n_chunks) return 0;
     const later_chunk *k = &c->chunks[i];
+    if (k->ti < 0) {
+        uint8_t *piece = (uint8_t *)c->arena + (size_t)k->r0 * HUGE_BYTES;
+        if (madvise(piece, HUGE_BYTES, MADV_COLLAPSE) && (errno == EINVAL || errno == ENOSYS)) {
+            atomic_store(&c->stop, 1); /* a kernel without MADV_COLLAPSE: nothing more to do */
+            return 0;
+        }
+        return 1;
+    }
     later_tensor *lt = &c->tensors[k->ti];
     const gguf_tensor *w = lt->t;
     size_t rs = quant_row_size(w->type, w->ne[0]), n = (size_t)(k->r1 - k->r0) * rs;
@@ -621,8 +555,10 @@ static int later_next(later_job *c, uint8_t *buf, size_t cap)
     return 1;
 }
 
-/* nice 19, as collapse_main and for its reason: the first token's passes get the CPUs, the packing
- * takes what they leave (the chat's idle time; with every CPU decoding, little) */
+/* nice 19: the first token's passes get the CPUs, the packing takes what they leave (the chat's
+ * idle time; with every CPU decoding, ~1.5% of a core). Not SCHED_IDLE: a collapse holds the mmap
+ * lock while it copies a piece, and a thread that may be starved indefinitely must not hold what
+ * the matmul threads' page faults wait for. */
 static void *later_main(void *arg)
 {
     later_job *c = arg;
@@ -703,6 +639,7 @@ static void populate_worker(void *arg, int ith, int nth)
     (void)nth;
     for (long i; (i = atomic_fetch_add(&pj->next, 1)) < pj->lj->n_chunks;) {
         const later_chunk *k = &pj->lj->chunks[i];
+        if (k->ti < 0) continue;
         const gguf_tensor *w = pj->lj->tensors[k->ti].t;
         size_t rs = quant_row_size(w->type, w->ne[0]), page = (size_t)pj->lj->page;
         uintptr_t a = (uintptr_t)w->data + (size_t)k->r0 * rs, b = (uintptr_t)w->data + (size_t)k->r1 * rs;
@@ -718,10 +655,25 @@ static int later_policy(void)
     return !(e && !strcmp(e, "0"));
 }
 
+/* Start lj's thread (or, without one, do its chunks now) and list it for op_weights_settle / _free. */
+static void later_start(later_job *lj)
+{
+    atomic_init(&lj->next, 0);
+    atomic_init(&lj->stop, 0);
+    lj->started = pthread_create(&lj->th, NULL, later_main, lj) == 0;
+    if (!lj->started) {
+        later_finish(lj, 0);
+        return;
+    }
+    pthread_mutex_lock(&later_mu);
+    lj->link = later_list;
+    later_list = lj;
+    pthread_mutex_unlock(&later_mu);
+}
+
 void op_weights_settle(void *arena)
 {
     later_finish(later_take(arena), 0);
-    collapse_finish(collapse_take(arena), 0);
 }
 
 void op_weights_pass(void *arena, int begin)
@@ -851,20 +803,21 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
         if (pool) tpool_run(pool, populate_worker, &pj);
         tpool_free(pool);
         lj->fd = getenv_flag("KVCHAT_PACK_MMAP") ? -1 : reopen_model(f);
-        atomic_init(&lj->next, 0);
-        atomic_init(&lj->stop, 0);
-        lj->started = pthread_create(&lj->th, NULL, later_main, lj) == 0;
-        if (!lj->started) later_finish(lj, 0); /* no thread: do them now */
-        else {
-            pthread_mutex_lock(&later_mu);
-            lj->link = later_list;
-            later_list = lj;
-            pthread_mutex_unlock(&later_mu);
-        }
+        later_start(lj);
     }
-    if (hp == HUGE_AFTER) {
+    if (hp == HUGE_AFTER) { /* later_job above: the arena's 2 MiB pieces */
         madvise(p, alloc, MADV_HUGEPAGE);
-        collapse_start(p, alloc);
+        later_job *cj = calloc(1, sizeof *cj);
+        long n = (long)(alloc / HUGE_BYTES);
+        if (cj && (cj->chunks = malloc(sizeof *cj->chunks * (size_t)n))) {
+            for (long i = 0; i < n; i++) cj->chunks[i] = (later_chunk){-1, i, i + 1};
+            cj->arena = p;
+            cj->n_chunks = n;
+            cj->fd = -1;
+            cj->page = page;
+            later_start(cj);
+        } else
+            free(cj);
     }
     *arena = p;
     return KV_OK;
@@ -874,7 +827,6 @@ void op_weights_free(gguf_file *f, void *arena)
 {
     if (arena) {
         later_finish(later_take(arena), 1);
-        collapse_finish(collapse_take(arena), 1);
     }
     for (uint64_t i = 0; f && i < f->n_tensors; i++) f->tensors[i].packed = NULL;
     free(arena);

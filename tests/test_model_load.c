@@ -734,6 +734,43 @@ static void test_pack_later(void **state)
     unlink(p);
 }
 
+/* KVCHAT_HUGEPAGES=after: packed during the load onto 4 KiB pages, then moved onto 2 MiB pages
+ * by the later thread (MADV_COLLAPSE, where the kernel has it): after the settle every matrix is
+ * there and equals quant_pack of its rows, the logits equal the default's bit for bit, and a model
+ * freed while the collapse runs stops it. */
+static void test_hugepages_after(void **state)
+{
+    (void)state;
+    gen_model_opts o = {.n_layer = 2, .n_vocab = 1003, .n_ff = 4096, .seed = 9};
+    const char *p = tu_tmp_path("after.gguf");
+    kv_error err = {0};
+    if (gen_model_write_ex(p, "tiny", "q4_k_m", &o, &err)) fail_msg("%s", err.msg);
+    model *m0 = load_ok(p);
+    op_weights_settle(m0->packed);
+    int n0 = check_packed(m0->gguf);
+    const int nv = m0->hp.n_vocab;
+    float *want = malloc(sizeof(float) * 2 * (size_t)nv), *got = malloc(sizeof(float) * 2 * (size_t)nv);
+    assert_non_null(want);
+    assert_non_null(got);
+    logits_of(m0, 8, want);
+    model_free(m0);
+    setenv("KVCHAT_HUGEPAGES", "after", 1);
+    model *m = load_ok(p);
+    assert_int_equal(check_packed(m->gguf), n0); /* packed during the load */
+    logits_of(m, 8, got);
+    if (memcmp(got, want, sizeof(float) * 2 * (size_t)nv)) fail_msg("logits with KVCHAT_HUGEPAGES=after differ");
+    op_weights_settle(m->packed);
+    assert_int_equal(check_packed(m->gguf), n0);
+    model_free(m);
+    m = load_ok(p);
+    usleep(120000); /* the collapse has started on its own */
+    model_free(m);
+    unsetenv("KVCHAT_HUGEPAGES");
+    free(want);
+    free(got);
+    unlink(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -755,6 +792,7 @@ int main(void)
         cmocka_unit_test(test_byte_flips),
         cmocka_unit_test(test_pack_pread),
         cmocka_unit_test(test_pack_later),
+        cmocka_unit_test(test_hugepages_after),
     };
     return cmocka_run_group_tests(tests, group_setup, tu_tmpdir_teardown);
 }
