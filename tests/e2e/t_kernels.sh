@@ -40,3 +40,30 @@ for l in $levels; do
     [ "$got" = "$ref" ] || { same=0; bad "kernels: greedy text at $l equals $best's" "$got"; }
 done
 [ "$same" = 1 ] && [ -n "$ref" ] && ok "kernels: greedy stories260K text is the same at every level ($levels)"
+
+# One binary for every x86-64 CPU: the same file, built on this machine (whatever it has), runs
+# under qemu-x86_64 on emulated CPUs older than it — the x86-64 baseline (qemu64: SSE2, no AVX),
+# x86-64-v2 (Nehalem), an AVX2 CPU without FMA or F16C, and x86-64-v3 (Haswell) — picks the level
+# each has (an AVX instruction outside the kernels' own files would stop the first two with
+# SIGILL) and writes the same greedy text. qemu-user comes with the aarch64 tests' packages.
+if [ "$(uname -m)" = x86_64 ] && command -v qemu-x86_64 >/dev/null 2>&1; then
+    for cv in qemu64:portable Nehalem:portable max,-fma:portable max,-f16c:portable Haswell:avx2; do
+        cpu=${cv%%:*} want=${cv#*:}
+        got_v=$(qemu-x86_64 -cpu "$cpu" "$BIN" --version 2>/dev/null | sed -n 's/^kernels: \([a-z0-9]*\) .*/\1/p')
+        got=$(qemu-x86_64 -cpu "$cpu" "$BIN" -m "$MODEL" -p "Once upon a time" -n 48 --temp 0 2>"$tmp/qemu.err")
+        rc=$?
+        if [ "$got_v" = "$want" ] && [ $rc = 0 ] && [ "$got" = "$ref" ]; then
+            ok "kernels: on an emulated $cpu CPU the same binary runs the $want level and writes the same greedy text"
+        else
+            bad "kernels: on an emulated $cpu CPU (want $want, got '$got_v', exit $rc)" "$got $(tail -c 300 "$tmp/qemu.err")"
+        fi
+    done
+    out=$(KVCHAT_ISA=avx2 qemu-x86_64 -cpu qemu64 "$BIN" -m "$MODEL" -p "Once" -n 2 --temp 0 2>&1 >/dev/null)
+    if printf '%s\n' "$out" | grep -q "kvchat: KVCHAT_ISA=avx2: this CPU lacks it; using portable"; then
+        ok "kernels: KVCHAT_ISA=avx2 on an emulated x86-64 baseline CPU is refused with a warning, not SIGILL"
+    else
+        bad "kernels: KVCHAT_ISA=avx2 on an emulated baseline CPU" "$out"
+    fi
+else
+    echo "skip - kernels: qemu-x86_64 runs (not an x86-64 host with qemu-user)"
+fi
