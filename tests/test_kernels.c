@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kernels/gemm_float.h"
 #include "engine/kernels/kernels.h"
 #include "engine/kernels/quant.h"
 
@@ -184,18 +185,21 @@ static const int TYPES[] = {
 };
 #define N_TYPES (int)(sizeof(TYPES) / sizeof(TYPES[0]))
 
-enum { ROWS = 33, TOK = 17 };
+/* TOK_BIG: one more batch for the float types, past KERN_AVX2_FLOAT_SMALL (their third order) */
+enum { ROWS = 33, TOK = 17, TOK_BIG = KERN_AVX2_FLOAT_SMALL + 5 };
 
 typedef struct sweep {
     const kern_ops *o;
-    int type, bitwise, split_one; /* split_one: decode (1 token) has its own float order (F32, F16, BF16) */
+    int type, bitwise, split_one; /* split_one: decode (1 token) and batches of more than
+                                     KERN_AVX2_FLOAT_SMALL tokens have float orders of their own (F32, F16, BF16) */
     int64_t n;
     size_t rs, as;
     uint8_t *w, *act;
-    float *x, *want, *want1; /* want[t][r]: the first value seen (every entry must give the same bits);
-                                want1: the same for calls with one token when split_one */
-    float ref[TOK][ROWS];
-    double tol[TOK][ROWS];
+    float *x, *want, *want1, *wantL; /* want[t][r]: the first value seen (every entry must give the same
+                                        bits); want1 / wantL: the same for calls with one token / more
+                                        than KERN_AVX2_FLOAT_SMALL tokens when split_one */
+    float ref[TOK_BIG][ROWS];
+    double tol[TOK_BIG][ROWS];
     const char *isa;
     const kern_ops *o512; /* the AVX-512 level's table when this CPU has it, else NULL */
 } sweep;
@@ -205,7 +209,10 @@ static void check(sweep *s, const char *what, int ntok, int t, int r, float v) {
     if (!(fabs((double)v - ref) <= s->tol[t][r]))
         fail_msg("%s %s %s n=%lld row %d tok %d: %.9g vs scalar reference %.9g", s->isa, tname(s->type), what,
                  (long long)s->n, r, t, (double)v, (double)ref);
-    float *want = s->split_one && ntok == 1 ? &s->want1[t * ROWS + r] : &s->want[t * ROWS + r];
+    float *want = !s->split_one                ? &s->want[t * ROWS + r]
+                  : ntok == 1                    ? &s->want1[t * ROWS + r]
+                  : ntok > KERN_AVX2_FLOAT_SMALL ? &s->wantL[t * ROWS + r]
+                                                 : &s->want[t * ROWS + r];
     if (isnan(*want)) *want = v;
     else if (s->bitwise && v != *want)
         fail_msg("%s %s %s n=%lld row %d tok %d: %a, but %a before (batch / row range / entry changed the bits)",
@@ -216,19 +223,20 @@ static void run_sweep(sweep *s, int extreme) {
     const kern_ops *o = s->o;
     int type = s->type;
     int64_t n = s->n;
-    float *out = malloc(sizeof(float) * ROWS * TOK);
+    int n_tok = s->split_one ? TOK_BIG : TOK;
+    float *out = malloc(sizeof(float) * ROWS * TOK_BIG);
     for (int r = 0; r < ROWS; r++) weight_row(type, s->w + (size_t)r * s->rs, n, extreme, r);
-    for (int t = 0; t < TOK; t++) {
+    for (int t = 0; t < n_tok; t++) {
         activation(s->x + (size_t)t * n, n, extreme ? 3 + (t & 1) : t % 3);
         o->act_prepare(type, s->x + (size_t)t * n, n, s->act + (size_t)t * s->as);
     }
-    for (int t = 0; t < TOK; t++)
+    for (int t = 0; t < n_tok; t++)
         for (int r = 0; r < ROWS; r++) {
             const uint8_t *wr = s->w + (size_t)r * s->rs;
             const float *xt = s->x + (size_t)t * n;
             s->ref[t][r] = ref_row(type, n, wr, xt);
             s->tol[t][r] = 1e-5 * abs_dot(type, n, wr, xt) + 1e-30;
-            s->want[t * ROWS + r] = s->want1[t * ROWS + r] = NAN;
+            s->want[t * ROWS + r] = s->want1[t * ROWS + r] = s->wantL[t * ROWS + r] = NAN;
             float fz = s->bitwise ? fused_row(type, n, wr, xt) : NAN;
             if (!isnan(fz)) s->want[t * ROWS + r] = fz;
         }
@@ -249,6 +257,16 @@ static void run_sweep(sweep *s, int extreme) {
         for (int t = 0; t < T; t++)
             for (int r = 0; r < nrows; r++) check(s, "gemm", T, t, r, out[(size_t)t * nrows + r]);
     }
+    /* the float types' large batches (the blocked GEMM at AVX2): all rows, then a row range */
+    if (s->split_one)
+        for (int T = TOK_BIG - 3; T <= TOK_BIG; T += 3)
+            for (int row0 = 0; row0 <= 16; row0 += 16) {
+                int nrows = ROWS - row0;
+                o->gemm(type, n, nrows, s->w + (size_t)row0 * s->rs, s->rs, s->act, s->as, T, out, (size_t)nrows);
+                for (int t = 0; t < T; t++)
+                    for (int r = 0; r < nrows; r++)
+                        check(s, "gemm (large batch)", T, t, row0 + r, out[(size_t)t * nrows + r]);
+            }
     /* packed panels: whole and in the pieces of QUANT_PANEL_ROWS rows op_weights_pack writes */
     size_t ps = o->pack_size(type, n, ROWS);
     if (ps) {
@@ -322,9 +340,10 @@ static void test_level(kern_isa isa, void (*fill_dots)(kern_ops *), void (*fill)
         kern_fill_x86_avx512(&z);
         s.o512 = &z;
     }
-    s.x = malloc(sizeof(float) * NMAX * TOK);
-    s.want = malloc(sizeof(float) * TOK * ROWS);
-    s.want1 = malloc(sizeof(float) * TOK * ROWS);
+    s.x = malloc(sizeof(float) * NMAX * TOK_BIG);
+    s.want = malloc(sizeof(float) * TOK_BIG * ROWS);
+    s.want1 = malloc(sizeof(float) * TOK_BIG * ROWS);
+    s.wantL = malloc(sizeof(float) * TOK_BIG * ROWS);
     for (int ti = 0; ti < N_TYPES; ti++) {
         const quant_traits *tr = quant_traits_of(TYPES[ti]);
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -339,7 +358,7 @@ static void test_level(kern_isa isa, void (*fill_dots)(kern_ops *), void (*fill)
             s.split_one = s.type == GGML_TYPE_F32 || s.type == GGML_TYPE_F16 || s.type == GGML_TYPE_BF16;
             s.bitwise = s.split_one || o.pack_size(s.type, s.n, 1) > 0;
             s.w = malloc(s.rs * ROWS);
-            s.act = aligned_alloc(64, s.as * TOK);
+            s.act = aligned_alloc(64, s.as * TOK_BIG);
             rng_seed(1000 + 17 * (uint64_t)ti + li);
             run_sweep(&s, 0);
             if (tr->block_size > 1 && s.n == 4864) run_sweep(&s, 1);
@@ -350,6 +369,7 @@ static void test_level(kern_isa isa, void (*fill_dots)(kern_ops *), void (*fill)
     free(s.x);
     free(s.want);
     free(s.want1);
+    free(s.wantL);
 }
 
 static void test_avx2(void **state) {

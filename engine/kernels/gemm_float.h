@@ -39,9 +39,12 @@ void kern_avx512_gemv_float(int f16, const uint8_t *w, size_t ws, int64_t nrows,
  * _BF16), in engine/kernels/gemm_float_avx2.c. w: nrows rows of n weights, ws bytes apart; act:
  * n_tokens rows, as bytes apart, of n f32 values (gemm_avx2.c's ACT_F32 / ACT_F16 / ACT_BF16
  * layouts: F16 / BF16 activations already rounded to fp16 / bf16 values); out[t·os + r] =
- * Σ_k w[r][k]·x[t][k] for r < nrows, t < n_tokens. One token streams each row once; more run the
- * blocked GEMM described there (the same sums whatever the tiles, rows or tokens of the call).
- * No errors: the caller checks the shapes. Defined in builds with AVX2 only (as its caller). */
+ * Σ_k w[r][k]·x[t][k] for r < nrows, t < n_tokens. One token streams each row once; 2 ..
+ * KERN_AVX2_FLOAT_SMALL tokens run inner-product tiles, more the blocked GEMM, as described there:
+ * three float orders, each giving the same sums whatever the tiles, rows or tokens of the call
+ * within its range. No errors: the caller checks the shapes. Defined in builds with AVX2 only (as
+ * its caller). */
+#define KERN_AVX2_FLOAT_SMALL 24
 void kern_avx2_gemm_float(int wtype, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as,
                           int n_tokens, int64_t n, float *out, size_t os);
 

@@ -28,15 +28,17 @@ static float hsum_ps(__m256 v)
 
 /* ---- F32 / F16 / BF16 rows: decode by inner products, batches by a blocked GEMM -----------------
  * Decode (1 token) streams each row once: 4 accumulators of 8 partial sums, reduced at the end.
- * A batch is a GEMM in the register-blocked form of BLIS (Van Zee & van de Geijn 2015; Goto & van
- * de Geijn 2008): for each k-block of GK elements and each block of GR = 16 rows, the rows are
+ * A batch of more than ST tokens (2..ST: inner-product tiles, below) is a GEMM in the
+ * register-blocked form of BLIS (Van Zee & van de Geijn 2015; Goto & van de Geijn 2008): for each
+ * k-block of GK elements and each block of GR = 16 rows, the rows are
  * converted (F16 / BF16 → F32) and transposed once into a panel wp[k][16] (16 KiB, in L1), then every
  * tile of up to GT = 6 tokens runs over it: 2 ymm of 8 rows × 6 tokens = 12 accumulators, each
  * step 2 panel loads, 6 broadcast activations and 12 FMAs. The activations of a k-block (all
  * tokens) stay in L2 while the row blocks pass; rows are taken GS = 128 at a time so that their
  * outputs stay in L2 too. Float order, per output: a sequential FMA chain over each k-block
  * (starting at 0), the blocks' sums added in order — the same whatever the tile, the number of
- * tokens or the rows of the call (n_tokens == 1 has its own order, as the AVX-512 level). */
+ * tokens (above ST) or the rows of the call (n_tokens == 1 has its own order, as the AVX-512
+ * level, and 2..ST tokens another). */
 #define GR 16
 #define GT 6
 #define GK 256
@@ -182,6 +184,107 @@ static void gemm_tile_any(const float *wp, int kc, const float *x, size_t xs, in
     }
 }
 
+/* ---- a few tokens: inner products, no panel ------------------------------------------------------
+ * For 2..ST tokens (short prompts, a few sequences' decode steps) the panel's conversion and
+ * transpose, paid once per 16 rows × 256 elements whatever the tokens, cost more than the FMAs
+ * they feed. TinyLlama F16's matmuls, 2 threads, ms per pass, panels / these tiles: 2 tokens
+ * 145 / 55-65, 4 tokens 155 / 90, 9 tokens 209 / 140, 16 tokens 273 / 216, 24 tokens 334-344 /
+ * 319-326, 32 tokens 412 / 409, 64 tokens 703 / 805 (hence ST). Rows are contiguous along k, so
+ * a tile of R rows × T tokens keeps R·T ≤ 12 accumulators of 8 partial sums (lane = k mod 8): 4
+ * rows for tiles of up to 3 tokens, else 2 rows × up to ST_T = 6 tokens (enough independent FMA
+ * chains either way); it loads and converts each row vector once per tile and each token vector
+ * once per step (as the AVX-512 level's inner-product GEMM, after llamafile's tinyBLAS), and the
+ * rows stay in L1 while another tile of tokens passes. Float order, per output: 8 sequential FMA
+ * chains (k ≡ lane mod 8), summed pairwise at the end (hsum_ps), then the tail in order — the
+ * same whatever the tile, the rows of the call or the number of tokens from 2 to ST. */
+#define SR 4
+#define ST_T 6
+#define ST KERN_AVX2_FLOAT_SMALL
+
+/* The k loop of a tile, the lanes' sums into sums[r·ST_T + t]; a function of its own per (kind,
+ * R, T), so that GCC keeps every accumulator in a register (inlined into one large function, it
+ * spilled two of them per step). */
+AI void small_loop(int wk, const uint8_t *w, size_t ws, const float *x, size_t xs, int64_t n8, int R, int T,
+                   float *sums)
+{
+    __m256 a[SR][ST_T];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) a[r][t] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n8; k += 8) {
+        __m256 wv[SR];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) wv[r] = ldw(wk, w + (size_t)r * ws, k);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)t * xs + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) a[r][t] = _mm256_fmadd_ps(wv[r], xv, a[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) sums[r * ST_T + t] = hsum_ps(a[r][t]);
+}
+
+typedef void (*small_fn)(const uint8_t *w, size_t ws, const float *x, size_t xs, int64_t n8, float *sums);
+#define SMALL_FN(WK, R, T)                                                                                \
+    static __attribute__((noinline)) void small_##WK##_##R##_##T(const uint8_t *w, size_t ws, const float *x, \
+                                                                 size_t xs, int64_t n8, float *sums)      \
+    {                                                                                                     \
+        small_loop(WK, w, ws, x, xs, n8, R, T, sums);                                                     \
+    }
+/* the (R, T) a call can ask for: 1-2 rows × 1-6 tokens, 3-4 rows × 1-3 tokens */
+#define SMALL_FNS(WK)                                                                                     \
+    SMALL_FN(WK, 1, 1) SMALL_FN(WK, 1, 2) SMALL_FN(WK, 1, 3) SMALL_FN(WK, 1, 4) SMALL_FN(WK, 1, 5)       \
+    SMALL_FN(WK, 1, 6) SMALL_FN(WK, 2, 1) SMALL_FN(WK, 2, 2) SMALL_FN(WK, 2, 3) SMALL_FN(WK, 2, 4)       \
+    SMALL_FN(WK, 2, 5) SMALL_FN(WK, 2, 6) SMALL_FN(WK, 3, 1) SMALL_FN(WK, 3, 2) SMALL_FN(WK, 3, 3)       \
+    SMALL_FN(WK, 4, 1) SMALL_FN(WK, 4, 2) SMALL_FN(WK, 4, 3)                                             \
+    static const small_fn small_##WK[SR][ST_T] = {                                                        \
+        {small_##WK##_1_1, small_##WK##_1_2, small_##WK##_1_3, small_##WK##_1_4, small_##WK##_1_5,         \
+         small_##WK##_1_6},                                                                               \
+        {small_##WK##_2_1, small_##WK##_2_2, small_##WK##_2_3, small_##WK##_2_4, small_##WK##_2_5,         \
+         small_##WK##_2_6},                                                                               \
+        {small_##WK##_3_1, small_##WK##_3_2, small_##WK##_3_3},                                           \
+        {small_##WK##_4_1, small_##WK##_4_2, small_##WK##_4_3}};
+SMALL_FNS(WK_F32)
+SMALL_FNS(WK_F16)
+SMALL_FNS(WK_BF16)
+
+/* R rows × T tokens over the whole row: out[t·os + r] = the lanes' sums, then the tail in order. */
+static void small_tile(int wk, const uint8_t *w, size_t ws, const float *x, size_t xs, int64_t n, int R, int T,
+                       float *out, size_t os)
+{
+    float sums[SR * ST_T];
+    int64_t n8 = n & ~(int64_t)7;
+    (wk == WK_BF16 ? small_WK_BF16 : wk == WK_F16 ? small_WK_F16 : small_WK_F32)[R - 1][T - 1](w, ws, x, xs, n8, sums);
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < R; r++) {
+            float v = sums[r * ST_T + t];
+            for (int64_t j = n8; j < n; j++) v += wval(wk, w + (size_t)r * ws, j) * x[(size_t)t * xs + j];
+            out[(size_t)t * os + r] = v;
+        }
+}
+
+/* 2..ST tokens: blocks of rows (4 when no tile has more than 3 tokens, else 2), each meeting the
+ * tokens in the fewest tiles of at most ST_T, of sizes differing by one at most. */
+static void gemm_small(int wk, const uint8_t *w, size_t ws, int64_t nrows, const float *x, size_t xs, int n_tokens,
+                       int64_t n, float *out, size_t os)
+{
+    int n_tiles = (n_tokens + ST_T - 1) / ST_T, base_t = n_tokens / n_tiles, extra = n_tokens % n_tiles;
+    int rb = base_t + (extra > 0) <= 3 ? 4 : 2;
+    for (int64_t r = 0; r < nrows; r += rb) {
+        int R = nrows - r < rb ? (int)(nrows - r) : rb;
+        for (int i = 0, t = 0; i < n_tiles; i++) {
+            int T = base_t + (i < extra);
+            small_tile(wk, w + (size_t)r * ws, ws, x + (size_t)t * xs, xs, n, R, T, out + (size_t)t * os + r, os);
+            t += T;
+        }
+    }
+}
+
 /* out[t·os + r] for rows [0, nrows), tokens [0, n_tokens) (see the comment above). */
 static void gemm_float(int wk, const uint8_t *w, size_t ws, int64_t nrows, const uint8_t *act, size_t as, int n_tokens,
                        int64_t n, float *out, size_t os)
@@ -192,6 +295,12 @@ static void gemm_float(int wk, const uint8_t *w, size_t ws, int64_t nrows, const
             out[r] = wk == WK_BF16  ? dot_row1(WK_BF16, w + (size_t)r * ws, x1, n)
                      : wk == WK_F16 ? dot_row1(WK_F16, w + (size_t)r * ws, x1, n)
                                     : dot_row1(WK_F32, w + (size_t)r * ws, x1, n);
+        return;
+    }
+    if (n_tokens <= ST) {
+        if (wk == WK_BF16) gemm_small(WK_BF16, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
+        else if (wk == WK_F16) gemm_small(WK_F16, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
+        else gemm_small(WK_F32, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
         return;
     }
     const int eb = wk == WK_F32 ? 4 : 2; /* bytes per weight */
