@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
+#include "ops.h"
 #include "speculate.h"
 
 #define DEFAULT_N_BATCH 512
@@ -174,6 +175,7 @@ fail:
 void engine_close(engine *e)
 {
     if (!e) return;
+    if (e->m) op_weights_stop(e->m->packed); /* first: the packing thread would slow every free below */
     tpool_free(e->pool);
     forward_ctx_free(e->fc);
     kv_cache_free(e->kv);

@@ -512,8 +512,14 @@ static later_job *later_list;
  * waiting for the user's first message), ms */
 #define LATER_IDLE_MS 100
 
-/* Source bytes per chunk: a stop waits for one such chunk */
-#define LATER_PIECE ((size_t)8 << 20)
+/* Source bytes per chunk, packed (kind 1) or copied (kind 2): a stop waits for one such chunk.
+ * Packed chunks are read into a buffer of LATER_PIECE: with 8 MiB, TinyLlama Q8_0 -p Hello -n 1
+ * exited ~35 ms after its last token (the chunk then being read faulted in the fresh buffer too).
+ * Copies are read straight into the arena, where two threads settling 1 MiB pieces side by side
+ * met in the same 2 MiB pages: TinyLlama F16's copies took 190-210 ms instead of 140-150. */
+#define LATER_PIECE ((size_t)1 << 20)
+#define LATER_COPY_PIECE ((size_t)8 << 20)
+#define later_piece(kind) ((kind) == 1 ? LATER_PIECE : LATER_COPY_PIECE)
 
 const void *op_weights_of(const gguf_tensor *w)
 {
@@ -624,27 +630,41 @@ static void later_finish(later_job *c, int stop)
 #endif
 
 /* The first pass reads the later job's matrices in the mapping: their page-table entries are made
- * beforehand in one madvise per chunk (MADV_POPULATE_READ), by all CPUs, which costs less than a
- * page fault per 4 KiB page in the pass (TinyLlama Q6_K -p Hello -n 1 after 3 idle s: 0.30-0.37 s
- * vs 0.38-0.48 s of wall time). Kernels without it: nothing happens. */
+ * beforehand (MADV_POPULATE_READ), by all CPUs, which costs less than a page fault per 4 KiB page
+ * in the pass (TinyLlama Q6_K -p Hello -n 1 after 3 idle s: 0.30-0.37 s vs 0.38-0.48 s of wall
+ * time): one madvise per run of a tensor's chunks within a group of POPULATE_GROUP (one per chunk
+ * had cost TinyLlama F16's load 15-20 ms more than per 8 MiB). Kernels without it: nothing happens. */
+#define POPULATE_GROUP 8
+
 typedef struct populate_job {
     const later_job *lj;
-    atomic_long next;
+    atomic_long next; /* the next group */
 } populate_job;
 
 static void populate_worker(void *arg, int ith, int nth)
 {
     populate_job *pj = arg;
+    const later_job *lj = pj->lj;
     (void)ith;
     (void)nth;
-    for (long i; (i = atomic_fetch_add(&pj->next, 1)) < pj->lj->n_chunks;) {
-        const later_chunk *k = &pj->lj->chunks[i];
-        if (k->ti < 0) continue;
-        const gguf_tensor *w = pj->lj->tensors[k->ti].t;
-        size_t rs = quant_row_size(w->type, w->ne[0]), page = (size_t)pj->lj->page;
-        uintptr_t a = (uintptr_t)w->data + (size_t)k->r0 * rs, b = (uintptr_t)w->data + (size_t)k->r1 * rs;
-        a &= ~(uintptr_t)(page - 1);
-        if (madvise((void *)a, b - a, MADV_POPULATE_READ) && errno == EINVAL) break;
+    for (long g; (g = atomic_fetch_add(&pj->next, 1)) * POPULATE_GROUP < lj->n_chunks;) {
+        long i = g * POPULATE_GROUP, end = i + POPULATE_GROUP < lj->n_chunks ? i + POPULATE_GROUP : lj->n_chunks;
+        while (i < end) {
+            const later_chunk *k = &lj->chunks[i];
+            long j = i + 1;
+            if (k->ti < 0) {
+                i = j;
+                continue;
+            }
+            while (j < end && lj->chunks[j].ti == k->ti && lj->chunks[j].r0 == lj->chunks[j - 1].r1) j++;
+            const gguf_tensor *w = lj->tensors[k->ti].t;
+            size_t rs = quant_row_size(w->type, w->ne[0]), page = (size_t)lj->page;
+            uintptr_t a = (uintptr_t)w->data + (size_t)k->r0 * rs,
+                      b = (uintptr_t)w->data + (size_t)lj->chunks[j - 1].r1 * rs;
+            a &= ~(uintptr_t)(page - 1);
+            if (madvise((void *)a, b - a, MADV_POPULATE_READ) && errno == EINVAL) return;
+            i = j;
+        }
     }
 }
 
@@ -717,7 +737,7 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
         if (&f->tensors[i] != skip && (kd = pack_kind(&f->tensors[i], &bytes, experts))) {
             /* exactly the items and chunks the loop below makes */
             int64_t rows = f->tensors[i].ne[1] * f->tensors[i].ne[2];
-            int64_t step = pack_step(&f->tensors[i], kd, piece), lstep = pack_step(&f->tensors[i], kd, LATER_PIECE);
+            int64_t step = pack_step(&f->tensors[i], kd, piece), lstep = pack_step(&f->tensors[i], kd, later_piece(kd));
             total += (bytes + 63) & ~(size_t)63;
             n_items += (long)((rows + step - 1) / step);
             n_chunks += (long)((rows + lstep - 1) / lstep);
@@ -757,7 +777,7 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
         int64_t rows = w->ne[1] * w->ne[2];
         if (lj) {
             later_tensor *lt = &lj->tensors[n_lt];
-            int64_t step = pack_step(w, kind, LATER_PIECE);
+            int64_t step = pack_step(w, kind, later_piece(kind));
             long nc = 0;
             for (int64_t r0 = 0; r0 < rows && c < n_chunks; r0 += step, nc++)
                 lj->chunks[c++] = (later_chunk){n_lt, r0, r0 + step < rows ? r0 + step : rows};
@@ -821,6 +841,11 @@ int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_erro
     }
     *arena = p;
     return KV_OK;
+}
+
+void op_weights_stop(void *arena)
+{
+    if (arena) later_finish(later_take(arena), 1);
 }
 
 void op_weights_free(gguf_file *f, void *arena)

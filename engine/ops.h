@@ -120,6 +120,10 @@ int op_attention_paged_multi(const op_attn_seq *seqs, int n_seqs, int bs, size_t
  * *arena: free it with op_weights_free (NULL when nothing was packed). KV_ERR_NOMEM. */
 int op_weights_pack(gguf_file *f, const gguf_tensor *skip, void **arena, kv_error *err);
 void op_weights_free(gguf_file *f, void *arena);
+/* Stops the packing and copies after the load (below) where they are, leaving what is not done
+ * read in the mapping, and ends their thread: for a program about to free the model, so that the
+ * thread does not take a CPU (and the page-table locks) from the frees. Nothing to do: returns. */
+void op_weights_stop(void *arena);
 
 /* The packing and the copies are done after op_weights_pack returns, by a nice-19 thread of their
  * own (KVCHAT_PACK_LATER=0: during the load, by all CPUs): until a matrix is done its rows are read

@@ -728,6 +728,20 @@ static void test_pack_later(void **state)
             }
             model_free(load_ok(p)); /* freed while its packing runs */
         }
+        /* stopped where it was (op_weights_stop, as engine_close does before its frees): what is
+         * not packed stays read in the mapping, with the same logits pass after pass */
+        model *m = load_ok(p);
+        usleep(105000);
+        op_weights_stop(m->packed);
+        int np = check_packed(m->gguf);
+        assert_true(np <= n0);
+        for (int pass = 0; pass < 2; pass++) {
+            logits_of(m, 8, got);
+            if (memcmp(got, want, sizeof(float) * 2 * (size_t)nv))
+                fail_msg("%s: logits of pass %d after op_weights_stop differ", types[ti], pass);
+        }
+        assert_int_equal(check_packed(m->gguf), np);
+        model_free(m);
         free(want);
         free(got);
     }
