@@ -66,6 +66,14 @@ if "$BIN" gen-model --shape tinyllama --type q4_0 --layers 12 -o "$DM/tl2.gguf" 
             bad "chat: a long prefill shows its progress" "$p1 → $p2 / $total $(screen_dump)"
         fi
         ms1=$(stop_ms)
+        # the first capture showing 'ready' may be of a redraw tmux had only partly taken in (the
+        # header new, the lines below it old: a clean clone's CI once caught "stopping… prefill
+        # 20 / 1415" under "ready"): the pane's [stopped] may show in the next ones
+        for _ in $(seq 1 20); do
+            [ "$(last_pane_line)" = " [stopped]" ] && break
+            sleep 0.05
+            cap >"$CH/screen"
+        done
         if [ "$ms1" -lt 1000 ] && [ "$(last_pane_line)" = " [stopped]" ]; then
             ok "chat: Esc during a prefill stops it within a second (${ms1} ms, [stopped])"
         else
