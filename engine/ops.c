@@ -585,7 +585,7 @@ static void *later_main(void *arg)
     pthread_mutex_unlock(&later_mu);
     size_t cap = LATER_PIECE;
     uint8_t *buf = malloc(cap);
-    while (later_next(arg, buf, buf ? cap : 0)) {}
+    while (later_next(c, buf, buf ? cap : 0)) {}
     free(buf);
     return NULL;
 }
@@ -650,12 +650,8 @@ static void populate_worker(void *arg, int ith, int nth)
     for (long g; (g = atomic_fetch_add(&pj->next, 1)) * POPULATE_GROUP < lj->n_chunks;) {
         long i = g * POPULATE_GROUP, end = i + POPULATE_GROUP < lj->n_chunks ? i + POPULATE_GROUP : lj->n_chunks;
         while (i < end) {
-            const later_chunk *k = &lj->chunks[i];
+            const later_chunk *k = &lj->chunks[i]; /* a packing job's: every chunk has its tensor */
             long j = i + 1;
-            if (k->ti < 0) {
-                i = j;
-                continue;
-            }
             while (j < end && lj->chunks[j].ti == k->ti && lj->chunks[j].r0 == lj->chunks[j - 1].r1) j++;
             const gguf_tensor *w = lj->tensors[k->ti].t;
             size_t rs = quant_row_size(w->type, w->ne[0]), page = (size_t)lj->page;
@@ -850,9 +846,7 @@ void op_weights_stop(void *arena)
 
 void op_weights_free(gguf_file *f, void *arena)
 {
-    if (arena) {
-        later_finish(later_take(arena), 1);
-    }
+    op_weights_stop(arena);
     for (uint64_t i = 0; f && i < f->n_tensors; i++) f->tensors[i].packed = NULL;
     free(arena);
 }

@@ -297,10 +297,8 @@ static void gemm_float(int wk, const uint8_t *w, size_t ws, int64_t nrows, const
                                     : dot_row1(WK_F32, w + (size_t)r * ws, x1, n);
         return;
     }
-    if (n_tokens <= ST) {
-        if (wk == WK_BF16) gemm_small(WK_BF16, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
-        else if (wk == WK_F16) gemm_small(WK_F16, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
-        else gemm_small(WK_F32, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
+    if (n_tokens <= ST) { /* gemm_small picks its kind's tile functions itself */
+        gemm_small(wk, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
         return;
     }
     const int eb = wk == WK_F32 ? 4 : 2; /* bytes per weight */
