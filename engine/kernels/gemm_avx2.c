@@ -478,9 +478,14 @@ static void pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
 
 /* ---- panel kernels ---------------------------------------------------------------------------- */
 
-/* Decode prefetch distances (as x86_avx512.c: about 4 KiB, or two super-blocks, ahead). */
+/* Decode prefetch distances, the same bytes ahead as x86_avx512.c's: 4 KiB for Q4_0 / Q5_0 / Q8_0,
+ * four of these 8-row super-blocks (its two 16-row ones: 4.6 KiB Q4_K, 6.6 KiB Q6_K) for the
+ * K-quants. Two super-blocks had been too close when the machine's read bandwidth was high (a
+ * core's lines arrived after its compute reached them): TinyLlama matmuls of a token, 2 threads,
+ * against a read pass of ~65 GB/s, Q4_K_M 59-67% -> 67-81%, Q6_K 68-72% -> 73-84% of it; at ~40
+ * GB/s both within noise. Q8_0 8 KiB or 2 KiB ahead was worse than 4 (57-66% / 65-71%, 69-83%). */
 #define PF_Q8BLK 4096
-#define PF_K(pb) (2 * (pb))
+#define PF_K(pb) (4 * (pb))
 #define TMAX 6 /* most tokens per pass (array bound; each type has its own, TM_* below) */
 
 /* Q4_0 (kind 0) / Q5_0 (1) / Q8_0 (2): one block pq of a panel · T tokens; g[t] is token t's
