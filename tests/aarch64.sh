@@ -1,6 +1,7 @@
 #!/bin/sh
 # aarch64.sh: runs the cross-compiled kernel / ops / golden tests under qemu-aarch64 at every aarch64 kernel level, and checks that the CPU detection refuses levels an emulated CPU lacks.
-# Usage: tests/aarch64.sh BUILD_DIR TEST... (called by `make test-aarch64`; KVCHAT_SHARED, A64_JOBS)
+# Usage: tests/aarch64.sh BUILD_DIR TEST... (called by `make test-aarch64`; KVCHAT_SHARED, A64_JOBS,
+# A64_TIMEOUT: seconds per run, default 1200, after which a run is stopped and fails)
 #
 # Each test binary runs once per level (KVCHAT_ISA=portable, neon, dotprod, i8mm) on qemu's
 # `-cpu max`, which implements dotprod and i8mm, A64_JOBS runs at a time. A level the binary
@@ -42,7 +43,8 @@ for t in "$@"; do for l in dotprod portable neon i8mm; do echo "$t $l $(only "$t
     xargs -P "${A64_JOBS:-2}" -L 1 sh -c '
         s=$(date +%s)
         o=$3; [ "$o" = - ] && o=
-        KVCHAT_ISA=$2 KVCHAT_TEST_ONLY=$o qemu-aarch64 -cpu max "'"$dir"'/tests/$1" >"'"$logs"'/$1.$2.log" 2>&1
+        KVCHAT_ISA=$2 KVCHAT_TEST_ONLY=$o timeout "'"${A64_TIMEOUT:-1200}"'" qemu-aarch64 -cpu max "'"$dir"'/tests/$1" \
+            >"'"$logs"'/$1.$2.log" 2>&1
         echo "$? $(( $(date +%s) - s ))" >"'"$logs"'/$1.$2.rc"' sh
 
 pass=0 fail=0 runs_bad=0
@@ -62,7 +64,7 @@ for t in "$@"; do
         else
             runs_bad=$((runs_bad + 1))
             [ "$f" -gt 0 ] || fail=$((fail + 1))
-            echo "aarch64: FAILED $t @$l (exit $rc, ${secs}s); its log:"
+            echo "aarch64: FAILED $t @$l (exit $rc, ${secs}s$([ "$rc" = 124 ] && echo ": did not finish in ${A64_TIMEOUT:-1200} s, a hang?")); its log:"
             sed 's/^/    /' "$log" | tail -40
         fi
     done

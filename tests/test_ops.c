@@ -8,6 +8,7 @@
 #include "tests/support/testisa.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -552,6 +553,72 @@ static void test_pool_shared(void **state)
     tpool_free(p);
 }
 
+/* The pool's hand-offs between a job and a sleep: with no spinning (tpool_set_spin 0) a worker
+ * goes to sleep as soon as it has done a job, while the caller posts the next one, and the
+ * caller sleeps as soon as it has done its part, while the workers finish theirs — every job
+ * races both. Each hand-off is a pair of "write mine, then read theirs" (the job word and the
+ * sleepers count; waiting and done) of which one side must see the other's write. With a
+ * release store before an acquire load there, qemu-aarch64 on an x86-64 host let the load pass
+ * the store and a worker slept through its job (make test hung in test_golden at 2 threads). A
+ * lost wake-up hangs rather than fails, so a watchdog ends the process with a message after
+ * POOL_WATCHDOG_S. */
+#define POOL_WATCHDOG_S 120
+typedef struct wake_job {
+    atomic_int ran;
+    int work_us;
+} wake_job;
+
+static void wake_fn(void *arg, int ith, int nth)
+{
+    wake_job *j = arg;
+    if (ith == nth - 1 && j->work_us) usleep((useconds_t)j->work_us);
+    atomic_fetch_add(&j->ran, 1);
+}
+
+static atomic_int wake_finished;
+
+static void *pool_watchdog(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < POOL_WATCHDOG_S * 10 && !atomic_load(&wake_finished); i++) usleep(100000);
+    if (!atomic_load(&wake_finished)) {
+        fprintf(stderr, "test_pool_wakeups: a job was still unfinished after %d s: a lost wake-up in the pool\n",
+                POOL_WATCHDOG_S);
+        _exit(3);
+    }
+    return NULL;
+}
+
+static void test_pool_wakeups(void **state)
+{
+    (void)state;
+    atomic_store(&wake_finished, 0);
+    pthread_t wd;
+    assert_int_equal(pthread_create(&wd, NULL, pool_watchdog, NULL), 0);
+    /* polls before a sleep, worker / caller: workers that sleep at once against a caller that
+     * posts the next job at once, a caller that sleeps at once against workers that finish with
+     * it, both, and a little of each */
+    static const int spins[][2] = {{0, TPOOL_SPIN}, {TPOOL_SPIN, 0}, {0, 0}, {40, 40}};
+    for (int nth = 2; nth <= 3; nth++)
+        for (int k = 0; k < 4; k++) {
+            tpool *p = tpool_create(nth);
+            assert_non_null(p);
+            tpool_set_spin(p, spins[k][0], spins[k][1]);
+            for (int i = 0; i < 1500; i++) {
+                if (i % 11 == 0) usleep((useconds_t)(i % 7)); /* now and then the caller comes late */
+                wake_job j = {.work_us = i % 7 == 0 ? i % 5 : 0}; /* or the last worker finishes late */
+                if (i % 2) tpool_run(p, wake_fn, &j);
+                else tpool_run_shared(p, wake_fn, &j);
+                int ran = atomic_load(&j.ran);
+                if (i % 2 ? ran != nth : ran < 1 || ran > nth)
+                    fail_msg("job %d, %d threads, spins %d / %d: fn ran %d times", i, nth, spins[k][0], spins[k][1], ran);
+            }
+            tpool_free(p);
+        }
+    atomic_store(&wake_finished, 1);
+    pthread_join(wd, NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
@@ -565,6 +632,7 @@ int main(void) {
         cmocka_unit_test(test_gen_model),
         cmocka_unit_test(test_pool_slow_worker),
         cmocka_unit_test(test_pool_shared),
+        cmocka_unit_test(test_pool_wakeups),
     };
     return tu_run_every_isa("ops", tests, sizeof tests / sizeof *tests, NULL, NULL);
 }

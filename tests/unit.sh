@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # unit.sh: runs the cmocka unit test binaries JOBS at a time (make unit), each one's output in its own log printed whole, in order.
-# Usage: tests/unit.sh LOG_DIR TEST... (env UNIT_JOBS, default 2; UNIT_ALONE, names that run alone)
+# Usage: tests/unit.sh LOG_DIR TEST... (env UNIT_JOBS, default 2; UNIT_ALONE, names that run alone;
+# UNIT_TIMEOUT, seconds per binary, default 900)
 #
 # The binaries run in the order given (make unit lists the longest first, so the short ones fill
 # the other slot at the end); a log is printed as soon as it and every one before it are done, so
@@ -14,6 +15,7 @@ set -u
 logs=$1
 shift
 jobs=${UNIT_JOBS:-2}
+limit=${UNIT_TIMEOUT:-900} # seconds per binary (the longest, test_arch under ASan, takes ~100): a hang fails, not CI
 alone=" ${UNIT_ALONE:-} "
 mkdir -p "$logs"
 start=$(date +%s)
@@ -30,7 +32,7 @@ run1() {
     n=$(basename "$1")
     rm -f "$logs/$n.rc" "$logs/$n.time"
     local TIMEFORMAT='%R %U %S'
-    { time "$1" >"$logs/$n.log" 2>&1; echo $? >"$logs/$n.rc"; } 2>"$logs/$n.time"
+    { time timeout "$limit" "$1" >"$logs/$n.log" 2>&1; echo $? >"$logs/$n.rc"; } 2>"$logs/$n.time"
 }
 
 pass=0 fail=0 printed=0 cpu=0
@@ -45,7 +47,13 @@ flush() {
         read -r wall user sys <"$logs/$n.time"
         echo "== $t"
         cat "$logs/$n.log"
-        if [ "$rc" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $t (exit $rc)"; fi
+        if [ "$rc" = 0 ]; then
+            pass=$((pass + 1))
+        else
+            fail=$((fail + 1))
+            if [ "$rc" = 124 ]; then echo "FAILED: $t did not finish in $limit s (a hang?): stopped"
+            else echo "FAILED: $t (exit $rc)"; fi
+        fi
         echo "== $t: $wall s (user $user s, sys $sys s)"
         cpu=$(awk -v c="$cpu" -v u="$user" -v s="$sys" 'BEGIN { printf "%.1f", c + u + s }')
         printed=$((printed + 1))

@@ -14,8 +14,6 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define SPIN_ITERS 20000
-
 /* The job word: generation << 32 | CLOSED | workers that entered the job. A worker runs a job
  * only after a compare-and-swap on this word counted it in (the generation it saw still current,
  * the job not closed): a shared job (tpool_run_shared) is closed by its caller once the work is
@@ -34,6 +32,8 @@ struct tpool {
     atomic_int stop;
     atomic_int sleepers;
     atomic_int waiting;       /* the caller sleeps on done_cv until enough workers finished */
+    atomic_int spin_worker;   /* polls before a sleep (tpool_set_spin) */
+    atomic_int spin_caller;
     pthread_cond_t done_cv;
     tpool_fn fn;
     void *arg;
@@ -58,9 +58,9 @@ static void *worker_main(void *vp)
     uint32_t seen = 0;
     for (;;) {
         uint64_t s;
-        int spins = 0;
+        int spins = 0, spin = atomic_load_explicit(&p->spin_worker, memory_order_relaxed);
         while (JOB_GEN(s = atomic_load_explicit(&p->job, memory_order_acquire)) == seen && !atomic_load(&p->stop) &&
-               spins < SPIN_ITERS) {
+               spins < spin) {
             if (spins % 1024 == 1023) sched_yield();
             else cpu_relax();
             spins++;
@@ -102,6 +102,8 @@ tpool *tpool_create(int n_threads)
     tpool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
+    atomic_init(&p->spin_worker, TPOOL_SPIN);
+    atomic_init(&p->spin_caller, TPOOL_SPIN);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
@@ -174,6 +176,13 @@ void tpool_set_cancel(tpool *p, int (*cancel)(void *ud), void *ud)
     p->cancel_ud = ud;
 }
 
+void tpool_set_spin(tpool *p, int worker_iters, int caller_iters)
+{
+    if (!p) return;
+    if (worker_iters >= 0) atomic_store_explicit(&p->spin_worker, worker_iters, memory_order_relaxed);
+    if (caller_iters >= 0) atomic_store_explicit(&p->spin_caller, caller_iters, memory_order_relaxed);
+}
+
 int tpool_cancelled(const tpool *p)
 {
     return p && p->cancel && p->cancel(p->cancel_ud);
@@ -192,9 +201,14 @@ static void run_job(tpool *p, tpool_fn fn, void *arg, int shared)
     p->arg = arg;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     /* every worker that entered the last job has finished it (we waited), so the word's count is
-     * stale; seq_cst: pairs with the sleepers check */
+     * stale. Posting it and then reading sleepers pairs with a worker's sleepers increment and then
+     * its read of the word: one of the two must see the other's write. The post is an exchange, a
+     * read-modify-write, not a seq_cst store: C11 orders either, but qemu-aarch64 (7.2) on an
+     * x86-64 host runs stlr; ldar as a plain store and load, and the load passed the store (a
+     * store-buffer litmus test there: both loads read 0 in 300 of 200,000 tries, none with
+     * exchanges) — a worker slept through its job and make test hung. */
     uint64_t s = atomic_load(&p->job);
-    atomic_store(&p->job, (uint64_t)(JOB_GEN(s) + 1u) << 32);
+    (void)atomic_exchange(&p->job, (uint64_t)(JOB_GEN(s) + 1u) << 32);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
@@ -206,13 +220,14 @@ static void run_job(tpool *p, tpool_fn fn, void *arg, int shared)
     /* Spin briefly (workers finish within microseconds when they have cores), then sleep until
      * the last worker signals: on an oversubscribed machine (more threads than free cores) a
      * yield loop would burn CPU time, and the core, that a preempted worker needs. */
+    int spin = atomic_load_explicit(&p->spin_caller, memory_order_relaxed);
     for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < need; spins++) {
-        if (spins < SPIN_ITERS) {
+        if (spins < spin) {
             cpu_relax();
             continue;
         }
         pthread_mutex_lock(&p->mu);
-        atomic_store(&p->waiting, 1);
+        (void)atomic_exchange(&p->waiting, 1); /* then read done: an exchange, as the post above */
         while (atomic_load(&p->done) < need) pthread_cond_wait(&p->done_cv, &p->mu);
         atomic_store(&p->waiting, 0);
         pthread_mutex_unlock(&p->mu);

@@ -40,6 +40,14 @@ void tpool_set_cancel(tpool *p, int (*cancel)(void *ud), void *ud);
 /* Nonzero when the pool's cancel callback says stop (0 without one, and for a NULL pool). */
 int tpool_cancelled(const tpool *p);
 
+/* How long a worker waits for the next job, and the caller for the workers, before it sleeps on
+ * a condition variable: worker_iters and caller_iters polls (default TPOOL_SPIN each, about a
+ * millisecond here). For tests, which set 0 on one side or both so that the hand-offs between a
+ * job and a sleep are raced; set them between jobs, from the thread that calls tpool_run. NULL p:
+ * ignored; a negative count leaves that side as it was. */
+#define TPOOL_SPIN 20000
+void tpool_set_spin(tpool *p, int worker_iters, int caller_iters);
+
 /* Per-thread working memory owned by the pool: at least `size` bytes, 64-byte aligned, for
  * thread ith of the running job (only that thread may use it). Kept across jobs and grown
  * geometrically (from 256 KiB) when a job asks for more, so steady-state jobs never allocate;
