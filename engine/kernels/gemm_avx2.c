@@ -483,7 +483,7 @@ static void pack(int wtype, int64_t n, int64_t nrows, const void *w, size_t w_st
  * K-quants. Two super-blocks had been too close when the machine's read bandwidth was high (a
  * core's lines arrived after its compute reached them): TinyLlama matmuls of a token, 2 threads,
  * against a read pass of ~65 GB/s, Q4_K_M 59-67% -> 67-81%, Q6_K 68-72% -> 73-84% of it; at ~40
- * GB/s both within noise. Q8_0 8 KiB or 2 KiB ahead was worse than 4 (57-66% / 65-71%, 69-83%). */
+ * GB/s both within noise. Q8_0 8 KiB or 2 KiB ahead was worse than 4 (57-66% / 65-71%, 69-84%). */
 #define PF_Q8BLK 4096
 #define PF_K(pb) (4 * (pb))
 #define TMAX 6 /* most tokens per pass (array bound; each type has its own, TM_* below) */

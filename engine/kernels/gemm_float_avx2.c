@@ -70,7 +70,7 @@ AI float wval(int wk, const uint8_t *row, int64_t k)
 }
 
 /* Decode's prefetch distance in bytes (past the row's end: the next row, read next). The hardware
- * prefetcher alone had left decode at 72-79% of a ~70 GB/s read pass (TinyLlama F16, 2 threads);
+ * prefetcher alone had left decode at 71-77% of a ~70 GB/s read pass (TinyLlama F16, 2 threads);
  * 4 KiB ahead, a line per 64 bytes read, 80-95% (8 KiB alike). */
 #define PF_ROW 4096
 
