@@ -64,7 +64,9 @@ for t in "$@"; do
         else
             runs_bad=$((runs_bad + 1))
             [ "$f" -gt 0 ] || fail=$((fail + 1))
-            echo "aarch64: FAILED $t @$l (exit $rc, ${secs}s$([ "$rc" = 124 ] && echo ": did not finish in ${A64_TIMEOUT:-1200} s, a hang?")); its log:"
+            hang=
+            [ "$rc" = 124 ] && hang=": did not finish in ${A64_TIMEOUT:-1200} s, a hang?"
+            echo "aarch64: FAILED $t @$l (exit $rc, ${secs}s$hang); its log:"
             sed 's/^/    /' "$log" | tail -40
         fi
     done

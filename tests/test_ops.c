@@ -599,6 +599,7 @@ static void test_pool_wakeups(void **state)
      * posts the next job at once, a caller that sleeps at once against workers that finish with
      * it, both, and a little of each */
     static const int spins[][2] = {{0, TPOOL_SPIN}, {TPOOL_SPIN, 0}, {0, 0}, {40, 40}};
+    int bad = 0; /* counted, not asserted in the loop: a failed assertion would leave the watchdog running */
     for (int nth = 2; nth <= 3; nth++)
         for (int k = 0; k < 4; k++) {
             tpool *p = tpool_create(nth);
@@ -610,13 +611,15 @@ static void test_pool_wakeups(void **state)
                 if (i % 2) tpool_run(p, wake_fn, &j);
                 else tpool_run_shared(p, wake_fn, &j);
                 int ran = atomic_load(&j.ran);
-                if (i % 2 ? ran != nth : ran < 1 || ran > nth)
-                    fail_msg("job %d, %d threads, spins %d / %d: fn ran %d times", i, nth, spins[k][0], spins[k][1], ran);
+                if ((i % 2 ? ran != nth : ran < 1 || ran > nth) && bad++ < 5)
+                    print_message("job %d, %d threads, spins %d / %d: fn ran %d times\n", i, nth, spins[k][0],
+                                  spins[k][1], ran);
             }
             tpool_free(p);
         }
     atomic_store(&wake_finished, 1);
     pthread_join(wd, NULL);
+    assert_int_equal(bad, 0);
 }
 
 int main(void) {
