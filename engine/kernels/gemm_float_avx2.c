@@ -57,6 +57,8 @@ AI __m256 ldw(int wk, const uint8_t *row, int64_t k)
                         : _mm256_loadu_ps((const float *)row + k);
 }
 
+AI int wbytes(int wk) { return wk == WK_F32 ? 4 : 2; } /* bytes per weight */
+
 AI float wval(int wk, const uint8_t *row, int64_t k)
 {
     if (wk != WK_F32) {
@@ -79,10 +81,10 @@ AI float dot_row1(int wk, const uint8_t *row, const float *x, int64_t n)
 {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t k = 0;
-    const int eb = wk == WK_F32 ? 4 : 2; /* bytes per weight */
     for (; k + 32 <= n; k += 32) {
-        _mm_prefetch((const char *)row + eb * k + PF_ROW, _MM_HINT_T0);
-        if (wk == WK_F32) _mm_prefetch((const char *)row + eb * k + PF_ROW + 64, _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int l = 0; l < 32 * wbytes(wk); l += 64) /* the lines of the 32 weights PF_ROW ahead */
+            _mm_prefetch((const char *)row + wbytes(wk) * k + PF_ROW + l, _MM_HINT_T0);
         a0 = _mm256_fmadd_ps(ldw(wk, row, k), _mm256_loadu_ps(x + k), a0);
         a1 = _mm256_fmadd_ps(ldw(wk, row, k + 8), _mm256_loadu_ps(x + k + 8), a1);
         a2 = _mm256_fmadd_ps(ldw(wk, row, k + 16), _mm256_loadu_ps(x + k + 16), a2);
@@ -309,7 +311,7 @@ static void gemm_float(int wk, const uint8_t *w, size_t ws, int64_t nrows, const
         gemm_small(wk, w, ws, nrows, (const float *)act, as / 4, n_tokens, n, out, os);
         return;
     }
-    const int eb = wk == WK_F32 ? 4 : 2; /* bytes per weight */
+    const int eb = wbytes(wk);
     float wp[GK * GR] __attribute__((aligned(64)));
     const float *x = (const float *)act;
     size_t xs = as / 4;
